@@ -1,0 +1,173 @@
+"""Load and validate configuration.
+
+Sources, later ones winning: ``[tool.ralph]`` in pyproject.toml (or the whole
+of ``ralph.toml``), ``RALPH_*`` environment variables, command-line flags.
+Unknown keys are rejected; every error names the file, the TOML path and
+the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ralph.errors import ConfigError
+
+DEFAULT_MAX_ITERATIONS = 15
+DEFAULT_ITERATION_LIMIT = 100
+DEFAULT_TIMEOUT_SECONDS = 3600.0
+
+
+class RalphConfig(BaseModel):
+    """The ``[tool.ralph]`` table.  Plugin sections are sub-tables (``[tool.ralph.claude]``)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    ralph_dir: str = Field("ralph", description="directory holding prd.md, tasks.json, progress.txt, prompt.md")
+    max_iterations: int = Field(DEFAULT_MAX_ITERATIONS, ge=1, description="iterations before the loop gives up")
+    iteration_limit: int = Field(
+        DEFAULT_ITERATION_LIMIT, ge=1, description="max_iterations above this are refused (runaway guard)"
+    )
+    model: str | None = Field(None, description="model name passed to the agent")
+    runner: str = Field("auto", description="runner plugin: direct, docker-sandbox, auto ...")
+    agent: str = Field("claude", description="agent plugin: claude, replay ...")
+    policy: str = Field("review", description="mode policy: review or skip-review")
+    review_cap: int = Field(5, ge=1, description="fresh-context reviews per story before auto-approval")
+    timeout: float = Field(DEFAULT_TIMEOUT_SECONDS, gt=0, description="seconds one iteration may take")
+    empty_retries: int = Field(2, ge=0, description="retries of an iteration whose agent said nothing")
+    task_store: str | None = Field(None, description="task list format; detected when unset")
+    state_dir: str | None = Field(None, description="where run directories go (default: ~/.local/state/ralph)")
+    output: Literal["normal", "quiet", "verbose"] = Field("normal", description="console verbosity")
+
+
+CORE_KEYS = frozenset(RalphConfig.model_fields)
+# Environment variables that override config keys: RALPH_MAX_ITERATIONS, ...
+ENV_PREFIX = "RALPH_"
+ENV_KEYS = {f"{ENV_PREFIX}{key.upper()}": key for key in CORE_KEYS}
+
+
+def find_config_file(project_dir: Path) -> tuple[Path | None, dict[str, Any]]:
+    """Return the config file used and its ralph table (``{}`` when none).
+
+    ``ralph.toml`` wins over pyproject.toml when both exist, since it exists
+    for no other reason.
+    """
+    ralph_toml = project_dir / "ralph.toml"
+    if ralph_toml.is_file():
+        return ralph_toml, _read_toml(ralph_toml)
+    pyproject = project_dir / "pyproject.toml"
+    if pyproject.is_file():
+        table = _read_toml(pyproject).get("tool", {}).get("ralph", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{pyproject}: tool.ralph must be a table, e.g. [tool.ralph]")
+        return (pyproject if table else None), table
+    return None, {}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+
+
+def table_prefix(source: Path | None) -> str:
+    """How a key is spelled in the source file: ``tool.ralph.`` in pyproject.toml."""
+    if source is not None and source.name == "pyproject.toml":
+        return "tool.ralph."
+    return ""
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    return {key: environ[var] for var, key in ENV_KEYS.items() if environ.get(var, "") != ""}
+
+
+def load_config(
+    project_dir: Path,
+    cli_overrides: dict[str, Any] | None = None,
+    sections: dict[str, type[BaseModel]] | None = None,
+    environ: dict[str, str] | None = None,
+) -> tuple[RalphConfig, dict[str, BaseModel], Path | None]:
+    """Build the effective config: file, then environment, then CLI flags.
+
+    ``sections`` are the plugin config models (``ralph_config_sections``).
+    Returns the core config, the validated plugin sections and the file used.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    sections = sections or {}
+    source, table = find_config_file(project_dir)
+    prefix = table_prefix(source)
+    where = str(source) if source else "configuration"
+
+    plugin_tables = {k: v for k, v in table.items() if k not in CORE_KEYS}
+    core_table = {k: v for k, v in table.items() if k in CORE_KEYS}
+    for key, value in plugin_tables.items():
+        if key not in sections:
+            known = ", ".join(sorted(CORE_KEYS | set(sections)))
+            raise ConfigError(f"{where}: unknown key `{prefix}{key}`; known keys: {known}")
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: `{prefix}{key}` must be a table ([{prefix}{key}])")
+
+    merged = {**core_table}
+    env_values = _env_overrides(environ)
+    merged.update(env_values)
+    merged.update({k: v for k, v in (cli_overrides or {}).items() if v is not None})
+    try:
+        config = RalphConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, where, prefix, env_values, cli_overrides or {})) from None
+
+    plugin_config: dict[str, BaseModel] = {}
+    for name, model in sections.items():
+        try:
+            plugin_config[name] = model.model_validate(plugin_tables.get(name, {}))
+        except ValidationError as exc:
+            raise ConfigError(_explain(exc, where, f"{prefix}{name}.", {}, {})) from None
+    return config, plugin_config, source
+
+
+def _explain(
+    exc: ValidationError, where: str, prefix: str, env_values: dict[str, Any], cli: dict[str, Any]
+) -> str:
+    """One line per problem: ``file: `tool.ralph.review_cap` must be ... (got 0)``."""
+    lines = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"])
+        top = str(error["loc"][0]) if error["loc"] else ""
+        if error["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown key `{prefix}{key}`; remove it or check its spelling")
+            continue
+        origin = where
+        if cli.get(top) is not None:
+            origin = f"command line option for {top.replace('_', '-')}"
+        elif top in env_values:
+            origin = f"environment variable {ENV_PREFIX}{top.upper()}"
+        got = error.get("input")
+        lines.append(f"{origin}: `{prefix}{key}` {_describe(error)} (got {got!r})")
+    return "\n".join(lines)
+
+
+def _describe(error: Any) -> str:
+    ctx = error.get("ctx") or {}
+    kind = error["type"]
+    if kind == "greater_than_equal":
+        return f"must be an integer >= {ctx.get('ge')}"
+    if kind == "greater_than":
+        return f"must be a number > {ctx.get('gt')}"
+    if kind in {"int_parsing", "int_type", "int_from_float"}:
+        return "must be an integer"
+    if kind in {"float_parsing", "float_type"}:
+        return "must be a number"
+    if kind in {"string_type"}:
+        return "must be a string"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}"
+    if kind in {"bool_parsing", "bool_type"}:
+        return "must be true or false"
+    return error.get("msg", "is invalid").lower()

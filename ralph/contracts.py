@@ -1,0 +1,277 @@
+"""The contracts a plugin implements: small ABCs and plain data classes.
+
+Kept free of heavy imports (no pydantic, no docker) so that loading every
+plugin stays cheap: ``ralph --help`` and each hook call import this module.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from ralph.settings import Settings
+    from ralph.tasks import TaskList
+
+IterationMode = Literal["implement", "review", "review-fix"]
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a runner or agent can be used here, and if not, why."""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls) -> Availability:
+        return cls(True, "")
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        return cls(False, reason)
+
+
+# -- agents ---------------------------------------------------------------------
+
+
+@dataclass
+class AgentEvent:
+    """One parsed item of an agent's output stream.
+
+    ``kind`` is one of: ``text``, ``tool_use``, ``tool_result``, ``system``,
+    ``result``, ``error``, ``usage_limit``, ``context_overflow``.
+    ``data`` keeps the structured details (tool name and input, cost, usage).
+    """
+
+    kind: str
+    text: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentInvocation:
+    """Everything an agent needs to build one iteration's process."""
+
+    prompt: str
+    project_dir: Path
+    run_dir: Path
+    iteration: int
+    model: str | None = None
+    hook_settings: Path | None = None
+    """A Claude Code settings file (outside the project) wiring ralph's hooks."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment the loop wants the agent to see (RALPH_* variables)."""
+
+
+@dataclass
+class ProcessSpec:
+    """A command a runner executes: argv, environment additions, working dir."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    stdin: str | None = None
+
+
+class Agent(ABC):
+    """An agent CLI: builds its command line and parses its output stream."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Can this agent run here (binary found, script present ...)?"""
+
+    @abstractmethod
+    def process(self, invocation: AgentInvocation) -> ProcessSpec:
+        """The process to start for one iteration."""
+
+    @abstractmethod
+    def parse_line(self, line: str) -> list[AgentEvent]:
+        """Turn one line of the agent's stdout into zero or more events."""
+
+
+# -- runners --------------------------------------------------------------------
+
+
+@dataclass
+class ProcessOutcome:
+    """How a runner's process ended."""
+
+    exit_code: int
+    timed_out: bool = False
+    interrupted: bool = False
+    stderr: str = ""
+
+
+class Runner(ABC):
+    """Where and how the agent process runs (host subprocess, container, remote)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Can this runner be used here?  The reason is shown when it cannot."""
+
+    def prepare(self, project_dir: Path) -> None:  # noqa: B027 - optional hook
+        """Called once before the first iteration (create a container, ...)."""
+
+    @abstractmethod
+    def run(
+        self,
+        spec: ProcessSpec,
+        on_line: Callable[[str], None],
+        timeout: float | None,
+        cancel: threading.Event,
+    ) -> ProcessOutcome:
+        """Run ``spec`` to completion, calling ``on_line`` for every stdout line.
+
+        Must stop the process when ``timeout`` seconds pass (``timed_out``) or
+        ``cancel`` is set (``interrupted``), and never leave it running.
+        """
+
+    def cleanup(self) -> None:  # noqa: B027 - optional hook
+        """Called once when the loop ends, however it ends."""
+
+    def resolve(self) -> Runner:
+        """The runner that will really run (``auto`` returns its choice)."""
+        return self
+
+
+# -- policies -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoryState:
+    """The review-critical fields of one story, as snapshotted by the loop."""
+
+    passes: bool
+    reviewStatus: str | None
+    reviewCount: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"passes": self.passes, "reviewStatus": self.reviewStatus, "reviewCount": self.reviewCount}
+
+
+Snapshot = dict[str, StoryState]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The policy's choice for the next iteration."""
+
+    mode: IterationMode
+    story_id: str | None
+    reason: str = ""
+
+
+@dataclass
+class Violation:
+    """One broken rule, in words the agent (and the user) can act on."""
+
+    check: str
+    message: str
+    story_id: str | None = None
+    undoable: bool = False
+    """True when the loop can undo it by restoring the story's snapshot."""
+
+
+class Policy(ABC):
+    """Chooses iteration modes and stories, and says which transitions are legal."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    uses_review: ClassVar[bool] = True
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @abstractmethod
+    def select(self, tasks: TaskList) -> Selection | None:
+        """The next iteration's mode and story, or None when nothing is left."""
+
+    @abstractmethod
+    def is_complete(self, tasks: TaskList) -> bool:
+        """True when every story is done as this policy defines done."""
+
+    @abstractmethod
+    def prompt_section(self, selection: Selection, tasks: TaskList) -> str:
+        """Markdown appended to the prompt telling the agent this iteration's job."""
+
+    @abstractmethod
+    def transition_violations(
+        self, mode: IterationMode, before: Snapshot, tasks: TaskList
+    ) -> list[Violation]:
+        """Illegal changes to review fields between ``before`` and ``tasks``."""
+
+
+# -- task stores ----------------------------------------------------------------
+
+
+class TaskStore(ABC):
+    """Reads and writes one task-list format behind the common model."""
+
+    name: ClassVar[str]
+    filename: ClassVar[str]
+
+    @abstractmethod
+    def path(self, ralph_dir: Path) -> Path:
+        """Where this store's file lives inside ``ralph_dir``."""
+
+    def detect(self, ralph_dir: Path) -> bool:
+        """Does ``ralph_dir`` hold a task list in this format?"""
+        return self.path(ralph_dir).is_file()
+
+    @abstractmethod
+    def parse(self, raw: str, source: Path) -> TaskList:
+        """Parse ``raw``; raise ``TaskListError`` naming ``source`` and the field."""
+
+    @abstractmethod
+    def render(self, tasks: TaskList, previous_raw: str | None) -> str:
+        """Serialise ``tasks``, changing as little of ``previous_raw`` as possible."""
+
+
+# -- validation -----------------------------------------------------------------
+
+
+@dataclass
+class ValidationContext:
+    """What validators see after (or during) an iteration."""
+
+    project_dir: Path
+    tasks_path: Path
+    raw: str | None
+    """The task file's text, or None when it is missing."""
+    tasks: TaskList | None
+    """The parsed task list, or None when it does not parse."""
+    parse_error: str | None
+    policy: Policy
+    mode: IterationMode | None
+    snapshot: Snapshot | None
+    review_cap: int
+    skip_review: bool
+    check_git: bool = True
+
+
+# -- loop events ----------------------------------------------------------------
+
+
+@dataclass
+class LoopEvent:
+    """A structured record of something the loop did."""
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+    run_dir: Path | None = None

@@ -1,0 +1,106 @@
+"""Every hook ralph calls, grouped by lifecycle.
+
+Plugins implement these with ``@ralph.hookimpl``.  A plugin is any module or
+object registered under the ``ralph`` entry-point group (the default plugins in
+``ralph_plugins`` are registered exactly that way).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ralph.contracts import (
+        Agent,
+        LoopEvent,
+        Policy,
+        Runner,
+        TaskStore,
+        ValidationContext,
+        Violation,
+    )
+
+hookspec = pluggy.HookspecMarker("ralph")
+
+
+# -- registries of named things ----------------------------------------------
+
+
+@hookspec
+def ralph_register_runners(register: Callable[[type[Runner]], None]) -> None:
+    """Register runner classes: where and how the agent process runs.
+
+    Called once when the plugin manager builds its registries.  Call
+    ``register(RunnerClass)`` for each runner; the class's ``name`` attribute
+    becomes a ``--runner`` choice and the key of its config section.  Two
+    plugins registering the same name is an error naming both.
+    """
+
+
+@hookspec
+def ralph_register_agents(register: Callable[[type[Agent]], None]) -> None:
+    """Register agent classes: which CLI runs, how, and how its output is read.
+
+    Call ``register(AgentClass)``; ``AgentClass.name`` becomes an ``--agent``
+    choice.  Duplicate names are an error naming both providers.
+    """
+
+
+@hookspec
+def ralph_register_policies(register: Callable[[type[Policy]], None]) -> None:
+    """Register mode policies (which iteration mode and story come next).
+
+    Call ``register(PolicyClass)``; ``PolicyClass.name`` is what
+    ``[tool.ralph] policy = "..."`` selects.  Duplicates are an error.
+    """
+
+
+@hookspec
+def ralph_register_task_stores(register: Callable[[type[TaskStore]], None]) -> None:
+    """Register task-list formats (tasks.json, prd.json, plan.md ...).
+
+    Call ``register(StoreClass)``; the first store whose ``detect`` accepts the
+    ralph directory is used unless config names one.
+    """
+
+
+@hookspec
+def ralph_config_sections() -> dict[str, type] | None:
+    """Return ``{section_name: PydanticModel}`` for this plugin's own config.
+
+    The section is read from ``[tool.ralph.<section_name>]`` (or
+    ``[<section_name>]`` in ralph.toml), validated with the model (unknown keys
+    rejected) and passed to the plugin through ``Settings.plugin_config``.
+    """
+
+
+# -- validation ---------------------------------------------------------------
+
+
+@hookspec
+def ralph_validate(context: ValidationContext) -> list[Violation] | None:
+    """Return the violations found in the task state after (or during) an iteration.
+
+    A collecting hook: every validator is called and all violations are
+    reported.  ``context`` carries the raw and parsed task list, the trusted
+    pre-iteration snapshot, the iteration mode and the active policy.  Return an
+    empty list (or None) when everything holds.  A validator that raises stops
+    the loop with a clear error: the loop is fail-closed.
+    """
+
+
+# -- loop events (reporters) ------------------------------------------------
+
+
+@hookspec
+def ralph_loop_event(event: LoopEvent) -> None:
+    """Observe one loop event (run started, iteration started, agent output,
+    violation, iteration finished, run finished ...).
+
+    Reporters (the console view, the JSONL event log, notifiers) implement
+    this.  It must not raise and must be quick: it runs on the loop's thread.
+    ``event.kind`` names the event; ``event.data`` is JSON-serialisable.
+    """
+

@@ -1,0 +1,34 @@
+"""The resolved settings of one ralph invocation (config file + env + flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ralph.config import RalphConfig
+
+
+@dataclass
+class Settings:
+    """What every plugin is constructed with.
+
+    ``config`` is the validated ``[tool.ralph]`` table with env and CLI
+    overrides applied; ``plugin_config`` maps a plugin's section name to its own
+    validated pydantic model (see the ``ralph_config_sections`` hook).
+    """
+
+    project_dir: Path
+    config: RalphConfig
+    plugin_config: dict[str, Any] = field(default_factory=dict)
+    config_source: Path | None = None
+
+    @property
+    def ralph_dir(self) -> Path:
+        path = Path(self.config.ralph_dir)
+        return path if path.is_absolute() else self.project_dir / path
+
+    def section(self, name: str) -> Any:
+        """The validated config model of plugin section ``name``."""
+        return self.plugin_config.get(name)
