@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 if TYPE_CHECKING:
+    from ralph.plugins import Registry
     from ralph.settings import Settings
     from ralph.tasks import TaskList
 
@@ -145,8 +146,11 @@ class Runner(ABC):
     def cleanup(self) -> None:  # noqa: B027 - optional hook
         """Called once when the loop ends, however it ends."""
 
-    def resolve(self) -> Runner:
-        """The runner that will really run (``auto`` returns its choice)."""
+    fallback_reason: str = ""
+    """Set on the runner ``auto`` fell back to: why the preferred one was not used."""
+
+    def resolve(self, registry: Registry) -> Runner:
+        """The runner that will really run; ``auto`` returns its choice from ``registry``."""
         return self
 
 

@@ -1,0 +1,91 @@
+"""The ``replay`` agent: a scripted agent for demos and tests.
+
+It runs as a real subprocess (through any runner) and acts out a JSON script:
+per iteration a list of actions that write files, edit story fields, run
+commands, commit and say things.  Its output uses Claude Code's stream-json
+shape, so it exercises the same parsing as the real agent.
+
+Script format (``[tool.ralph.replay] script = "path.json"`` or
+``RALPH_REPLAY_SCRIPT``)::
+
+    {"iterations": {"1": [{"say": "hi"}, {"write": {"path": "a.py", "content": "..."}},
+                          {"set": {"story": "US-001", "fields": {"reviewStatus": "needs_review"}}},
+                          {"commit": "feat: [US-001] - A"}],
+                    "2": [...]},
+     "default": []}
+
+Actions: ``say``, ``write``, ``append``, ``set``, ``run``, ``commit``,
+``sleep``, ``cost``, ``exit``.  An iteration with no actions says nothing
+(an empty response, which the loop retries).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ralph import hookimpl
+from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, ProcessSpec
+
+SCRIPT_ENV = "RALPH_REPLAY_SCRIPT"
+
+
+class ReplayAgent(Agent):
+    """Acts out a script instead of calling a model."""
+
+    name = "replay"
+    description = "scripted agent for demos and tests (no model)"
+
+    def script_path(self) -> Path | None:
+        section = self.settings.section("replay")
+        configured = getattr(section, "script", None) or os.environ.get(SCRIPT_ENV)
+        if not configured:
+            return None
+        path = Path(configured)
+        return path if path.is_absolute() else self.settings.project_dir / path
+
+    def availability(self) -> Availability:
+        path = self.script_path()
+        if path is None:
+            return Availability.no(
+                f"the replay agent needs a script: set [tool.ralph.replay] script or {SCRIPT_ENV}"
+            )
+        if not path.is_file():
+            return Availability.no(f"replay script {path} not found")
+        return Availability.yes()
+
+    def process(self, invocation: AgentInvocation) -> ProcessSpec:
+        script = self.script_path()
+        tasks = self.settings.ralph_dir / "tasks.json"
+        argv = [
+            sys.executable,
+            "-m",
+            "ralph_plugins.agents.replay_main",
+            "--script",
+            str(script),
+            "--iteration",
+            str(invocation.iteration),
+            "--tasks",
+            str(tasks),
+        ]
+        return ProcessSpec(argv=argv, env=dict(invocation.env), cwd=invocation.project_dir, stdin=invocation.prompt)
+
+    def parse_line(self, line: str) -> list[AgentEvent]:
+        from ralph_plugins.agents.streamjson import parse_line
+
+        return parse_line(line)
+
+
+@hookimpl(trylast=True)
+def ralph_register_agents(register):  # type: ignore[no-untyped-def]
+    """Register the replay agent."""
+    register(ReplayAgent)
+
+
+@hookimpl
+def ralph_config_sections():  # type: ignore[no-untyped-def]
+    """The ``[tool.ralph.replay]`` section: ``script``."""
+    from ralph_plugins.agents.replay_config import ReplayConfig
+
+    return {"replay": ReplayConfig}

@@ -1,0 +1,151 @@
+"""The console view: iteration n/N, mode, story, elapsed and cost; agent output; a final table."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from ralph import hookimpl
+from ralph.contracts import LoopEvent
+
+
+def _fmt_elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class ConsoleView:
+    """Turns loop events into lines for a person; state resets at each run start."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.out = out
+        self.err = err
+        self.output = "normal"
+        self.max_iterations = 0
+
+    @property
+    def stdout(self) -> TextIO:
+        return self.out or sys.stdout
+
+    @property
+    def stderr(self) -> TextIO:
+        return self.err or sys.stderr
+
+    def status(self, text: str) -> None:
+        self.stderr.write(f"ralph | {text}\n")
+        self.stderr.flush()
+
+    def handle(self, event: LoopEvent) -> None:
+        handler = getattr(self, f"on_{event.kind}", None)
+        if handler is not None:
+            handler(event.data)
+
+    def on_run_started(self, data: dict[str, Any]) -> None:
+        self.output = data.get("output", "normal")
+        self.max_iterations = data.get("max_iterations", 0)
+        if data.get("fallback_reason"):
+            self.status(
+                f"warning: running the agent directly on this machine (no sandbox): {data['fallback_reason']}"
+            )
+        self.status(
+            f"run started: {data.get('stories')} stories, runner {data.get('runner')}, agent {data.get('agent')}, "
+            f"policy {data.get('policy')}, up to {data.get('max_iterations')} iterations"
+        )
+        self.status(f"run directory: {data.get('run_dir')}")
+
+    def on_iteration_started(self, data: dict[str, Any]) -> None:
+        self.status(
+            f"iteration {data['iteration']}/{data['max_iterations']} | {data['mode']} | {data.get('story')} | "
+            f"elapsed {_fmt_elapsed(data.get('elapsed', 0))} | cost ${data.get('cost_so_far', 0):.4f}"
+        )
+
+    def on_agent_event(self, data: dict[str, Any]) -> None:
+        kind = data.get("type")
+        if self.output == "quiet":
+            return
+        if kind == "text" and data.get("text"):
+            self.stdout.write(data["text"].rstrip() + "\n")
+            self.stdout.flush()
+        elif kind == "tool_use":
+            tool = data.get("data", {})
+            summary = _tool_summary(tool)
+            self.stdout.write(f"  > {tool.get('name', '?')} {summary}\n")
+        elif self.output == "verbose" and kind in {"tool_result", "error", "system", "result"}:
+            self.stdout.write(f"  [{kind}] {str(data.get('data'))[:300]}\n")
+
+    def on_violation(self, data: dict[str, Any]) -> None:
+        self.status(f"check {data['check']} failed: {data['message'].splitlines()[0]}")
+
+    def on_transition_undone(self, data: dict[str, Any]) -> None:
+        self.status(f"undid illegal review-field changes on {', '.join(data['stories'])}")
+
+    def on_iteration_timeout(self, data: dict[str, Any]) -> None:
+        self.status(f"iteration {data['iteration']} timed out after {data['timeout']:g}s; the agent was stopped")
+
+    def on_empty_response(self, data: dict[str, Any]) -> None:
+        if data.get("retry"):
+            self.status(f"the agent said nothing; retrying ({data['retry']}/{data['of']})")
+        else:
+            self.status("the agent said nothing again; moving on")
+
+    def on_agent_failed(self, data: dict[str, Any]) -> None:
+        tail = (data.get("stderr") or "").strip().splitlines()[-3:]
+        self.status(f"agent exited with code {data['exit_code']}" + (": " + " / ".join(tail) if tail else ""))
+
+    def on_false_completion(self, data: dict[str, Any]) -> None:
+        self.status(f"iteration {data['iteration']} claimed completion, but stories are open: continuing")
+
+    def on_interrupt(self, data: dict[str, Any]) -> None:
+        self.status(f"{data['signal']} received: stopping the agent and cleaning up")
+
+    def on_iteration_finished(self, data: dict[str, Any]) -> None:
+        self.status(
+            f"iteration {data['iteration']} finished in {data['seconds']:.1f}s "
+            f"(exit {data['exit_code']}, cost ${data['cost']:.4f}, violations {data['violations']})"
+        )
+
+    def on_run_finished(self, data: dict[str, Any]) -> None:
+        self.stdout.write("\n" + render_summary(data) + "\n")
+        self.stdout.flush()
+
+
+def _tool_summary(tool: dict[str, Any]) -> str:
+    tool_input = tool.get("input") or {}
+    for key in ("command", "file_path", "path", "pattern"):
+        if key in tool_input:
+            return str(tool_input[key])[:120]
+    return ""
+
+
+def render_summary(data: dict[str, Any]) -> str:
+    """The final table: one row per story, then totals."""
+    stories = data.get("stories", [])
+    rows = [("story", "title", "state", "reviews")]
+    for story in stories:
+        if story["passes"] and story.get("reviewStatus") == "approved":
+            state = "approved (auto, at cap)" if story.get("autoApproved") else "approved"
+        elif story["passes"]:
+            state = "done"
+        else:
+            state = story.get("reviewStatus") or "open"
+        rows.append((story["id"], story["title"][:40], state, str(story["reviewCount"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    done = sum(1 for s in stories if s["passes"])
+    lines.append("")
+    lines.append(
+        f"{done}/{len(stories)} stories done | {data.get('iterations')} iterations | "
+        f"cost ${data.get('cost_usd', 0):.4f} | {_fmt_elapsed(data.get('elapsed', 0))} | {data.get('reason')}"
+    )
+    return "\n".join(lines)
+
+
+VIEW = ConsoleView()
+
+
+@hookimpl
+def ralph_loop_event(event: LoopEvent) -> None:
+    """Show ``event`` on the terminal."""
+    VIEW.handle(event)

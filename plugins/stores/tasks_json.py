@@ -1,0 +1,73 @@
+"""The default task store: ``tasks.json`` (seed 000 §8)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ralph import hookimpl
+from ralph.contracts import TaskStore
+from ralph.errors import TaskListError
+
+if TYPE_CHECKING:
+    from ralph.tasks import TaskList
+
+
+def _indent_of(raw: str) -> int:
+    """The indentation the file already uses (2 when it cannot be told)."""
+    for line in raw.splitlines()[1:]:
+        stripped = line.lstrip(" ")
+        if stripped and len(stripped) != len(line):
+            return len(line) - len(stripped)
+    return 2
+
+
+class TasksJsonStore(TaskStore):
+    """Reads and writes ``<ralph dir>/tasks.json``."""
+
+    name = "tasks-json"
+    filename = "tasks.json"
+
+    def path(self, ralph_dir: Path) -> Path:
+        return ralph_dir / self.filename
+
+    def parse(self, raw: str, source: Path) -> TaskList:
+        from ralph.tasks import parse_tasks
+
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TaskListError(
+                f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            ) from None
+        return parse_tasks(data, str(source))
+
+    def render(self, tasks: TaskList, previous_raw: str | None) -> str:
+        """Write back the model, keeping the file's key order, indentation and unknown keys."""
+        new = tasks.model_dump(mode="json", exclude_unset=True)
+        if previous_raw is None:
+            return json.dumps(new, indent=2, ensure_ascii=False) + "\n"
+        try:
+            old = json.loads(previous_raw)
+        except json.JSONDecodeError:
+            old = None
+        merged = _merge(old, new) if isinstance(old, dict) else new
+        return json.dumps(merged, indent=_indent_of(previous_raw), ensure_ascii=False) + "\n"
+
+
+def _merge(old: Any, new: Any) -> Any:
+    """``new``'s values in ``old``'s key order; stories matched by position."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        merged = {key: _merge(old[key], new[key]) if key in new else old[key] for key in old}
+        merged.update({key: value for key, value in new.items() if key not in old})
+        return merged
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [_merge(a, b) for a, b in zip(old, new)]
+    return new
+
+
+@hookimpl(trylast=True)
+def ralph_register_task_stores(register):  # type: ignore[no-untyped-def]
+    """Register the tasks.json store."""
+    register(TasksJsonStore)

@@ -1,0 +1,36 @@
+"""Check 3 (seed 000 §5b): no uncommitted changes when the agent stops."""
+
+from __future__ import annotations
+
+import subprocess
+
+from ralph import hookimpl
+from ralph.contracts import ValidationContext, Violation
+
+MESSAGE = (
+    "There are uncommitted changes:\n{files}\nBefore stopping: (1) update {progress} with what was "
+    "accomplished and what you learned, (2) consider whether any lasting pattern belongs in CLAUDE.md or "
+    ".claude/rules/, (3) commit ALL changes, including progress.txt and the task list."
+)
+
+
+@hookimpl
+def ralph_validate(context: ValidationContext) -> list[Violation]:
+    """One violation listing the uncommitted paths (``git status --porcelain``)."""
+    if not context.check_git:
+        return []
+    result = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=context.project_dir, capture_output=True, text=True
+    )
+    if result.returncode != 0:
+        return [Violation("git-clean", f"git status failed in {context.project_dir}: {result.stderr.strip()}")]
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    if not lines:
+        return []
+    shown = "\n".join(f"  {line}" for line in lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
+    progress = context.tasks_path.parent / "progress.txt"
+    try:
+        progress = progress.relative_to(context.project_dir)
+    except ValueError:
+        pass
+    return [Violation("git-clean", MESSAGE.format(files=shown, progress=progress))]

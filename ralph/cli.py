@@ -1,0 +1,218 @@
+"""The ``ralph`` command line.
+
+Only click is imported at start-up; plugins, pydantic and everything heavy are
+imported inside the commands that need them, so ``ralph --help`` stays fast
+and a broken plugin cannot make it unusable.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ralph import __version__
+
+EPILOG = """\b
+Typical session:
+  ralph init --name my-feature     # scaffold ralph/ (prd.md, tasks.json, ...)
+  $EDITOR ralph/prd.md ralph/tasks.json
+  ralph run --dry-run              # see the mode, story and prompt
+  ralph run                        # loop until every story is approved
+  ralph status                     # what the last run did
+\b
+Exit codes of `ralph run`: 0 complete, 1 iterations exhausted or no story
+selectable, 2 usage or configuration error, 130 interrupted.
+"""
+
+
+def _fail(error: Exception, code: int = 2) -> None:
+    click.echo(f"ralph: error: {error}", err=True)
+    sys.exit(code)
+
+
+def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn RalphError into a one-line message and its exit code."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ralph.errors import RalphError
+
+        try:
+            return func(*args, **kwargs)
+        except RalphError as exc:
+            _fail(exc, exc.exit_code)
+
+    return wrapper
+
+
+@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ralph")
+def cli() -> None:
+    """Run an AI coding agent in a Ralph loop: fresh context every iteration,
+    a fresh-context review of every story, and a loop that verifies the agent's
+    claims itself."""
+
+
+project_dir_option = click.option(
+    "-d",
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default="current directory",
+    help="Project root (a git repository).",
+)
+
+
+@cli.command()
+@project_dir_option
+@click.option("--name", help="Feature name: sets tasks.json branchName to ralph/<name>.")
+@click.option("--ralph-dir", default="ralph", show_default=True, help="Directory to create inside the project.")
+@click.option("--force", is_flag=True, help="Overwrite prompt.md, prd.md, tasks.json and progress.txt if present.")
+@handles_errors
+def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> None:
+    """Scaffold a Ralph loop in a project: prd.md, tasks.json, progress.txt, prompt.md."""
+    from ralph.initproject import init_project
+
+    result = init_project(project_dir.resolve(), name=name, ralph_dir=ralph_dir, force=force)
+    for path in result.files_written:
+        click.echo(f"wrote {path}")
+    if result.gitignore_changed:
+        click.echo("added .ralph-active to .gitignore")
+    click.echo("\nNext steps:")
+    for number, step in enumerate(result.next_steps, 1):
+        click.echo(f"  {number}. {step}")
+
+
+@cli.command()
+@project_dir_option
+@click.option("-n", "--max-iterations", type=click.IntRange(min=1), help="Iterations before giving up.  [default: 15]")
+@click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")
+@click.option("-m", "--model", help="Model name passed to the agent (e.g. opus, sonnet).")
+@click.option("--runner", help="Where the agent runs: direct, auto, docker-sandbox ...  [default: auto]")
+@click.option("--sandbox", "sandbox", flag_value="docker-sandbox", help="Alias of --runner docker-sandbox.")
+@click.option("--no-sandbox", "sandbox", flag_value="direct", help="Alias of --runner direct.")
+@click.option("--agent", help="Agent CLI plugin: claude, replay ...  [default: claude]")
+@click.option("--policy", help="Mode policy: review or skip-review.  [default: review]")
+@click.option("--skip-review", is_flag=True, help="No review cycle: implement iterations set passes=true.")
+@click.option("--review-cap", type=click.IntRange(min=1), help="Reviews per story before auto-approval.  [default: 5]")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds per iteration.  [default: 3600]")
+@click.option(
+    "--iteration-limit",
+    type=click.IntRange(min=1),
+    help="Raise the runaway guard: --max-iterations above this (default 100) is refused.",
+)
+@click.option("--dry-run", is_flag=True, help="Show the mode, story and rendered prompt; run nothing.")
+@click.option("-q", "--quiet", "output", flag_value="quiet", help="Only status lines and the summary.")
+@click.option("-v", "--verbose", "output", flag_value="verbose", help="Also tool results and raw events.")
+@handles_errors
+def run(
+    project_dir: Path,
+    max_iterations: int | None,
+    ralph_dir: str | None,
+    model: str | None,
+    runner: str | None,
+    sandbox: str | None,
+    agent: str | None,
+    policy: str | None,
+    skip_review: bool,
+    review_cap: int | None,
+    timeout: float | None,
+    iteration_limit: int | None,
+    dry_run: bool,
+    output: str | None,
+) -> None:
+    """Run the loop until every story is implemented, reviewed and approved.
+
+    Each iteration starts the agent afresh with the prompt for one story in
+    one mode (implement, review or review-fix).  After every iteration the loop
+    validates the task list itself and undoes illegal review transitions.
+    """
+    from ralph.errors import UsageError
+    from ralph.session import open_session
+
+    if runner and sandbox and runner != sandbox:
+        raise UsageError(f"--runner {runner} contradicts --{'no-' if sandbox == 'direct' else ''}sandbox")
+    if skip_review and policy and policy != "skip-review":
+        raise UsageError(f"--skip-review contradicts --policy {policy}")
+    overrides = {
+        "max_iterations": max_iterations,
+        "ralph_dir": ralph_dir,
+        "model": model,
+        "runner": runner or sandbox,
+        "agent": agent,
+        "policy": "skip-review" if skip_review else policy,
+        "review_cap": review_cap,
+        "timeout": timeout,
+        "iteration_limit": iteration_limit,
+        "output": output,
+    }
+    session = open_session(project_dir.resolve(), overrides)
+    loop = session.build_loop()
+    if dry_run:
+        _print_dry_run(loop)
+        return
+    result = loop.run()
+    sys.exit(result.exit_code)
+
+
+def _print_dry_run(loop: Any) -> None:
+    selection, prompt, tasks = loop.dry_run()
+    click.echo(f"runner:  {loop.runner.name}" + (f" (fallback: {loop.runner.fallback_reason})" if loop.runner.fallback_reason else ""))
+    click.echo(f"agent:   {loop.agent.name}")
+    click.echo(f"policy:  {loop.policy.name}")
+    if selection is None:
+        state = "complete" if loop.policy.is_complete(tasks) else "no story can be selected"
+        click.echo(f"nothing to run: {state}")
+        return
+    click.echo(f"mode:    {selection.mode}")
+    click.echo(f"story:   {selection.story_id} ({selection.reason})")
+    click.echo("\n--- prompt (iteration 1) ---")
+    click.echo(prompt)
+
+
+@cli.command()
+@project_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@handles_errors
+def status(project_dir: Path, as_json: bool) -> None:
+    """Show what the last `ralph run` in this project did (or is doing)."""
+    from ralph.status import show_status
+
+    click.echo(show_status(project_dir.resolve(), as_json=as_json))
+
+
+@cli.command()
+@handles_errors
+def plugins() -> None:
+    """List every plugin: name, what it provides, distribution and version."""
+    from ralph.plugins import PluginHost
+
+    host = PluginHost()
+    provided: dict[str, list[str]] = {}
+    for registry in (host.runners, host.agents, host.policies, host.stores):
+        for name, provider in registry.providers.items():
+            plugin = provider.split("'")[1] if "'" in provider else provider
+            provided.setdefault(plugin, []).append(f"{registry.kind} {name}")
+    rows = [("plugin", "provides", "distribution", "version", "status")]
+    for info in host.infos:
+        state = "disabled" if info.disabled else ("FAILED: " + info.error if info.error else "loaded")
+        what = ", ".join(provided.get(info.name, [])) or "hooks"
+        rows.append((info.name, what, info.distribution, info.version, state))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+    if host.failures:
+        sys.exit(1)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="ralph")
+
+
+if __name__ == "__main__":
+    main()

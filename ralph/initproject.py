@@ -1,0 +1,217 @@
+"""``ralph init``: scaffold a project's ralph directory from the shipped templates.
+
+Creates ``<project>/<ralph_dir>/`` with ``prompt.md``, ``prd.md``, ``tasks.json`` and
+``progress.txt``, and makes sure ``.ralph-active`` is listed in ``<project>/.gitignore``.
+Everything is computed first and written afterwards, each file atomically; when the command
+refuses (existing files without ``force``), nothing at all is written.
+
+Stdlib only, cheap to import.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path, PurePosixPath
+
+from ralph.errors import UsageError
+from ralph.fsutil import atomic_write_bytes, atomic_write_text
+from ralph.templates import render, template_text
+
+__all__ = ["SCAFFOLD_FILES", "GITIGNORE_ENTRY", "InitResult", "init_project", "slugify"]
+
+#: Files written into the ralph directory: (file name in the project, template name).
+SCAFFOLD_FILES: tuple[tuple[str, str], ...] = (
+    ("prompt.md", "prompt.md"),
+    ("prd.md", "prd.md"),
+    ("tasks.json", "tasks.json"),
+    ("progress.txt", "progress.txt"),
+)
+
+#: The line ``ralph init`` makes sure ``.gitignore`` contains.
+GITIGNORE_ENTRY = ".ralph-active"
+
+
+@dataclass
+class InitResult:
+    """What :func:`init_project` did, for the CLI to report."""
+
+    project_dir: Path
+    """The project directory (resolved)."""
+    ralph_dir: Path
+    """The ralph directory that was created or filled (absolute)."""
+    project_name: str
+    """The name written into progress.txt, prd.md and tasks.json ``project``."""
+    branch_name: str
+    """The ``branchName`` written into tasks.json."""
+    files_written: list[Path] = field(default_factory=list)
+    """Absolute paths of the scaffold files written, in order."""
+    overwritten: list[Path] = field(default_factory=list)
+    """The subset of ``files_written`` that existed before (only possible with ``force``)."""
+    gitignore_changed: bool = False
+    """True if ``.ralph-active`` was added to ``.gitignore`` (creating it if needed)."""
+    next_steps: list[str] = field(default_factory=list)
+    """Human-readable next steps, one per item, for the CLI to print as a numbered list."""
+
+
+def slugify(name: str) -> str:
+    """Turn a feature name into a branch-name slug: ``"Add Login!"`` -> ``"add-login"``.
+
+    Lower-case ASCII letters, digits, ``.`` and ``_`` are kept; every other run of
+    characters becomes one ``-``; leading and trailing separators are dropped.
+    """
+    slug = re.sub(r"[^a-z0-9._]+", "-", name.strip().lower())
+    slug = re.sub(r"\.{2,}", ".", slug)  # git refuses ".." in ref names
+    return slug.strip("-._")
+
+
+def init_project(
+    project_dir: Path,
+    name: str | None = None,
+    ralph_dir: str = "ralph",
+    force: bool = False,
+    today: date | None = None,
+) -> InitResult:
+    """Scaffold ``<project_dir>/<ralph_dir>/`` from the shipped templates.
+
+    - ``prompt.md`` is copied as is (the loop fills its ``{{RALPH_*}}`` tokens each iteration).
+    - ``prd.md`` and ``progress.txt`` get ``{{PROJECT_NAME}}`` (``name``, else the project
+      directory's name) and ``{{DATE}}`` (``today``, else the current date, ISO format).
+    - ``tasks.json`` gets ``project`` set to the project name and, when ``name`` is given,
+      ``branchName`` set to ``ralph/<slug of name>``.
+    - ``.ralph-active`` is appended to ``<project_dir>/.gitignore`` unless already listed
+      (the file is created if missing).
+
+    Raises :class:`ralph.errors.UsageError`, writing nothing, when ``project_dir`` is not an
+    existing directory, ``ralph_dir`` is not a relative path inside the project, ``name`` has
+    no usable characters, or any of the four files already exists and ``force`` is false.
+    With ``force`` the four files are overwritten; other files in the directory are kept.
+    """
+    project_dir = Path(project_dir)
+    if not project_dir.exists():
+        raise UsageError(f"project directory {project_dir} does not exist")
+    if not project_dir.is_dir():
+        raise UsageError(f"project directory {project_dir} is not a directory")
+    project_dir = project_dir.resolve()
+
+    rel = PurePosixPath(str(ralph_dir).replace("\\", "/"))
+    if (
+        not str(ralph_dir).strip()
+        or rel.is_absolute()
+        or Path(ralph_dir).is_absolute()
+        or ".." in rel.parts
+    ):
+        raise UsageError(
+            f"ralph directory {ralph_dir!r} must be a relative path inside the project (e.g. 'ralph')"
+        )
+    target_dir = project_dir / rel
+    if target_dir.exists() and not target_dir.is_dir():
+        raise UsageError(f"{target_dir} exists and is not a directory")
+
+    if name is not None and not name.strip():
+        name = None
+    project_name = name.strip() if name is not None else project_dir.name
+    branch_name: str | None = None
+    if name is not None:
+        slug = slugify(name)
+        if not slug:
+            raise UsageError(
+                f"--name {name!r} has no letters or digits to build a branch name from"
+            )
+        branch_name = f"ralph/{slug}"
+
+    existing = [fname for fname, _ in SCAFFOLD_FILES if (target_dir / fname).exists()]
+    if existing and not force:
+        listed = ", ".join(f"{rel.as_posix()}/{fname}" for fname in existing)
+        raise UsageError(
+            f"{target_dir} already holds {listed}; nothing was written. "
+            "Use --force to overwrite these files."
+        )
+
+    # -- compute everything first ------------------------------------------------------
+    values = {
+        "DATE": (today or date.today()).isoformat(),
+        "PROJECT_NAME": project_name,
+    }
+    contents: dict[str, str] = {}
+    for fname, template in SCAFFOLD_FILES:
+        text = template_text(template)
+        if fname == "tasks.json":
+            text = _render_tasks(text, project_name, branch_name)
+        elif fname != "prompt.md":
+            text = render(text, values)
+        contents[fname] = text
+
+    gitignore = project_dir / ".gitignore"
+    if gitignore.exists() and not gitignore.is_file():
+        raise UsageError(f"{gitignore} exists and is not a file")
+    new_gitignore = _gitignore_with_entry(gitignore)
+
+    # -- then write ---------------------------------------------------------------------
+    target_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    overwritten: list[Path] = []
+    for fname, _ in SCAFFOLD_FILES:
+        path = target_dir / fname
+        if fname in existing:
+            overwritten.append(path)
+        atomic_write_text(path, contents[fname])
+        written.append(path)
+    if new_gitignore is not None:
+        atomic_write_bytes(gitignore, new_gitignore)
+
+    final_branch = json.loads(contents["tasks.json"])["branchName"]
+    return InitResult(
+        project_dir=project_dir,
+        ralph_dir=target_dir,
+        project_name=project_name,
+        branch_name=final_branch,
+        files_written=written,
+        overwritten=overwritten,
+        gitignore_changed=new_gitignore is not None,
+        next_steps=_next_steps(rel.as_posix()),
+    )
+
+
+def _render_tasks(text: str, project_name: str, branch_name: str | None) -> str:
+    """The tasks.json template with ``project`` (and ``branchName``) filled in.
+
+    Keeps the template's key order, 2-space indentation and a trailing newline.
+    """
+    data = json.loads(text)
+    data["project"] = project_name
+    if branch_name is not None:
+        data["branchName"] = branch_name
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def _gitignore_with_entry(gitignore: Path) -> bytes | None:
+    """The new ``.gitignore`` content with ``.ralph-active`` appended, or None if already listed.
+
+    Works on bytes so that whatever the file holds (any encoding, CRLF line ends) is kept
+    exactly; the entry uses the file's line ending.
+    """
+    current = gitignore.read_bytes() if gitignore.is_file() else b""
+    entry = GITIGNORE_ENTRY.encode()
+    for line in current.splitlines():
+        if line.strip() in (entry, b"/" + entry):
+            return None
+    newline = b"\r\n" if b"\r\n" in current else b"\n"
+    if current and not current.endswith(b"\n"):
+        current += newline
+    return current + entry + newline
+
+
+def _next_steps(rel_dir: str) -> list[str]:
+    """What to do after ``ralph init``, one item per step."""
+    return [
+        f"Edit {rel_dir}/prd.md: describe what to build and why, the goals and non-goals, "
+        "the technical design and the constraints every story must respect.",
+        f"Create the stories: run `ralph plan` (or `/ralph-plan` inside Claude Code), or fill "
+        f"{rel_dir}/tasks.json by hand. Every story needs acceptance criteria.",
+        f"Optionally list the checks the agent must run each iteration (tests, lint, "
+        f"typecheck) in `verifyCommands` in {rel_dir}/tasks.json.",
+        "Start the loop with `ralph run` (`ralph run --dry-run` previews it first).",
+    ]

@@ -1,0 +1,74 @@
+"""A per-project lock so two ``ralph run`` never drive the same checkout.
+
+An ``flock`` on a file inside the git directory: the kernel releases it when
+the process dies, so a crashed run never leaves a stale lock.  The holder's
+pid and start time are written into the file for the refusal message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+
+from ralph.errors import LockedError
+
+LOCK_NAME = "ralph-run.lock"
+
+
+class ProjectLock:
+    """Hold with ``with ProjectLock(git_dir):``; raises LockedError when taken."""
+
+    def __init__(self, git_dir: Path) -> None:
+        self.path = git_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self.holder()
+            os.close(fd)
+            who = f"pid {holder.get('pid')}, started {holder.get('started')}" if holder else "another process"
+            raise LockedError(
+                f"another `ralph run` is active in this project ({who}); wait for it to finish or stop it "
+                f"(Ctrl-C in its terminal, or kill {holder.get('pid', '<pid>')})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}).encode())
+        self._fd = fd
+
+    def holder(self) -> dict[str, object]:
+        try:
+            return json.loads(self.path.read_text() or "{}")
+        except (OSError, ValueError):
+            return {}
+
+    def is_held(self) -> bool:
+        """True when some process holds the lock (used by ``ralph status``)."""
+        if not self.path.exists():
+            return False
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> ProjectLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()

@@ -1,0 +1,594 @@
+"""The trusted loop engine.
+
+The agent can write anything in the project, so the loop keeps its own truth:
+the pre-iteration snapshot and the iteration mode live in this process; after
+every iteration it validates the task list itself, undoes illegal review
+transitions, and decides completion.  ``.ralph-active`` in the project is
+written for visibility only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ralph.contracts import (
+    Agent,
+    AgentEvent,
+    AgentInvocation,
+    LoopEvent,
+    Policy,
+    Runner,
+    Selection,
+    TaskStore,
+    ValidationContext,
+    Violation,
+)
+from ralph.errors import RalphError, TaskListError, UsageError
+from ralph.fsutil import atomic_write_text
+from ralph.gitutil import commit_paths, git_dir
+from ralph.lock import ProjectLock
+from ralph.plugins import PluginHost
+from ralph.prompt import relative_dir, render_prompt
+from ralph.rundir import new_run_dir
+from ralph.settings import Settings
+from ralph.tasks import REVIEW_FIELDS, TaskList
+
+PROMISE = re.compile(r"<promise>\s*COMPLETE\s*</promise>")
+MARKER_NAME = ".ralph-active"
+STATE_FILE_ENV = "RALPH_STATE_FILE"
+
+EXIT_COMPLETE = 0
+EXIT_EXHAUSTED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class IterationRecord:
+    """What one iteration did, for the summary and ``ralph status``."""
+
+    number: int
+    mode: str
+    story_id: str | None
+    exit_code: int | None = None
+    timed_out: bool = False
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    promise: bool = False
+    violations: list[str] = field(default_factory=list)
+    undone: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    """How the run ended."""
+
+    exit_code: int
+    reason: str
+    run_dir: Path | None
+    iterations: list[IterationRecord]
+    cost_usd: float
+    tasks: TaskList | None
+
+
+class Loop:
+    """One ``ralph run``: lock, iterate, validate, decide, clean up."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        host: PluginHost,
+        *,
+        runner: Runner,
+        agent: Agent,
+        policy: Policy,
+        store: TaskStore,
+    ) -> None:
+        self.settings = settings
+        self.host = host
+        self.runner = runner
+        self.agent = agent
+        self.policy = policy
+        self.store = store
+        self.config = settings.config
+        self.project_dir = settings.project_dir
+        self.ralph_dir = settings.ralph_dir
+        self.tasks_path = store.path(self.ralph_dir)
+        self.marker = self.project_dir / MARKER_NAME
+        self.cancel = threading.Event()
+        self.run_dir: Path | None = None
+        self.records: list[IterationRecord] = []
+        self.cost = 0.0
+        self.started = time.monotonic()
+        self._last_good_raw: str | None = None
+
+    # -- events ------------------------------------------------------------------
+
+    def emit(self, kind: str, **data: Any) -> None:
+        data.setdefault("elapsed", round(time.monotonic() - self.started, 3))
+        self.host.emit(LoopEvent(kind, data, self.run_dir))
+
+    # -- task list I/O --------------------------------------------------------------
+
+    def read_tasks(self) -> tuple[str | None, TaskList | None, str | None]:
+        """(raw text, parsed list or None, parse error or None)."""
+        try:
+            raw = self.tasks_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None, None, f"{self.tasks_path} does not exist"
+        try:
+            return raw, self.store.parse(raw, self.tasks_path), None
+        except TaskListError as exc:
+            return raw, None, str(exc)
+
+    def write_tasks(self, tasks: TaskList, previous_raw: str | None) -> str:
+        text = self.store.render(tasks, previous_raw)
+        atomic_write_text(self.tasks_path, text)
+        return text
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def preflight(self) -> TaskList:
+        """Check everything that can be checked before taking the lock."""
+        if self.config.max_iterations > self.config.iteration_limit:
+            raise UsageError(
+                f"--max-iterations {self.config.max_iterations} is above the limit of "
+                f"{self.config.iteration_limit} iterations; raise it explicitly with "
+                f"--iteration-limit {self.config.max_iterations} (or iteration_limit in config)"
+            )
+        git_dir(self.project_dir)
+        if not self.ralph_dir.is_dir():
+            raise UsageError(f"{self.ralph_dir} does not exist: run `ralph init` first (or pass --ralph-dir)")
+        for name in ("prompt.md", "prd.md"):
+            if not (self.ralph_dir / name).is_file():
+                raise UsageError(f"{self.ralph_dir / name} is missing: restore it or run `ralph init --force`")
+        raw, tasks, error = self.read_tasks()
+        if tasks is None:
+            raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
+        problems = [v for v in self.validate(raw, tasks, None, None, check_git=False) if v.check == "schema"]
+        if problems:
+            lines = "\n".join(f"{self.tasks_path}: {v.message}" for v in problems)
+            raise TaskListError(f"{lines}\n(the file was left untouched; fix it and run again)")
+        unavailable = self.agent.availability()
+        if not unavailable.ok:
+            from ralph.errors import UnavailableError
+
+            raise UnavailableError(f"agent {self.agent.name!r} cannot run: {unavailable.reason}")
+        self._last_good_raw = raw
+        return tasks
+
+    def validate(
+        self,
+        raw: str | None,
+        tasks: TaskList | None,
+        mode: str | None,
+        before: TaskList | None,
+        check_git: bool = True,
+        parse_error: str | None = None,
+    ) -> list[Violation]:
+        context = ValidationContext(
+            project_dir=self.project_dir,
+            tasks_path=self.tasks_path,
+            raw=raw,
+            tasks=tasks,
+            parse_error=parse_error,
+            policy=self.policy,
+            mode=mode,  # type: ignore[arg-type]
+            snapshot=before.snapshot() if before is not None else None,
+            review_cap=self.config.review_cap,
+            skip_review=not self.policy.uses_review,
+            check_git=check_git,
+        )
+        return [v for v in self.host.validate(context) if v.check != "transitions-skipped" or mode is not None]
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self, dry_run: bool = False) -> RunResult:
+        tasks = self.preflight()
+        if dry_run:
+            raise RuntimeError("use Loop.dry_run() for --dry-run")
+        lock = ProjectLock(git_dir(self.project_dir))
+        lock.acquire()
+        previous_handlers = self._install_signal_handlers()
+        self.run_dir = new_run_dir(self.project_dir, self.config.state_dir)
+        try:
+            self.runner.prepare(self.project_dir)
+            return self._iterate(tasks)
+        finally:
+            self._restore_signal_handlers(previous_handlers)
+            try:
+                self.runner.cleanup()
+            finally:
+                self._remove_marker()
+                lock.release()
+
+    def dry_run(self) -> tuple[Selection | None, str | None, TaskList]:
+        """The next iteration's selection and rendered prompt; runs nothing."""
+        tasks = self.preflight()
+        selection = self.policy.select(tasks)
+        if selection is None:
+            return None, None, tasks
+        return selection, self.render(1, selection, tasks, []), tasks
+
+    def render(self, iteration: int, selection: Selection, tasks: TaskList, feedback: list[str]) -> str:
+        template = (self.ralph_dir / "prompt.md").read_text(encoding="utf-8")
+        return render_prompt(
+            template,
+            iteration=iteration,
+            max_iterations=self.config.max_iterations,
+            ralph_dir=relative_dir(self.ralph_dir, self.project_dir),
+            review_cap=self.config.review_cap,
+            skip_review=not self.policy.uses_review,
+            policy=self.policy,
+            selection=selection,
+            tasks=tasks,
+            feedback=feedback,
+        )
+
+    def _iterate(self, tasks: TaskList) -> RunResult:
+        config = self.config
+        runner_label = self.runner.name
+        self.emit(
+            "run_started",
+            project=str(self.project_dir),
+            run_dir=str(self.run_dir),
+            runner=runner_label,
+            agent=self.agent.name,
+            policy=self.policy.name,
+            max_iterations=config.max_iterations,
+            review_cap=config.review_cap,
+            stories=len(tasks.userStories),
+            fallback_reason=self.runner.fallback_reason,
+            output=config.output,
+        )
+        if self.policy.is_complete(tasks):
+            return self._finish(EXIT_COMPLETE, "all stories were already complete", tasks)
+        feedback: list[str] = []
+        iteration = 0
+        while iteration < config.max_iterations:
+            if self.cancel.is_set():
+                return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
+            selection = self.policy.select(tasks)
+            if selection is None:
+                from ralph.tasks import blocked_reason
+
+                open_stories = [s for s in tasks.userStories if not s.passes]
+                return self._finish(
+                    EXIT_EXHAUSTED, f"no story can be selected: {blocked_reason(tasks, open_stories)}", tasks
+                )
+            iteration += 1
+            record = IterationRecord(iteration, selection.mode, selection.story_id)
+            self.records.append(record)
+            tasks = self._one_iteration(record, selection, tasks, feedback)
+            feedback = self._feedback_for_next(record)
+            if self.cancel.is_set():
+                return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
+            if self.policy.is_complete(tasks) and not record.violations:
+                how = "promise tag and verified task state" if record.promise else "verified task state (no promise tag)"
+                return self._finish(EXIT_COMPLETE, f"complete: {how}", tasks)
+            if record.promise:
+                self.emit("false_completion", iteration=iteration)
+        return self._finish(EXIT_EXHAUSTED, f"max iterations ({config.max_iterations}) reached", tasks)
+
+    def _one_iteration(
+        self, record: IterationRecord, selection: Selection, tasks: TaskList, feedback: list[str]
+    ) -> TaskList:
+        assert self.run_dir is not None
+        before = tasks.model_copy(deep=True)
+        before_raw = self._last_good_raw
+        self._write_state(record, selection, before)
+        prompt = self.render(record.number, selection, tasks, feedback)
+        (self.run_dir / f"iteration-{record.number:03d}.prompt.md").write_text(prompt, encoding="utf-8")
+        self.emit(
+            "iteration_started",
+            iteration=record.number,
+            max_iterations=self.config.max_iterations,
+            mode=selection.mode,
+            story=selection.story_id,
+            reason=selection.reason,
+            cost_so_far=round(self.cost, 6),
+        )
+        started = time.monotonic()
+        texts = self._run_agent(record, prompt)
+        record.seconds = round(time.monotonic() - started, 3)
+        record.promise = any(PROMISE.search(text) for text in texts)
+
+        raw, after, error = self.read_tasks()
+        violations = self.validate(raw, after, selection.mode, before, parse_error=error)
+        if after is None:
+            after = self._restore_unparseable(record, raw, before, before_raw)
+            violations = [v for v in violations if v.check != "schema"] + [
+                Violation("schema", f"{error}. The loop restored the task list from before the iteration.")
+            ]
+        elif any(v.undoable for v in violations):
+            after = self._undo(record, before, after, raw, violations)
+        else:
+            self._last_good_raw = raw
+        record.violations = [v.message for v in violations if v.check != "transitions-skipped"]
+        for violation in violations:
+            self.emit("violation", iteration=record.number, check=violation.check, story=violation.story_id, message=violation.message)
+        self.emit(
+            "iteration_finished",
+            iteration=record.number,
+            mode=record.mode,
+            story=record.story_id,
+            exit_code=record.exit_code,
+            timed_out=record.timed_out,
+            seconds=record.seconds,
+            cost=round(record.cost_usd, 6),
+            cost_so_far=round(self.cost, 6),
+            promise=record.promise,
+            violations=len(record.violations),
+            undone=record.undone,
+        )
+        return after
+
+    def _run_agent(self, record: IterationRecord, prompt: str) -> list[str]:
+        """Run the agent, retrying empty responses; returns the assistant texts."""
+        assert self.run_dir is not None
+        raw_path = self.run_dir / f"iteration-{record.number:03d}.agent.jsonl"
+        retries = 0
+        while True:
+            invocation = AgentInvocation(
+                prompt=prompt,
+                project_dir=self.project_dir,
+                run_dir=self.run_dir,
+                iteration=record.number,
+                model=self.config.model,
+                hook_settings=self._hook_settings(),
+                env={STATE_FILE_ENV: str(self.run_dir / "state.json"), "RALPH_RUN_DIR": str(self.run_dir)},
+            )
+            spec = self.agent.process(invocation)
+            texts: list[str] = []
+            with raw_path.open("a", encoding="utf-8") as raw_out:
+
+                def on_line(line: str) -> None:
+                    raw_out.write(line + "\n")
+                    for event in self.agent.parse_line(line):
+                        self._on_agent_event(record, event, texts)
+
+                try:
+                    outcome = self.runner.run(spec, on_line, self.config.timeout, self.cancel)
+                except FileNotFoundError as exc:
+                    from ralph.errors import UnavailableError
+
+                    raise UnavailableError(f"agent {self.agent.name!r} could not start: {exc}") from None
+            record.exit_code = outcome.exit_code
+            record.timed_out = outcome.timed_out
+            if outcome.timed_out:
+                self.emit("iteration_timeout", iteration=record.number, timeout=self.config.timeout)
+            elif outcome.exit_code != 0 and not outcome.interrupted:
+                self.emit("agent_failed", iteration=record.number, exit_code=outcome.exit_code, stderr=outcome.stderr[-2000:])
+            empty = not outcome.timed_out and not outcome.interrupted and outcome.exit_code == 0 and not any(t.strip() for t in texts)
+            if empty and retries < self.config.empty_retries and not self.cancel.is_set():
+                retries += 1
+                self.emit("empty_response", iteration=record.number, retry=retries, of=self.config.empty_retries)
+                continue
+            if empty:
+                self.emit("empty_response", iteration=record.number, retry=None, of=self.config.empty_retries)
+            return texts
+
+    def _on_agent_event(self, record: IterationRecord, event: AgentEvent, texts: list[str]) -> None:
+        if event.kind == "text":
+            texts.append(event.text)
+        elif event.kind == "result":
+            cost = event.data.get("total_cost_usd")
+            if isinstance(cost, (int, float)):
+                record.cost_usd += float(cost)
+                self.cost += float(cost)
+            if isinstance(event.data.get("result"), str):
+                texts.append("")  # the result repeats the last text; counted once via text events
+        self.emit("agent_event", iteration=record.number, type=event.kind, text=event.text[:4000], data=_jsonable(event.data))
+
+    # -- repairs ---------------------------------------------------------------------------
+
+    def _undo(
+        self, record: IterationRecord, before: TaskList, after: TaskList, raw: str | None, violations: list[Violation]
+    ) -> TaskList:
+        """Restore the review fields of every story with an undoable violation."""
+        from ralph.tasks import Story
+
+        ids = {v.story_id for v in violations if v.undoable and v.story_id}
+        repaired = after.model_copy(deep=True)
+        for story in repaired.userStories:
+            if story.id not in ids:
+                continue
+            old = before.story(story.id)
+            for name in REVIEW_FIELDS:
+                value = getattr(old, name) if old is not None else Story.model_fields[name].default
+                if old is None:
+                    value = {"passes": False, "reviewStatus": None, "reviewCount": 0, "reviewFeedback": ""}[name]
+                setattr(story, name, value)
+            record.undone.append(story.id)
+        text = self.write_tasks(repaired, raw)
+        self._last_good_raw = text
+        lines = [v.message for v in violations if v.undoable]
+        self._note_in_progress(
+            record,
+            f"the loop undid illegal review-field changes on {', '.join(sorted(set(record.undone)))}: " + " ".join(lines),
+        )
+        self.emit("transition_undone", iteration=record.number, stories=sorted(set(record.undone)), reasons=lines)
+        return repaired
+
+    def _restore_unparseable(
+        self, record: IterationRecord, raw: str | None, before: TaskList, before_raw: str | None
+    ) -> TaskList:
+        assert self.run_dir is not None
+        if raw is not None:
+            (self.run_dir / f"iteration-{record.number:03d}.tasks-invalid.json").write_text(raw, encoding="utf-8")
+        text = self.write_tasks(before, before_raw)
+        self._last_good_raw = text
+        self._note_in_progress(record, "the task list did not validate; the loop restored the previous version")
+        self.emit("tasks_restored", iteration=record.number)
+        return before
+
+    def _note_in_progress(self, record: IterationRecord, message: str) -> None:
+        progress = self.ralph_dir / "progress.txt"
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        with progress.open("a", encoding="utf-8") as handle:
+            handle.write(f"\n[ralph loop {stamp}] iteration {record.number}: {message}\n")
+        error = commit_paths(
+            self.project_dir,
+            [self.tasks_path, progress],
+            f"ralph: iteration {record.number} - loop repaired the task list",
+        )
+        if error:
+            self.emit("loop_commit_failed", iteration=record.number, error=error)
+
+    def _feedback_for_next(self, record: IterationRecord) -> list[str]:
+        feedback = [f"Iteration {record.number} ({record.mode}): {message}" for message in record.violations]
+        if record.undone:
+            feedback.append(
+                f"The loop undid the review-field changes of {', '.join(sorted(set(record.undone)))}; "
+                "see progress.txt. Follow the mode rules above."
+            )
+        if record.timed_out:
+            feedback.append(
+                f"Iteration {record.number} timed out after {self.config.timeout:g}s; the agent was stopped. "
+                "Check git status and progress.txt for partial work."
+            )
+        if record.promise and record.violations:
+            feedback.append(
+                "The previous iteration printed <promise>COMPLETE</promise> but the task list is not complete: "
+                "only print it when every story passes and is approved."
+            )
+        return feedback
+
+    # -- trusted state, marker, hook wiring ------------------------------------------------
+
+    def _payload(self, record: IterationRecord, selection: Selection, before: TaskList) -> dict[str, Any]:
+        return {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "pid": os.getpid(),
+            "max_iterations": self.config.max_iterations,
+            "mode": "sandbox" if self.runner.name != "direct" else "direct",
+            "runner": self.runner.name,
+            "skipReview": not self.policy.uses_review,
+            "reviewCap": self.config.review_cap,
+            "iteration": record.number,
+            "iterationMode": selection.mode,
+            "story": selection.story_id,
+            "preIterationSnapshot": {sid: state.as_dict() for sid, state in before.snapshot().items()},
+        }
+
+    def _write_state(self, record: IterationRecord, selection: Selection, before: TaskList) -> None:
+        assert self.run_dir is not None
+        payload = self._payload(record, selection, before)
+        trusted = {
+            **payload,
+            "projectDir": str(self.project_dir),
+            "tasksPath": str(self.tasks_path),
+            "policy": self.policy.name,
+            "store": self.store.name,
+            "runDir": str(self.run_dir),
+        }
+        atomic_write_text(self.run_dir / "state.json", json.dumps(trusted, indent=2))
+        atomic_write_text(self.marker, json.dumps({**payload, "runDir": str(self.run_dir)}, indent=2) + "\n")
+
+    def _remove_marker(self) -> None:
+        try:
+            data = json.loads(self.marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        if data.get("pid") in (None, os.getpid()) and self.marker.exists():
+            self.marker.unlink()
+
+    def _hook_settings(self) -> Path | None:
+        """A Claude Code settings file in the run directory (outside the project) wiring ralph's hooks."""
+        assert self.run_dir is not None
+        from ralph.hookwiring import write_hook_settings
+
+        return write_hook_settings(self.run_dir)
+
+    # -- signals ---------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handle(signum: int, _frame: Any) -> None:
+            self.cancel.set()
+            self.emit("interrupt", signal=signal.Signals(signum).name)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handle)
+        return previous
+
+    def _restore_signal_handlers(self, previous: dict[int, Any]) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def _finish(self, exit_code: int, reason: str, tasks: TaskList) -> RunResult:
+        result = RunResult(exit_code, reason, self.run_dir, self.records, self.cost, tasks)
+        stories = [
+            {
+                "id": s.id,
+                "title": s.title,
+                "passes": s.passes,
+                "reviewStatus": s.reviewStatus,
+                "reviewCount": s.reviewCount,
+                "autoApproved": s.reviewFeedback.startswith("[AUTO-APPROVED AT CAP]"),
+            }
+            for s in tasks.userStories
+        ]
+        summary = {
+            "exit_code": exit_code,
+            "reason": reason,
+            "iterations": len(self.records),
+            "max_iterations": self.config.max_iterations,
+            "cost_usd": round(self.cost, 6),
+            "elapsed": round(time.monotonic() - self.started, 3),
+            "stories": stories,
+            "records": [record.__dict__ for record in self.records],
+        }
+        if self.run_dir is not None:
+            atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        self.emit("run_finished", **summary)
+        return result
+
+
+def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
+    try:
+        json.dumps(data)
+        return data
+    except (TypeError, ValueError):
+        return {"repr": repr(data)[:2000]}
+
+
+def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_name: str, policy_name: str) -> Loop:
+    """Instantiate the named plugins (errors name what is unknown and what exists)."""
+    runner = host.runners.get(runner_name)(settings).resolve(host.runners)
+    available = runner.availability()
+    if not available.ok:
+        from ralph.errors import UnavailableError
+
+        raise UnavailableError(f"runner {runner.name!r} cannot be used: {available.reason}")
+    agent = host.agents.get(agent_name)(settings)
+    policy = host.policies.get(policy_name)(settings)
+    store = choose_store(settings, host)
+    return Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store)
+
+
+def choose_store(settings: Settings, host: PluginHost) -> TaskStore:
+    if settings.config.task_store:
+        return host.stores.get(settings.config.task_store)()
+    stores = [host.stores.get(name)() for name in host.stores.names()]
+    for store in stores:
+        if store.detect(settings.ralph_dir):
+            return store
+    if "tasks-json" in host.stores.entries:
+        return host.stores.get("tasks-json")()
+    if not stores:
+        raise RalphError("no task store plugin is loaded (is ralph-trustloop installed correctly?)")
+    return stores[0]

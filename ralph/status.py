@@ -1,0 +1,36 @@
+"""``ralph status``: what the last run in a project did, or is doing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ralph.rundir import latest_run, read_events
+
+
+def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None = None) -> str:
+    from ralph.gitutil import git_dir
+    from ralph.lock import ProjectLock
+
+    running = ProjectLock(git_dir(project_dir)).is_held()
+    run_dir = latest_run(project_dir, state_dir)
+    if run_dir is None:
+        return "no ralph run recorded for this project yet (start one with `ralph run`)"
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
+    events = read_events(run_dir)
+    if as_json:
+        return json.dumps({"run_dir": str(run_dir), "running": running, "summary": summary, "events": len(events)}, indent=2)
+    lines = [f"run directory: {run_dir}", f"state: {'running' if running else 'finished' if summary else 'stopped (no summary: the run was killed)'}"]
+    started = [e for e in events if e.get("kind") == "iteration_started"]
+    if started:
+        last = started[-1]
+        lines.append(
+            f"last iteration: {last['iteration']}/{last['max_iterations']} {last['mode']} {last.get('story')} "
+            f"(cost so far ${last.get('cost_so_far', 0):.4f})"
+        )
+    if summary:
+        from ralph_plugins.reporters.console import render_summary
+
+        lines += ["", render_summary(summary)]
+    return "\n".join(lines)

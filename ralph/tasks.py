@@ -1,0 +1,163 @@
+"""The task list model (seed 000 §8), its structural rules, and story selection.
+
+Unknown fields are kept (``extra="allow"``): the agent and the user may add
+their own, and nothing they wrote is dropped when the loop writes the file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+from ralph.contracts import Snapshot, StoryState
+
+ReviewStatus = Literal["needs_review", "changes_requested", "approved"]
+REVIEW_FIELDS = ("passes", "reviewStatus", "reviewCount", "reviewFeedback")
+
+
+class Story(BaseModel):
+    """One user story.  Required fields follow seed 000 §5b Check 1."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    id: StrictStr = Field(min_length=1)
+    title: StrictStr
+    description: StrictStr = ""
+    acceptanceCriteria: list[StrictStr] = Field(min_length=1)
+    priority: StrictInt | StrictFloat
+    passes: StrictBool
+    reviewStatus: ReviewStatus | None
+    reviewCount: StrictInt = Field(ge=0)
+    reviewFeedback: StrictStr
+    notes: StrictStr = ""
+    dependsOn: list[StrictStr] = Field(default_factory=list)
+
+    def state(self) -> StoryState:
+        return StoryState(self.passes, self.reviewStatus, self.reviewCount)
+
+    @property
+    def done(self) -> bool:
+        return self.passes
+
+
+class TaskList(BaseModel):
+    """The whole task list: project metadata plus the stories."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    project: StrictStr
+    branchName: StrictStr
+    description: StrictStr
+    verifyCommands: list[StrictStr] = Field(default_factory=list)
+    userStories: list[Story]
+
+    def story(self, story_id: str) -> Story | None:
+        for story in self.userStories:
+            if story.id == story_id:
+                return story
+        return None
+
+    def snapshot(self) -> Snapshot:
+        """The review-critical fields of every story, as the loop keeps them."""
+        return {story.id: story.state() for story in self.userStories}
+
+
+def parse_tasks(data: Any, source: str) -> TaskList:
+    """Validate already-decoded JSON; raise TaskListError naming file, story and field."""
+    from ralph.errors import TaskListError
+
+    try:
+        return TaskList.model_validate(data)
+    except ValidationError as exc:
+        raise TaskListError(explain_errors(exc, data, source)) from None
+
+
+def explain_errors(exc: ValidationError, data: Any, source: str) -> str:
+    """Readable lines: ``ralph/tasks.json: userStories[0] (US-001).acceptanceCriteria: ...``."""
+    lines = []
+    for error in exc.errors():
+        loc = list(error["loc"])
+        lines.append(f"{source}: {_location(loc, data)}: {_message(error)}")
+    return "\n".join(lines)
+
+
+def _location(loc: list[Any], data: Any) -> str:
+    if not loc:
+        return "(top level)"
+    parts: list[str] = []
+    node = data
+    for part in loc:
+        if isinstance(part, int):
+            label = f"[{part}]"
+            if isinstance(node, list) and part < len(node):
+                node = node[part]
+                if isinstance(node, dict) and isinstance(node.get("id"), str):
+                    label += f" ({node['id']})"
+            parts.append(label)
+        else:
+            parts.append(("." if parts else "") + str(part))
+            node = node.get(part) if isinstance(node, dict) else None
+    return "".join(parts)
+
+
+def _message(error: Any) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "too_short" and ctx.get("min_length") == 1:
+        return "must not be empty"
+    if kind == "literal_error":
+        return 'must be null or one of "needs_review", "changes_requested", "approved"'
+    if kind == "bool_type":
+        return "must be true or false"
+    if kind in {"int_type", "float_type"}:
+        return "must be a number"
+    if kind == "greater_than_equal":
+        return f"must be an integer >= {ctx.get('ge')}"
+    if kind == "string_type":
+        return "must be a string"
+    if kind == "list_type":
+        return "must be an array"
+    if kind == "model_type":
+        return "must be a JSON object"
+    return error.get("msg", "is invalid")
+
+
+def structural_problems(tasks: TaskList) -> list[tuple[str | None, str]]:
+    """Rules beyond field types (seed Check 1): unique ids, notes on finished stories."""
+    problems: list[tuple[str | None, str]] = []
+    seen: set[str] = set()
+    for story in tasks.userStories:
+        if story.id in seen:
+            problems.append((story.id, f"Duplicate story id {story.id!r}: every story needs a unique id."))
+        seen.add(story.id)
+        if story.passes and not story.notes.strip():
+            problems.append(
+                (story.id, f"Story {story.id} has passes=true but empty notes: document what was done in notes.")
+            )
+    return problems
+
+
+def ready_stories(tasks: TaskList, candidates: Iterable[Story]) -> list[Story]:
+    """Candidates whose ``dependsOn`` stories are all done, best priority first.
+
+    Ties keep file order.  Unknown dependencies count as unmet.
+    """
+    done = {story.id for story in tasks.userStories if story.done}
+    ready = [story for story in candidates if all(dep in done for dep in story.dependsOn)]
+    order = {id(story): index for index, story in enumerate(tasks.userStories)}
+    ready.sort(key=lambda story: (story.priority, order.get(id(story), 0)))
+    return ready
+
+
+def blocked_reason(tasks: TaskList, candidates: Iterable[Story]) -> str:
+    """Why none of ``candidates`` can be selected (for the loop's message)."""
+    known = {story.id: story for story in tasks.userStories}
+    reasons = []
+    for story in candidates:
+        waits = [dep for dep in story.dependsOn if dep not in known or not known[dep].done]
+        named = ", ".join(dep if dep in known else f"{dep} (unknown story)" for dep in waits)
+        reasons.append(f"{story.id} waits on {named}")
+    return "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")

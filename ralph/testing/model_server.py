@@ -1,0 +1,475 @@
+"""A scripted, local stand-in for the Anthropic Messages API.
+
+The real Claude Code CLI talks to it (``ANTHROPIC_BASE_URL``) exactly as it
+talks to the real API: ``POST /v1/messages?beta=true`` with ``stream: true``,
+answered with server-sent events.  A *responder* chooses each reply; the
+scripted responders here key on the number of assistant messages already in
+the request, which stays deterministic across retries and Stop-hook
+continuations.
+
+Stdlib only, so tests and downstream projects can use it without extras.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Union
+
+__all__ = [
+    "ErrorReply",
+    "IterationScript",
+    "ModelRequest",
+    "Responder",
+    "ScriptedModelServer",
+    "SequenceScript",
+    "TextBlock",
+    "ToolBlock",
+    "Turn",
+    "claude_env",
+    "text",
+    "tool",
+]
+
+EXHAUSTED_TEXT = "(script exhausted)"
+# Tool input JSON is streamed in this many input_json_delta pieces (at most),
+# as the real API does, so the client's incremental JSON assembly is exercised.
+_JSON_PIECES = 3
+_tool_ids = itertools.count(1)
+
+
+# -- replies --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    """An assistant ``text`` content block."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolBlock:
+    """An assistant ``tool_use`` content block; ``id`` is generated when empty."""
+
+    name: str
+    input: dict[str, Any]
+    id: str = ""
+
+
+Block = Union[TextBlock, ToolBlock]
+
+
+def text(s: str) -> TextBlock:
+    """A text block saying ``s``."""
+    return TextBlock(s)
+
+
+def tool(name: str, input_dict: dict[str, Any], id: str = "") -> ToolBlock:  # noqa: A002
+    """A tool call block: the CLI really executes it (Write, Edit, Read, Bash ...)."""
+    return ToolBlock(name, dict(input_dict), id)
+
+
+@dataclass
+class Turn:
+    """One assistant message: its blocks, and a stop reason derived from them."""
+
+    blocks: list[Block]
+    stop_reason: str | None = None
+    """``tool_use`` when any block is a tool call, else ``end_turn`` (unless set)."""
+
+    def __post_init__(self) -> None:
+        if self.stop_reason is None:
+            has_tool = any(isinstance(block, ToolBlock) for block in self.blocks)
+            self.stop_reason = "tool_use" if has_tool else "end_turn"
+
+
+@dataclass
+class ErrorReply:
+    """An HTTP error instead of a message, e.g. ``ErrorReply(529, ..., {"x-should-retry": "false"})``."""
+
+    status: int
+    body_json: dict[str, Any] = field(
+        default_factory=lambda: {"type": "error", "error": {"type": "api_error", "message": "scripted error"}}
+    )
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+# -- requests -------------------------------------------------------------------
+
+
+@dataclass
+class ModelRequest:
+    """One request the server received."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    text: str
+    """The whole request body as received: search it for markers."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation so far (``body["messages"]``), or ``[]``."""
+        messages = self.body.get("messages") if isinstance(self.body, dict) else None
+        return messages if isinstance(messages, list) else []
+
+    @property
+    def assistant_turns(self) -> int:
+        """How many assistant messages the conversation already holds."""
+        return sum(1 for m in self.messages if isinstance(m, dict) and m.get("role") == "assistant")
+
+    @property
+    def first_user_text(self) -> str:
+        """All text of the first user message (string content or text blocks), joined."""
+        for message in self.messages:
+            if isinstance(message, dict) and message.get("role") == "user":
+                return _content_text(message.get("content"))
+        return ""
+
+    @property
+    def model(self) -> str:
+        """The model name the client asked for."""
+        value = self.body.get("model") if isinstance(self.body, dict) else None
+        return value if isinstance(value, str) else "scripted-model"
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+Reply = Union[Turn, ErrorReply]
+Responder = Callable[[ModelRequest], Reply]
+
+
+# -- scripted responders ----------------------------------------------------------
+
+
+def _exhausted() -> Turn:
+    return Turn([TextBlock(EXHAUSTED_TEXT)])
+
+
+class SequenceScript:
+    """Answer turn ``request.assistant_turns`` of ``turns``; beyond it, "(script exhausted)"."""
+
+    def __init__(self, turns: list[Turn]) -> None:
+        self.turns = list(turns)
+        self.unscripted = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ModelRequest) -> Reply:
+        index = request.assistant_turns
+        if index < len(self.turns):
+            return self.turns[index]
+        with self._lock:
+            self.unscripted += 1
+        return _exhausted()
+
+
+class IterationScript:
+    """Per-iteration scripts keyed by the iteration number found in the prompt.
+
+    The key is the first integer group ``pattern`` captures in the request's
+    first user message (ralph prompts start with "Ralph Loop iteration N of M");
+    prompts without a match, or with an unscripted key, use ``default``.
+    """
+
+    def __init__(
+        self,
+        turns_by_key: dict[int, list[Turn]],
+        default: list[Turn] | None = None,
+        pattern: str = r"iteration (\d+) of (\d+)",
+    ) -> None:
+        self.turns_by_key = {int(k): list(v) for k, v in turns_by_key.items()}
+        self.default = list(default) if default is not None else None
+        self.pattern = re.compile(pattern, re.IGNORECASE)
+        self.unscripted = 0
+        self._lock = threading.Lock()
+
+    def key_of(self, request: ModelRequest) -> int | None:
+        """The iteration number of ``request``, or None when the prompt has none."""
+        match = self.pattern.search(request.first_user_text)
+        if match is None or not match.groups():
+            return None
+        try:
+            return int(match.group(1))
+        except (TypeError, ValueError):
+            return None
+
+    def __call__(self, request: ModelRequest) -> Reply:
+        key = self.key_of(request)
+        turns = self.turns_by_key.get(key) if key is not None else None
+        if turns is None:
+            turns = self.default
+        index = request.assistant_turns
+        if turns is not None and index < len(turns):
+            return turns[index]
+        with self._lock:
+            self.unscripted += 1
+        return _exhausted()
+
+
+# -- SSE encoding -----------------------------------------------------------------
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _split(s: str, pieces: int) -> list[str]:
+    if not s:
+        return [""]
+    size = max(1, -(-len(s) // pieces))
+    return [s[i : i + size] for i in range(0, len(s), size)]
+
+
+def _estimate_tokens(s: str) -> int:
+    return max(1, len(s) // 4)
+
+
+def encode_turn(turn: Turn, model: str, input_tokens: int) -> bytes:
+    """The full SSE stream for ``turn``, as the Messages API streams a reply."""
+    message_id = f"msg_scripted_{next(_tool_ids):06d}"
+    out = [
+        _sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": input_tokens,
+                        "output_tokens": 1,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 0,
+                    },
+                },
+            },
+        ),
+        _sse("ping", {"type": "ping"}),
+    ]
+    output_chars = 0
+    for index, block in enumerate(turn.blocks):
+        if isinstance(block, ToolBlock):
+            tool_id = block.id or f"toolu_scripted_{next(_tool_ids):06d}"
+            start = {"type": "tool_use", "id": tool_id, "name": block.name, "input": {}}
+            payload = json.dumps(block.input)
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _split(payload, _JSON_PIECES)]
+            output_chars += len(payload)
+        else:
+            start = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": block.text}]
+            output_chars += len(block.text)
+        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
+        for delta in deltas:
+            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    out.append(
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": turn.stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": _estimate_tokens(" " * output_chars)},
+            },
+        )
+    )
+    out.append(_sse("message_stop", {"type": "message_stop"}))
+    return b"".join(out)
+
+
+# -- the server -------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # keep test output clean
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, data: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(data).encode(), "application/json", headers)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+
+    do_HEAD = do_GET
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length).decode("utf-8", errors="replace") if length else ""
+        try:
+            body = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            body = {}
+        path = self.path.split("?", 1)[0]
+        if path == "/v1/messages/count_tokens":
+            self._json(200, {"input_tokens": _estimate_tokens(raw)})
+            return
+        if path != "/v1/messages":
+            self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": path}})
+            return
+        request = ModelRequest(path=self.path, headers=dict(self.headers.items()), body=body, text=raw)
+        self.server.owner._record(request)
+        try:
+            reply = self.server.owner.responder(request)
+        except Exception as exc:  # a broken script must surface, not hang the CLI
+            self.server.owner._record_error(exc)
+            reply = ErrorReply(
+                500,
+                {"type": "error", "error": {"type": "api_error", "message": f"responder raised: {exc!r}"}},
+                {"x-should-retry": "false"},
+            )
+        if isinstance(reply, ErrorReply):
+            self._json(reply.status, reply.body_json, reply.headers)
+            return
+        if not isinstance(reply, Turn):
+            self.server.owner._count_unscripted()
+            reply = _exhausted()
+        elif _is_exhausted(reply):
+            self.server.owner._count_unscripted()
+        self._send(200, encode_turn(reply, request.model, _estimate_tokens(raw)), "text/event-stream",
+                   {"cache-control": "no-cache", "request-id": "req_scripted"})
+
+
+def _is_exhausted(turn: Turn) -> bool:
+    return len(turn.blocks) == 1 and isinstance(turn.blocks[0], TextBlock) and turn.blocks[0].text == EXHAUSTED_TEXT
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: ScriptedModelServer
+
+
+class ScriptedModelServer:
+    """A local Messages API server on 127.0.0.1 (ephemeral port) in a thread.
+
+    ``responder(request)`` returns a :class:`Turn` or an :class:`ErrorReply`.
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+        self._requests: list[ModelRequest] = []
+        self._errors: list[BaseException] = []
+        self._unscripted = 0
+        self._lock = threading.Lock()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # bookkeeping, called from handler threads
+    def _record(self, request: ModelRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    def _record_error(self, exc: BaseException) -> None:
+        with self._lock:
+            self._errors.append(exc)
+
+    def _count_unscripted(self) -> None:
+        with self._lock:
+            self._unscripted += 1
+
+    @property
+    def requests(self) -> list[ModelRequest]:
+        """A snapshot of the Messages requests received so far, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def unscripted(self) -> int:
+        """How many requests got "(script exhausted)" because the script had no answer."""
+        with self._lock:
+            return self._unscripted
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Exceptions the responder raised (each was answered with a 500)."""
+        with self._lock:
+            return list(self._errors)
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``; only valid once started."""
+        if self._server is None:
+            raise RuntimeError("ScriptedModelServer is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> ScriptedModelServer:
+        """Bind an ephemeral port and serve in a daemon thread."""
+        if self._server is not None:
+            return self
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.owner = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-model-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> ScriptedModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def claude_env(server_url: str, home: Path) -> dict[str, str]:
+    """Environment additions that run the real Claude Code CLI offline against ``server_url``.
+
+    ``home`` should be a fresh directory per test so no user settings, hooks or
+    credentials leak in.  Retries are capped so an error reply fails fast.
+    """
+    return {
+        "ANTHROPIC_BASE_URL": server_url,
+        "ANTHROPIC_API_KEY": "dummy-offline-key",
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(Path(home) / ".config"),
+        # --dangerously-skip-permissions refuses to run as root without it.
+        "IS_SANDBOX": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "1",
+        "API_TIMEOUT_MS": "30000",
+    }
