@@ -18,7 +18,8 @@ HOOK_EVENTS = ("Stop",)
 
 def hook_command() -> str:
     """The command Claude Code runs for a hook: this interpreter, ``-m ralph.hook``."""
-    return f"{shlex.quote(sys.executable)} -m ralph.hook"
+    # -P: the cwd is the project, whose ralph/ directory would shadow the ralph package
+    return f"{shlex.quote(sys.executable)} -P -m ralph.hook"
 
 
 def hook_settings(command: str | None = None) -> dict[str, object]:

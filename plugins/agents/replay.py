@@ -60,6 +60,7 @@ class ReplayAgent(Agent):
         tasks = self.settings.ralph_dir / "tasks.json"
         argv = [
             sys.executable,
+            "-P",  # the cwd (the project) must not shadow installed packages
             "-m",
             "ralph_plugins.agents.replay_main",
             "--script",

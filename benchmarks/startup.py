@@ -1,0 +1,109 @@
+"""`ralph --help` start-up time, and the imports that dominate it.
+
+Spawns the installed ``ralph`` console script (the one next to ``sys.executable``)
+N times and prints min / median / p90 wall time.  For scale it also times a bare
+``python -c pass`` and ``python -c "import ralph.cli"``.  Then runs
+``python -X importtime -c "import ralph.cli"`` and prints the 10 imports with the
+largest cumulative time.
+
+    python benchmarks/startup.py [--runs 20]
+
+Target: ``ralph --help`` under 150 ms (median).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import header, int_arg, percentile, table  # noqa: E402
+
+TARGET_MS = 150.0
+
+
+def ralph_script() -> Path:
+    name = "ralph.exe" if os.name == "nt" else "ralph"
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        raise SystemExit(f"no ralph console script next to {sys.executable}: is ralph-trustloop installed here?")
+    return path
+
+
+def spawn_times(argv: list[str], runs: int) -> list[float]:
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", "")}
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # warm the page cache
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+        times.append(time.perf_counter() - start)
+        if result.returncode != 0:
+            raise SystemExit(f"{argv} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+    return times
+
+
+def import_times(module: str) -> list[tuple[int, int, str, str]]:
+    """(self us, cumulative us, name, imported by) per import, from ``-X importtime``."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"], capture_output=True, text=True, check=True
+    )
+    parsed = []
+    for line in result.stderr.splitlines():
+        match = re.match(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)", line)
+        if match:
+            depth = (len(match.group(3)) - 1) // 2
+            parsed.append((int(match.group(1)), int(match.group(2)), depth, match.group(4)))
+    rows = []
+    for index, (own, cum, depth, name) in enumerate(parsed):
+        # children are printed before their parent: the parent is the next line one level up
+        parent = next((p[3] for p in parsed[index + 1 :] if p[2] == depth - 1), "(top level)") if depth else "(top level)"
+        rows.append((own, cum, name, parent))
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    runs = int_arg(argv, "--runs", 20)
+    header(f"start-up time ({runs} runs each)")
+    script = ralph_script()
+    cases = [
+        ("ralph --help", [str(script), "--help"]),
+        ("python -c 'import ralph.cli'", [sys.executable, "-c", "import ralph.cli"]),
+        ("python -c pass (interpreter floor)", [sys.executable, "-c", "pass"]),
+    ]
+    rows = [("command", "min ms", "median ms", "p90 ms")]
+    medians = {}
+    for label, command in cases:
+        times = spawn_times(command, runs)
+        medians[label] = statistics.median(times) * 1000
+        rows.append(
+            (label, f"{min(times) * 1000:.1f}", f"{medians[label]:.1f}", f"{percentile(times, 0.9) * 1000:.1f}")
+        )
+    table(rows)
+    help_ms = medians["ralph --help"]
+    print(
+        f"ralph --help median {help_ms:.1f} ms vs target {TARGET_MS:.0f} ms: "
+        f"{'within' if help_ms < TARGET_MS else 'ABOVE'} target "
+        f"({help_ms - medians['python -c pass (interpreter floor)']:.1f} ms above the bare interpreter)"
+    )
+
+    print()
+    print("top 10 imports by cumulative time (python -X importtime -c 'import ralph.cli', one run):")
+    imports = import_times("ralph.cli")
+    top = sorted(imports, key=lambda row: row[1], reverse=True)[:10]
+    table(
+        [("module", "cumulative ms", "self ms", "imported by")]
+        + [(name, f"{cum / 1000:.1f}", f"{own / 1000:.1f}", parent) for own, cum, name, parent in top],
+        left=(0, 3),
+    )
+    total = sum(row[0] for row in imports)
+    print(f"{len(imports)} modules imported, {total / 1000:.1f} ms self time in total")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,138 @@
+"""A temporary git project with ``ralph init`` done, for tests of ralph and of plugins."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "Test User",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "Test User",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+}
+
+
+def story(story_id: str, title: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A seed §8 story dict with valid defaults; override any field."""
+    base: dict[str, Any] = {
+        "id": story_id,
+        "title": title or f"Story {story_id}",
+        "description": "",
+        "acceptanceCriteria": [f"{story_id} works"],
+        "priority": 1,
+        "passes": False,
+        "reviewStatus": None,
+        "reviewCount": 0,
+        "reviewFeedback": "",
+        "notes": "",
+        "dependsOn": [],
+    }
+    base.update(fields)
+    return base
+
+
+def ralph_command() -> list[str]:
+    """How to start the ralph CLI of this interpreter as a real process."""
+    # -P: the project has a ralph/ directory that would shadow the package from the cwd
+    return [sys.executable, "-P", "-m", "ralph.cli"]
+
+
+@dataclass
+class RalphProject:
+    """A git repository with a ralph directory; helpers to edit it and run ralph."""
+
+    path: Path
+    state_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ralph_dir(self) -> Path:
+        return self.path / "ralph"
+
+    @property
+    def tasks_path(self) -> Path:
+        return self.ralph_dir / "tasks.json"
+
+    def git(self, *args: str) -> str:
+        result = subprocess.run(
+            ["git", *args], cwd=self.path, capture_output=True, text=True, check=True, env=self.process_env()
+        )
+        return result.stdout
+
+    def process_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {**os.environ, **GIT_IDENTITY, "RALPH_STATE_DIR": str(self.state_dir), **self.env, **(extra or {})}
+
+    def write_stories(self, stories: list[dict[str, Any]], commit: bool = True, **top: Any) -> None:
+        data = json.loads(self.tasks_path.read_text(encoding="utf-8"))
+        data["userStories"] = stories
+        data.update(top)
+        self.tasks_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        if commit:
+            self.commit_all("tasks")
+
+    def tasks(self) -> dict[str, Any]:
+        return json.loads(self.tasks_path.read_text(encoding="utf-8"))
+
+    def story(self, story_id: str) -> dict[str, Any]:
+        return next(s for s in self.tasks()["userStories"] if s["id"] == story_id)
+
+    def commit_all(self, message: str) -> None:
+        self.git("add", "-A")
+        self.git("commit", "-q", "--allow-empty", "-m", message)
+
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run ``ralph ARGS`` as a real process in the project."""
+        return subprocess.run(
+            [*ralph_command(), *args],
+            cwd=self.path,
+            env=self.process_env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start ``ralph ARGS`` in the background (for signal and lock tests)."""
+        return subprocess.Popen(
+            [*ralph_command(), *args],
+            cwd=self.path,
+            env=self.process_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def run_dirs(self) -> list[Path]:
+        from ralph.rundir import runs_dir
+
+        parent = runs_dir(self.path, str(self.state_dir))
+        return sorted(p for p in parent.iterdir()) if parent.is_dir() else []
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        from ralph.rundir import read_events
+
+        runs = self.run_dirs()
+        events = read_events(runs[-1]) if runs else []
+        return [e for e in events if kind is None or e.get("kind") == kind]
+
+    def summary(self) -> dict[str, Any]:
+        return json.loads((self.run_dirs()[-1] / "summary.json").read_text(encoding="utf-8"))
+
+
+def make_project(root: Path, name: str = "demo") -> RalphProject:
+    """``git init`` + ``ralph init --name NAME`` + a first commit, under ``root``."""
+    from ralph.initproject import init_project
+
+    path = root / "project"
+    path.mkdir(parents=True)
+    project = RalphProject(path=path, state_dir=root / "state")
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=path, check=True)
+    init_project(path, name=name)
+    project.commit_all("ralph init")
+    return project

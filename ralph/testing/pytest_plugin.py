@@ -1,0 +1,80 @@
+"""pytest fixtures for ralph and for plugin authors (registered through ``pytest11``).
+
+- ``ralph_project``: a temporary git project with ``ralph init`` done
+  (:class:`ralph.testing.project.RalphProject`).
+- ``scripted_model``: start a :class:`ScriptedModelServer` with a responder;
+  stopped after the test.
+- ``claude_binary``: the real Claude Code CLI, or a skip (a failure under CI=true).
+- ``claude_agent_env``: the environment that points the real CLI at a server.
+- ``ralph_cli``: invoke ``ralph`` in-process with click's CliRunner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from ralph.testing.project import RalphProject, make_project
+
+
+@pytest.fixture
+def ralph_project(tmp_path: Path) -> RalphProject:
+    """A git repository with ``ralph init`` done and committed."""
+    return make_project(tmp_path)
+
+
+@pytest.fixture
+def scripted_model() -> Iterator[Callable[[Any], Any]]:
+    """Factory: ``server = scripted_model(responder)`` starts a scripted model server."""
+    from ralph.testing.model_server import ScriptedModelServer
+
+    servers: list[ScriptedModelServer] = []
+
+    def start(responder: Any) -> ScriptedModelServer:
+        server = ScriptedModelServer(responder).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def claude_binary() -> Path:
+    """The real Claude Code CLI (skip, or fail under CI=true, when there is none)."""
+    from ralph.testing.requirements import require
+    from ralph_plugins.agents.claude import resolve_binary
+
+    binary, source = resolve_binary()
+    require(binary is not None, "the real Claude Code CLI was not found (pip install claude-agent-sdk)")
+    assert binary is not None
+    return binary
+
+
+@pytest.fixture
+def claude_agent_env(tmp_path: Path) -> Callable[[str], dict[str, str]]:
+    """Factory: ``env = claude_agent_env(server.url)`` for running the real CLI offline."""
+    from ralph.testing.model_server import claude_env
+
+    def make(url: str) -> dict[str, str]:
+        home = tmp_path / "home"
+        home.mkdir(exist_ok=True)
+        return claude_env(url, home)
+
+    return make
+
+
+@pytest.fixture
+def ralph_cli() -> Callable[..., Any]:
+    """``result = ralph_cli("run", "--dry-run", env={...})`` through click's CliRunner."""
+    from click.testing import CliRunner
+
+    from ralph.cli import cli
+
+    def invoke(*args: str, env: dict[str, str] | None = None) -> Any:
+        return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+    return invoke
