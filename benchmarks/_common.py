@@ -112,7 +112,7 @@ def mixed_task_list(count: int, pending_reviews: bool = True) -> dict[str, Any]:
     """A realistic mid-project task list.
 
     The first ~60% of stories are done (approved, with notes), then (when ``pending_reviews``)
-    ~1% await review and ~1% have changes requested; the rest are open.  Every open story
+    one in 50 of the rest awaits review and one in 50 has changes requested; the rest are open.  Every open story
     depends on the one before it in chains of 5, and every 10th also on a done story, so
     dependency checks hit both met and unmet dependencies.  Priorities are shuffled
     deterministically so selection has to look at the whole list.
@@ -124,9 +124,9 @@ def mixed_task_list(count: int, pending_reviews: bool = True) -> dict[str, Any]:
         fields: dict[str, Any] = {"priority": priority}
         if i < done_until:
             fields.update(passes=True, reviewStatus="approved", reviewCount=1, notes="Done in iteration 3.")
-        elif pending_reviews and i % 100 == 1:
+        elif pending_reviews and (i - done_until) % 50 == 0:
             fields.update(reviewStatus="needs_review")
-        elif pending_reviews and i % 100 == 2:
+        elif pending_reviews and (i - done_until) % 50 == 1:
             fields.update(reviewStatus="changes_requested", reviewCount=1, reviewFeedback="Handle the empty case.")
         else:
             deps = []

@@ -75,10 +75,12 @@ def parse_tasks(data: Any, source: str) -> TaskList:
 
 def explain_errors(exc: ValidationError, data: Any, source: str) -> str:
     """Readable lines: ``ralph/tasks.json: userStories[0] (US-001).acceptanceCriteria: ...``."""
-    lines = []
+    lines: list[str] = []
     for error in exc.errors():
         loc = list(error["loc"])
-        lines.append(f"{source}: {_location(loc, data)}: {_message(error)}")
+        line = f"{source}: {_location(loc, data)}: {_message(error)}"
+        if line not in lines:  # a union (priority: int | float) reports once per member
+            lines.append(line)
     return "\n".join(lines)
 
 
@@ -95,6 +97,8 @@ def _location(loc: list[Any], data: Any) -> str:
                 if isinstance(node, dict) and isinstance(node.get("id"), str):
                     label += f" ({node['id']})"
             parts.append(label)
+        elif parts and not isinstance(node, dict):
+            continue  # a union member's tag ("int", "float"), not a field of the file
         else:
             parts.append(("." if parts else "") + str(part))
             node = node.get(part) if isinstance(node, dict) else None

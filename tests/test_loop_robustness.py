@@ -1,0 +1,250 @@
+"""`ralph run` as a user meets it when things go wrong: bad input, a second run,
+Ctrl-C, a hanging agent, an agent that says nothing, a broken task list.
+
+These run the real CLI as a process, the replay agent as a real subprocess,
+in real git repositories.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ralph.testing.project import RalphProject, story
+
+
+def replay(project: RalphProject, iterations: dict[int, list[dict[str, Any]]], tmp_path: Path) -> dict[str, str]:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"iterations": {str(k): v for k, v in iterations.items()}}))
+    return {"RALPH_REPLAY_SCRIPT": str(script)}
+
+
+def run(project: RalphProject, env: dict[str, str], *args: str) -> Any:
+    return project.run("run", "--runner", "direct", "--agent", "replay", *args, env=env)
+
+
+IMPLEMENT = [
+    {"write": {"path": "a.txt", "content": "a"}},
+    {"set": {"story": "US-001", "fields": {"reviewStatus": "needs_review"}}},
+    {"commit": "feat: [US-001] - a"},
+    {"say": "implemented"},
+]
+APPROVE = [
+    {"set": {"story": "US-001", "fields": {"reviewStatus": "approved", "passes": True, "reviewCount": 1, "notes": "ok"}}},
+    {"commit": "review: [US-001] - approved"},
+    {"say": "approved <promise>COMPLETE</promise>"},
+]
+
+
+@pytest.fixture
+def project(ralph_project: RalphProject) -> RalphProject:
+    ralph_project.write_stories([story("US-001")])
+    return ralph_project
+
+
+def test_malformed_tasks_json_exits_2_and_leaves_file_untouched(project, tmp_path) -> None:
+    broken = b'{"project": "x", "userStories": [ {"id": "US-001",, } ]\n'
+    project.tasks_path.write_bytes(broken)
+    result = run(project, replay(project, {}, tmp_path))
+    assert result.returncode == 2
+    assert "tasks.json: not valid JSON at line 1" in result.stderr
+    assert project.tasks_path.read_bytes() == broken
+
+
+def test_schema_error_names_story_and_field(project, tmp_path) -> None:
+    data = project.tasks()
+    data["userStories"][0]["acceptanceCriteria"] = []
+    raw = json.dumps(data, indent=2).encode()
+    project.tasks_path.write_bytes(raw)
+    result = run(project, replay(project, {}, tmp_path))
+    assert result.returncode == 2
+    assert "userStories[0] (US-001).acceptanceCriteria: must not be empty" in result.stderr
+    assert project.tasks_path.read_bytes() == raw
+
+
+def test_not_a_git_repository(tmp_path) -> None:
+    from ralph.testing.project import RalphProject as P
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    result = P(plain, tmp_path / "state").run("run", "--agent", "replay")
+    assert result.returncode == 2
+    assert "is not a git repository" in result.stderr
+
+
+def test_missing_ralph_dir_points_at_init(tmp_path, project) -> None:
+    result = project.run("run", "--ralph-dir", "nowhere")
+    assert result.returncode == 2
+    assert "run `ralph init` first" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--runner", "warp-drive"], "unknown runner 'warp-drive'; available: auto, direct"),
+        (["--agent", "hal"], "unknown agent 'hal'; available: claude, replay"),
+        (["--policy", "yolo"], "unknown policy 'yolo'"),
+        (["-n", "101"], "is above the limit of 100 iterations"),
+    ],
+)
+def test_unknown_plugins_and_runaway_iterations_are_refused(project, args, message) -> None:
+    result = project.run("run", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_iteration_limit_can_be_raised_explicitly(project, tmp_path) -> None:
+    env = replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path)
+    result = run(project, env, "-n", "150", "--iteration-limit", "150")
+    assert result.returncode == 0, result.stderr
+
+
+def test_missing_agent_binary_is_a_clear_error(project) -> None:
+    result = project.run("run", "--agent", "claude", "--runner", "direct", env={"RALPH_CLAUDE_BINARY": "/nonexistent/claude"})
+    assert result.returncode == 2
+    assert "agent 'claude' cannot run" in result.stderr and "/nonexistent/claude" in result.stderr
+
+
+def test_bad_config_names_toml_path(project) -> None:
+    (project.path / "pyproject.toml").write_text("[tool.ralph]\nreview_cap = 0\n")
+    result = project.run("run", "--dry-run")
+    assert result.returncode == 2
+    assert "`tool.ralph.review_cap` must be an integer >= 1" in result.stderr
+
+
+def test_dry_run_shows_mode_story_and_prompt_and_runs_nothing(project, tmp_path) -> None:
+    env = replay(project, {1: IMPLEMENT}, tmp_path)
+    result = run(project, env, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "mode:    implement" in result.stdout
+    assert "story:   US-001" in result.stdout
+    assert "# Ralph Loop iteration 1 of 15" in result.stdout
+    assert not (project.path / "a.txt").exists()
+    assert project.run_dirs() == []
+
+
+def test_second_run_is_refused_by_the_lock(project, tmp_path) -> None:
+    env = replay(project, {1: [{"sleep": 30}]}, tmp_path)
+    first = project.start("run", "--runner", "direct", "--agent", "replay", env=env)
+    try:
+        _wait_for(lambda: (project.path / ".ralph-active").exists())
+        second = run(project, env)
+        assert second.returncode == 2
+        assert f"another `ralph run` is active in this project (pid {first.pid}" in second.stderr
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=30)
+
+
+def test_sigint_stops_agent_releases_lock_removes_marker(project, tmp_path) -> None:
+    pid_file = tmp_path / "agent.pid"
+    env = replay(project, {1: [{"run": f"echo $PPID > {pid_file}; sleep 60"}]}, tmp_path)
+    proc = project.start("run", "--runner", "direct", "--agent", "replay", env=env)
+    _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
+    agent_pid = int(pid_file.read_text())
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "SIGINT received" in stderr
+    assert not (project.path / ".ralph-active").exists()
+    assert not _alive(agent_pid)
+    # the lock is free again: a new run starts (and completes)
+    result = run(project, replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path))
+    assert result.returncode == 0, result.stderr
+
+
+def test_sigterm_also_cleans_up(project, tmp_path) -> None:
+    env = replay(project, {1: [{"sleep": 60}]}, tmp_path)
+    proc = project.start("run", "--runner", "direct", "--agent", "replay", env=env)
+    _wait_for(lambda: (project.path / ".ralph-active").exists())
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert not (project.path / ".ralph-active").exists()
+    assert project.summary()["reason"] == "interrupted"
+
+
+def test_timeout_stops_a_hanging_agent_and_the_loop_goes_on(project, tmp_path) -> None:
+    env = replay(project, {1: [{"sleep": 60}], 2: IMPLEMENT, 3: APPROVE}, tmp_path)
+    started = time.monotonic()
+    result = run(project, env, "--timeout", "2")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 50
+    assert [e["iteration"] for e in project.events("iteration_timeout")] == [1]
+    assert "timed out after 2s" in result.stderr
+
+
+def test_empty_responses_are_retried_with_a_cap(project, tmp_path) -> None:
+    env = replay(project, {1: []}, tmp_path)
+    result = run(project, env, "-n", "1")
+    assert result.returncode == 1
+    retries = [e["retry"] for e in project.events("empty_response")]
+    assert retries == [1, 2, None]
+
+
+def test_unparseable_task_list_after_iteration_is_restored(project, tmp_path) -> None:
+    before = project.tasks_path.read_text()
+    breaking = [{"write": {"path": "ralph/tasks.json", "content": "{ oops"}}, {"say": "oops"}]
+    env = replay(project, {1: breaking, 2: IMPLEMENT, 3: APPROVE}, tmp_path)
+    result = run(project, env)
+    assert result.returncode == 0, result.stderr
+    restored = project.events("tasks_restored")
+    assert [e["iteration"] for e in restored] == [1]
+    kept = project.run_dirs()[-1] / "iteration-001.tasks-invalid.json"
+    assert kept.read_text() == "{ oops"
+    assert json.loads(before)["userStories"][0]["id"] == "US-001"
+
+
+def test_dirty_tree_after_iteration_is_reported_to_the_next(project, tmp_path) -> None:
+    sloppy = [{"write": {"path": "loose.txt", "content": "x"}}, {"say": "forgot to commit"}]
+    env = replay(project, {1: sloppy, 2: IMPLEMENT, 3: APPROVE}, tmp_path)
+    result = run(project, env)
+    assert result.returncode == 0, result.stderr
+    checks = [e["check"] for e in project.events("violation") if e["iteration"] == 1]
+    assert checks == ["git-clean"]
+    prompt2 = (project.run_dirs()[-1] / "iteration-002.prompt.md").read_text()
+    assert "loose.txt" in prompt2 and "commit ALL changes" in prompt2
+
+
+def test_blocked_dependencies_end_with_exit_1_and_say_why(ralph_project, tmp_path) -> None:
+    ralph_project.write_stories([story("US-001", dependsOn=["US-404"])])
+    result = run(ralph_project, replay(ralph_project, {}, tmp_path))
+    assert result.returncode == 1
+    assert "US-001 waits on US-404 (unknown story)" in result.stdout
+
+
+def test_status_reads_the_last_run(project, tmp_path) -> None:
+    env = replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path)
+    assert run(project, env).returncode == 0
+    status = project.run("status")
+    assert status.returncode == 0
+    assert "state: finished" in status.stdout
+    assert "US-001" in status.stdout and "approved" in status.stdout
+    assert (project.run_dirs()[-1] / "iteration-001.agent.jsonl").read_text().count('"type": "result"') == 1
+
+
+def _wait_for(condition: Any, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
