@@ -186,6 +186,23 @@ def status(project_dir: Path, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Where to create the example project (new or empty).  [default: a temporary directory]")
+@click.option("--agent", type=click.Choice(["auto", "claude", "replay"]), default="auto", show_default=True, help="claude: the real Claude Code CLI against a scripted local model; replay: the scripted agent.")
+@handles_errors
+def demo(directory: Path | None, agent: str) -> None:
+    """Run a real loop on a small example project with a SCRIPTED model.
+
+    Needs no credentials and no network.  It goes through implement, review
+    (changes requested), review-fix and approval, with real git commits and the
+    loop's own checks.  Uses the real Claude Code CLI when installed (pip
+    install claude-agent-sdk), else the replay agent.
+    """
+    from ralph.demo import run_demo
+
+    sys.exit(run_demo(directory, agent, click.echo))
+
+
+@cli.command()
 @handles_errors
 def plugins() -> None:
     """List every plugin: name, what it provides, distribution and version."""

@@ -1,0 +1,166 @@
+"""``ralph demo``: a real loop on a small example project, with a scripted model.
+
+No credentials and no network: the real Claude Code CLI (when installed)
+talks to ralph's scripted local model server, otherwise the replay agent acts
+out the same steps.  Either way the loop, its validators, git and the
+review cycle are real; only the model's decisions are scripted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ralph.testing.scripting import commit_command, set_fields_command
+
+GREET_BUGGY = 'def greet(name):\n    return "Hello " + name\n'
+GREET_FIXED = 'def greet(name: str) -> str:\n    """Greet someone by name."""\n    return f"Hello, {name}!"\n'
+TEST_GREET = 'from greet import greet\n\n\ndef test_greet():\n    assert greet("Ada") == "Hello, Ada!"\n'
+
+STORY = {
+    "id": "US-001",
+    "title": "greet() says hello",
+    "description": "A greet(name) function for the welcome banner.",
+    "acceptanceCriteria": ['greet("Ada") returns "Hello, Ada!"', "greet has type hints and a docstring"],
+    "priority": 1,
+    "passes": False,
+    "reviewStatus": None,
+    "reviewCount": 0,
+    "reviewFeedback": "",
+    "notes": "",
+    "dependsOn": [],
+}
+
+FEEDBACK = 'greet("Ada") returns "Hello Ada" (missing comma and "!"); add type hints and a docstring.'
+
+
+def _write(path: str, content: str) -> str:
+    import shlex
+
+    return f"printf %s {shlex.quote(content)} > {path}"
+
+
+def demo_steps() -> dict[int, tuple[list[str], str]]:
+    """Per iteration: the shell steps the scripted model takes and what it says."""
+    return {
+        1: (
+            [
+                _write("greet.py", GREET_BUGGY),
+                _write("test_greet.py", TEST_GREET),
+                set_fields_command("US-001", reviewStatus="needs_review"),
+                'printf "\\n## Iteration 1 (implement) US-001\\n- added greet.py\\n" >> ralph/progress.txt',
+                commit_command("feat: [US-001] - greet() says hello"),
+            ],
+            "Implemented greet() and a test; submitted US-001 for review.",
+        ),
+        2: (
+            [
+                set_fields_command("US-001", reviewStatus="changes_requested", reviewCount=1, reviewFeedback=FEEDBACK),
+                'printf "\\n## Iteration 2 (review) US-001\\n- changes requested\\n" >> ralph/progress.txt',
+                commit_command("review: [US-001] - changes requested"),
+            ],
+            "Review: the greeting misses punctuation and type hints. Changes requested.",
+        ),
+        3: (
+            [
+                _write("greet.py", GREET_FIXED),
+                set_fields_command("US-001", reviewStatus="needs_review", reviewFeedback=""),
+                'printf "\\n## Iteration 3 (review-fix) US-001\\n- fixed punctuation, added hints\\n" >> ralph/progress.txt',
+                commit_command("fix: [US-001] - address review feedback"),
+            ],
+            "Addressed every review item; back to review.",
+        ),
+        4: (
+            [
+                set_fields_command(
+                    "US-001", reviewStatus="approved", passes=True, reviewCount=2, notes="greet() verified by review 2"
+                ),
+                'printf "\\n## Iteration 4 (review) US-001\\n- approved\\n" >> ralph/progress.txt',
+                commit_command("review: [US-001] - approved"),
+            ],
+            "Every criterion verified. Approved. <promise>COMPLETE</promise>",
+        ),
+    }
+
+
+def prepare_project(path: Path) -> None:
+    """A git repository with ``ralph init`` done and the one-story task list."""
+    from ralph.initproject import init_project
+
+    path.mkdir(parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        from ralph.errors import UsageError
+
+        raise UsageError(f"{path} is not empty; give `ralph demo --dir` a new or empty directory")
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=path, check=True)
+    init_project(path, name="greeting")
+    tasks_path = path / "ralph" / "tasks.json"
+    data = json.loads(tasks_path.read_text(encoding="utf-8"))
+    data.update(description="A friendlier welcome banner.", userStories=[STORY])
+    tasks_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    subprocess.run(["git", "add", "-A"], cwd=path, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "ralph init: greeting demo"], cwd=path, check=True)
+
+
+def demo_environment(home: Path) -> dict[str, str]:
+    env = {}
+    for key, value in (("GIT_AUTHOR_NAME", "Ralph Demo"), ("GIT_AUTHOR_EMAIL", "ralph-demo@localhost")):
+        env[key] = os.environ.get(key, value)
+        env[key.replace("AUTHOR", "COMMITTER")] = os.environ.get(key.replace("AUTHOR", "COMMITTER"), value)
+    env["RALPH_STATE_DIR"] = os.environ.get("RALPH_STATE_DIR", str(home / "state"))
+    return env
+
+
+def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
+    """Run the demo loop; returns the loop's exit code."""
+    from ralph.session import open_session
+
+    from ralph_plugins.agents.claude import resolve_binary
+
+    work = Path(tempfile.mkdtemp(prefix="ralph-demo-"))
+    project = (directory or work / "greeting").resolve()
+    binary, source = resolve_binary()
+    if agent == "auto":
+        agent = "claude" if binary is not None else "replay"
+    os.environ.update(demo_environment(work))
+    prepare_project(project)
+
+    steps = demo_steps()
+    server = None
+    if agent == "claude":
+        from ralph.testing.model_server import IterationScript, ScriptedModelServer, claude_env
+        from ralph.testing.scripting import bash_turns
+
+        script = IterationScript({n: bash_turns(cmds, say) for n, (cmds, say) in steps.items()})
+        server = ScriptedModelServer(script).start()
+        home = work / "claude-home"
+        home.mkdir()
+        os.environ.update(claude_env(server.url, home))
+        echo(f"ralph demo: the real Claude Code CLI ({binary}, found via {source}) talks to a SCRIPTED local "
+             f"model server at {server.url}: the model's moves are scripted, everything else is real. "
+             "Costs shown are computed by the CLI from the scripted token counts; nothing is billed.")
+    else:
+        from ralph.testing.scripting import replay_actions
+
+        script_path = work / "replay-script.json"
+        script_path.write_text(
+            json.dumps({"iterations": {str(n): replay_actions(cmds, say) for n, (cmds, say) in steps.items()}})
+        )
+        os.environ["RALPH_REPLAY_SCRIPT"] = str(script_path)
+        echo("ralph demo: no Claude Code CLI found, so the scripted replay agent acts out the model's moves "
+             "(pip install claude-agent-sdk to see the real CLI). The loop, checks and git are real.")
+    echo(f"ralph demo: project {project}\n")
+    try:
+        session = open_session(project, {"runner": "direct", "agent": agent, "max_iterations": 8, "timeout": 300})
+        result = session.build_loop().run()
+    finally:
+        if server is not None:
+            server.stop()
+    log = subprocess.run(["git", "log", "--format=  %h %s"], cwd=project, capture_output=True, text=True).stdout
+    echo(f"\nCommits the loop produced:\n{log}")
+    echo(f"Look around: cd {project} && git log -p; ralph status -d {project}")
+    return result.exit_code
