@@ -1,0 +1,144 @@
+"""Configuration: sources and their precedence, and errors that name the file and the TOML path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ralph.config import DEFAULT_MAX_ITERATIONS, RalphConfig, load_config
+from ralph.errors import ConfigError
+from ralph.plugins import PluginHost
+from ralph_plugins.agents.claude_config import ClaudeConfig
+
+
+@pytest.fixture(scope="module")
+def sections() -> dict[str, type]:
+    """The config sections the installed plugins really contribute."""
+    return PluginHost(environ={}).config_sections()
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config_error(project: Path, sections: dict[str, type] | None = None, **kwargs: object) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(project, sections=sections, environ={}, **kwargs)  # type: ignore[arg-type]
+    return str(info.value)
+
+
+def test_defaults_without_a_file(tmp_path: Path) -> None:
+    config, plugin_config, source = load_config(tmp_path, environ={})
+    assert source is None
+    assert plugin_config == {}
+    assert config == RalphConfig()
+    assert config.max_iterations == DEFAULT_MAX_ITERATIONS == 15
+    assert (config.review_cap, config.runner, config.policy) == (5, "auto", "review")
+
+
+def test_pyproject_tool_ralph(tmp_path: Path) -> None:
+    pyproject = write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n\n[tool.ralph]\nmax_iterations = 9\n'
+                      'review_cap = 3\nrunner = "direct"\n')
+    config, _, source = load_config(tmp_path, environ={})
+    assert source == pyproject
+    assert (config.max_iterations, config.review_cap, config.runner) == (9, 3, "direct")
+
+
+def test_pyproject_without_tool_ralph_is_no_source(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n')
+    config, _, source = load_config(tmp_path, environ={})
+    assert source is None
+    assert config.max_iterations == 15
+
+
+def test_ralph_toml_wins_over_pyproject(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.ralph]\nmax_iterations = 9\nreview_cap = 3\n")
+    ralph_toml = write(tmp_path / "ralph.toml", "max_iterations = 4\n")
+    config, _, source = load_config(tmp_path, environ={})
+    assert source == ralph_toml
+    assert config.max_iterations == 4
+    assert config.review_cap == 5  # pyproject is not merged in: ralph.toml replaces it
+
+
+def test_env_overrides_file_and_cli_overrides_env(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.ralph]\nmax_iterations = 9\nreview_cap = 3\n")
+    env = {"RALPH_MAX_ITERATIONS": "7"}
+    config, _, _ = load_config(tmp_path, environ=env)
+    assert (config.max_iterations, config.review_cap) == (7, 3)
+    config, _, _ = load_config(tmp_path, {"max_iterations": 2, "review_cap": None}, environ=env)
+    assert (config.max_iterations, config.review_cap) == (2, 3)
+
+
+def test_empty_env_value_is_ignored(tmp_path: Path) -> None:
+    write(tmp_path / "pyproject.toml", "[tool.ralph]\nmax_iterations = 9\n")
+    config, _, _ = load_config(tmp_path, environ={"RALPH_MAX_ITERATIONS": ""})
+    assert config.max_iterations == 9
+
+
+def test_bad_env_value_names_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, environ={"RALPH_MAX_ITERATIONS": "lots"})
+    assert str(info.value) == "environment variable RALPH_MAX_ITERATIONS: `max_iterations` must be an integer (got 'lots')"
+
+
+def test_unknown_key_names_file_and_toml_path(tmp_path: Path, sections: dict[str, type]) -> None:
+    pyproject = write(tmp_path / "pyproject.toml", "[tool.ralph]\nmax_iteration = 3\n")
+    message = config_error(tmp_path, sections)
+    assert message.startswith(f"{pyproject}: unknown key `tool.ralph.max_iteration`; known keys: ")
+    assert "max_iterations" in message
+    assert "claude" in message  # plugin sections are known keys too
+
+
+def test_unknown_key_in_ralph_toml_has_no_tool_prefix(tmp_path: Path) -> None:
+    ralph_toml = write(tmp_path / "ralph.toml", "bogus = 1\n")
+    assert config_error(tmp_path).startswith(f"{ralph_toml}: unknown key `bogus`;")
+
+
+def test_bad_value_names_path_and_constraint(tmp_path: Path) -> None:
+    pyproject = write(tmp_path / "pyproject.toml", "[tool.ralph]\nreview_cap = 0\n")
+    assert config_error(tmp_path) == f"{pyproject}: `tool.ralph.review_cap` must be an integer >= 1 (got 0)"
+
+
+def test_bad_literal_and_type(tmp_path: Path) -> None:
+    pyproject = write(tmp_path / "pyproject.toml", '[tool.ralph]\noutput = "loud"\ntimeout = "soon"\n')
+    assert config_error(tmp_path).splitlines() == [
+        f"{pyproject}: `tool.ralph.timeout` must be a number (got 'soon')",
+        f"{pyproject}: `tool.ralph.output` must be one of 'normal', 'quiet' or 'verbose' (got 'loud')",
+    ]
+
+
+def test_plugin_section_is_validated_by_the_plugin_model(tmp_path: Path, sections: dict[str, type]) -> None:
+    assert sections["claude"] is ClaudeConfig
+    write(tmp_path / "pyproject.toml", '[tool.ralph]\nagent = "claude"\n\n[tool.ralph.claude]\nbinary = "x"\n'
+          'extra_args = ["--verbose"]\n')
+    config, plugin_config, _ = load_config(tmp_path, sections=sections, environ={})
+    claude = plugin_config["claude"]
+    assert isinstance(claude, ClaudeConfig)
+    assert (claude.binary, claude.extra_args) == ("x", ["--verbose"])
+    assert config.agent == "claude"
+    assert plugin_config["replay"].script is None  # sections absent from the file get their defaults
+
+
+def test_unknown_key_in_plugin_section(tmp_path: Path, sections: dict[str, type]) -> None:
+    pyproject = write(tmp_path / "pyproject.toml", '[tool.ralph.claude]\nbinary = "x"\nbinray = "y"\n')
+    assert config_error(tmp_path, sections) == (
+        f"{pyproject}: unknown key `tool.ralph.claude.binray`; remove it or check its spelling"
+    )
+
+
+def test_bad_value_in_plugin_section(tmp_path: Path, sections: dict[str, type]) -> None:
+    pyproject = write(tmp_path / "pyproject.toml", "[tool.ralph.claude]\nbinary = 3\n")
+    assert config_error(tmp_path, sections) == f"{pyproject}: `tool.ralph.claude.binary` must be a string (got 3)"
+
+
+def test_plugin_section_must_be_a_table(tmp_path: Path, sections: dict[str, type]) -> None:
+    pyproject = write(tmp_path / "pyproject.toml", '[tool.ralph]\nclaude = "x"\n')
+    assert config_error(tmp_path, sections) == f"{pyproject}: `tool.ralph.claude` must be a table ([tool.ralph.claude])"
+
+
+@pytest.mark.parametrize("name", ["pyproject.toml", "ralph.toml"])
+def test_invalid_toml_names_the_file(tmp_path: Path, name: str) -> None:
+    path = write(tmp_path / name, "[tool.ralph\nmax_iterations = \n")
+    assert config_error(tmp_path).startswith(f"{path}: not valid TOML: ")
