@@ -217,13 +217,57 @@ def plugins() -> None:
     rows = [("plugin", "provides", "distribution", "version", "status")]
     for info in host.infos:
         state = "disabled" if info.disabled else ("FAILED: " + info.error if info.error else "loaded")
-        what = ", ".join(provided.get(info.name, [])) or "hooks"
+        what = ", ".join(provided.get(info.name, []) + _roles(host, info.name)) or "-"
         rows.append((info.name, what, info.distribution, info.version, state))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
     if host.failures:
         sys.exit(1)
+
+
+@cli.group("plugin")
+def plugin_group() -> None:
+    """The Claude Code plugin bundle (hooks + ralph-plan skill) for interactive use."""
+
+
+@plugin_group.command("export")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite an existing bundle in DIRECTORY.")
+@handles_errors
+def plugin_export(directory: Path, force: bool) -> None:
+    """Write the bundle to DIRECTORY: a marketplace with the `ralph` plugin.
+
+    \b
+    Then, in Claude Code:
+      /plugin marketplace add DIRECTORY
+      /plugin install ralph@ralph-marketplace
+    or for one session: claude --plugin-dir DIRECTORY/ralph
+    """
+    from ralph.bundle import export_bundle
+
+    for path in export_bundle(directory.resolve(), force=force):
+        click.echo(f"wrote {path}")
+    click.echo(f"\nUse it: claude --plugin-dir {directory.resolve() / 'ralph'}  (or /plugin marketplace add {directory.resolve()})")
+
+
+ROLE_OF_HOOK = {
+    "ralph_validate": "validator",
+    "ralph_loop_event": "reporter",
+    "ralph_pre_tool_use": "guard",
+    "ralph_post_tool_use": "monitor",
+    "ralph_session_start": "session hook",
+    "ralph_user_prompt_submit": "prompt hook",
+    "ralph_prompt_context": "prompt context",
+}
+
+
+def _roles(host: Any, plugin_name: str) -> list[str]:
+    """What a plugin does beyond registering named things (validator, reporter ...)."""
+    plugin = host.pm.get_plugin(plugin_name)
+    if plugin is None:
+        return []
+    return [role for hook, role in ROLE_OF_HOOK.items() if hasattr(plugin, hook)]
 
 
 def main() -> None:

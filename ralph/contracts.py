@@ -76,6 +76,9 @@ class ProcessSpec:
     env: dict[str, str]
     cwd: Path
     stdin: str | None = None
+    program: str | None = None
+    """The logical program (``claude``) so a runner that does not share this
+    machine's filesystem can substitute its own copy of ``argv[0]``."""
 
 
 class Agent(ABC):
@@ -148,6 +151,16 @@ class Runner(ABC):
 
     fallback_reason: str = ""
     """Set on the runner ``auto`` fell back to: why the preferred one was not used."""
+
+    def hook_command(self) -> str | None:
+        """The command the agent runs for ralph's hooks where this runner runs it.
+
+        None means the host's own (``<python> -S -P .../ralph/hook_client.py``).  A
+        container or remote runner returns what works inside its environment; the
+        hook reaches the loop over the socket named by ``RALPH_HOOK_SOCKET``, which
+        the runner must make reachable.
+        """
+        return None
 
     def resolve(self, registry: Registry) -> Runner:
         """The runner that will really run; ``auto`` returns its choice from ``registry``."""
@@ -279,3 +292,136 @@ class LoopEvent:
     kind: str
     data: dict[str, Any] = field(default_factory=dict)
     run_dir: Path | None = None
+
+
+# -- agent-side hooks -------------------------------------------------------------
+
+
+class SessionStore(ABC):
+    """Per-session memory of the agent-side hooks (files read, alerts fired ...).
+
+    Kept by the running loop in memory, or in a JSON file per session when the
+    hooks run without a loop.  Values must be JSON-serialisable.
+    """
+
+    @abstractmethod
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key`` for this session."""
+
+    @abstractmethod
+    def set(self, key: str, value: Any) -> None:
+        """Store ``value`` under ``key`` for this session."""
+
+
+@dataclass
+class LoopView:
+    """What hooks know about the running loop (None outside a loop)."""
+
+    runner: str
+    """``direct`` when the agent runs on the host: there the guards are the only protection."""
+    mode: str | None
+    story_id: str | None
+    ralph_dir: Path
+    run_dir: Path
+    protected_paths: list[Path] = field(default_factory=list)
+    """Files the agent must not write during the loop (marker, prd.md, prompt.md, hook config ...)."""
+    checkpoint: str | None = None
+    """The commit the loop recorded before this iteration (``reset --hard`` to it is the loop's job)."""
+
+
+@dataclass
+class HookEvent:
+    """One Claude Code hook call, as plugins see it.
+
+    ``payload`` is the JSON the CLI sent (``tool_name``, ``tool_input``,
+    ``tool_response``, ``transcript_path``, ``prompt`` ...).
+    """
+
+    name: str
+    """SessionStart, UserPromptSubmit, PreToolUse, PostToolUse or Stop."""
+    payload: dict[str, Any]
+    project_dir: Path
+    session: SessionStore
+    state_dir: Path
+    """A directory hooks may write to: the run directory during a loop, else a
+    per-project directory under ralph's state root (never inside the project)."""
+    loop: LoopView | None = None
+    environ: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tool_name(self) -> str:
+        return str(self.payload.get("tool_name") or "")
+
+    @property
+    def tool_input(self) -> dict[str, Any]:
+        value = self.payload.get("tool_input")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def session_id(self) -> str:
+        return str(self.payload.get("session_id") or "")
+
+
+@dataclass(frozen=True)
+class Denial:
+    """A PreToolUse guard's refusal: which rule, and what the agent should do instead."""
+
+    rule: str
+    reason: str
+
+
+# -- gates ------------------------------------------------------------------------
+
+
+@dataclass
+class GateContext:
+    """What a gate sees after an implement or review-fix iteration."""
+
+    project_dir: Path
+    run_dir: Path
+    tasks: TaskList
+    story_id: str | None
+    mode: IterationMode
+    iteration: int
+    soft_timeout: float | None
+    hard_timeout: float | None
+    ask_agent: Callable[[str], str]
+    """Run the agent once more with a prompt (through the same runner); returns its text."""
+    checkpoint: str | None = None
+    """The commit recorded before the iteration (for diffs)."""
+
+
+@dataclass
+class GateResult:
+    """One gate's verdict.  ``output`` is verbatim (never summarised)."""
+
+    gate: str
+    passed: bool
+    output: str = ""
+    exit_code: int | None = None
+    timed_out: bool = False
+    soft_timeout_exceeded: bool = False
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+class Gate(ABC):
+    """A check the loop runs itself after an iteration; hard gates send the story back."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    hard: ClassVar[bool] = True
+    order: ClassVar[int] = 100
+    default_soft_timeout: ClassVar[float | None] = None
+    default_hard_timeout: ClassVar[float | None] = None
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def enabled(self) -> bool:
+        """Whether this gate runs in this project (config can turn optional gates on)."""
+        return True
+
+    @abstractmethod
+    def run(self, context: GateContext) -> GateResult:
+        """Run the gate; must honour ``context.hard_timeout`` and never raise for a failing check."""

@@ -1,108 +1,179 @@
-"""The agent-side hook entry point (``ralph-hook`` / ``python -m ralph.hook``).
+"""Turn one Claude Code hook event into the JSON the CLI honours.
 
-Claude Code runs it with the event as JSON on stdin.  During ``ralph run``
-the loop passes ``RALPH_STATE_FILE``: the trusted state (mode, snapshot,
-review cap) in the run directory, outside the agent's reach.  The Stop hook
-runs the same validators the loop runs after the iteration, so the agent can
-fix problems in the same context before it stops.
-
-Hooks are fail-open: any crash prints ``{}`` (allow) and is logged in the
-run directory; the loop still validates on its own afterwards.
+Used by the loop's hook server (trusted state in memory) and, with no loop
+running, in-process by the hook client (the plugin used interactively).
+``python -m ralph.hook`` / ``ralph-hook`` is the same client.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
-import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-STATE_FILE_ENV = "RALPH_STATE_FILE"
+from ralph.contracts import HookEvent, LoopView, SessionStore, Violation
+
+EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
+STOP_BLOCK_LIMIT = 3
+"""Consecutive Stop blocks in one session before the hook lets the agent stop:
+the loop validates after the iteration anyway and has the last word."""
 
 
-def stop_decision(payload: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    """Block the stop with the violations found, or allow it."""
-    from ralph.config import RalphConfig
-    from ralph.contracts import StoryState, ValidationContext
-    from ralph.plugins import PluginHost
-    from ralph.settings import Settings
+@dataclass
+class HookContext:
+    """What answering a hook needs: plugins, session memory and (in a loop) trusted state."""
 
-    project_dir = Path(state["projectDir"])
-    tasks_path = Path(state["tasksPath"])
-    host = PluginHost()
-    settings = Settings(project_dir=project_dir, config=RalphConfig(review_cap=int(state["reviewCap"])))
-    policy = host.policies.get(state["policy"])(settings)
-    store = host.stores.get(state["store"])()
-    try:
-        raw: str | None = tasks_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raw = None
-    tasks = error = None
-    if raw is not None:
-        from ralph.errors import TaskListError
+    host: Any  # ralph.plugins.PluginHost
+    project_dir: Path
+    session: SessionStore
+    state_dir: Path
+    loop: LoopView | None
+    stop_checks: Callable[[], list[Violation]] | None
+    """Runs the Stop checks (Checks 1, 2, 2.5, 3) against trusted state; None = no checks."""
 
-        try:
-            tasks = store.parse(raw, tasks_path)
-        except TaskListError as exc:
-            error = str(exc)
-    snapshot = {
-        sid: StoryState(bool(v["passes"]), v["reviewStatus"], int(v["reviewCount"]))
-        for sid, v in state.get("preIterationSnapshot", {}).items()
-    }
-    context = ValidationContext(
-        project_dir=project_dir,
-        tasks_path=tasks_path,
-        raw=raw,
-        tasks=tasks,
-        parse_error=error,
-        policy=policy,
-        mode=state.get("iterationMode"),
-        snapshot=snapshot,
-        review_cap=int(state["reviewCap"]),
-        skip_review=bool(state.get("skipReview")),
+
+def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str]) -> dict[str, Any]:
+    """The hook's JSON output for ``payload``."""
+    name = str(payload.get("hook_event_name") or "")
+    event = HookEvent(
+        name=name,
+        payload=payload,
+        project_dir=context.project_dir,
+        session=context.session,
+        state_dir=context.state_dir,
+        loop=context.loop,
+        environ=environ,
     )
-    violations = [v for v in host.validate(context) if v.check != "transitions-skipped"]
-    if not violations:
+    hook = context.host.pm.hook
+    if name == "PreToolUse":
+        denials = [d for result in hook.ralph_pre_tool_use(event=event) for d in (result or [])]
+        if not denials:
+            return {}
+        reason = "\n".join(f"[{d.rule}] {d.reason}" for d in denials)
+        return {
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }
+        }
+    if name in ("PostToolUse", "SessionStart", "UserPromptSubmit"):
+        caller = {
+            "PostToolUse": hook.ralph_post_tool_use,
+            "SessionStart": hook.ralph_session_start,
+            "UserPromptSubmit": hook.ralph_user_prompt_submit,
+        }[name]
+        if name == "SessionStart":
+            context.session.set("stop_blocks", 0)
+        messages = [m for result in caller(event=event) for m in (result or []) if m]
+        if not messages:
+            return {}
+        return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": "\n\n".join(messages)}}
+    if name == "Stop":
+        return _stop(payload, context)
+    return {}
+
+
+def _stop(payload: dict[str, Any], context: HookContext) -> dict[str, Any]:
+    if context.stop_checks is None:
         return {}
+    violations = [v for v in context.stop_checks() if v.check != "transitions-skipped"]
+    if not violations:
+        context.session.set("stop_blocks", 0)
+        return {}
+    blocks = int(context.session.get("stop_blocks", 0) or 0)
+    if payload.get("stop_hook_active") and blocks >= STOP_BLOCK_LIMIT:
+        context.session.set("stop_blocks", 0)
+        return {
+            "systemMessage": f"ralph: stop allowed after {blocks} blocked attempts; the loop will validate "
+            "the iteration and report what is still wrong."
+        }
+    context.session.set("stop_blocks", blocks + 1)
     reason = "Ralph loop checks failed; fix these before stopping:\n" + "\n".join(
         f"- [{v.check}] {v.message}" for v in violations
     )
     return {"decision": "block", "reason": reason}
 
 
-def handle(payload: dict[str, Any]) -> dict[str, Any]:
-    event = payload.get("hook_event_name")
-    state_file = os.environ.get(STATE_FILE_ENV)
-    if event != "Stop" or not state_file:
-        return {}
-    state = json.loads(Path(state_file).read_text(encoding="utf-8"))
-    return stop_decision(payload, state)
+# -- without a loop: the plugin used in an interactive Claude Code session ------------------
+
+
+def handle_without_loop(payload: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
+    """Answer with the same plugins in-process; Stop checks only when ``.ralph-active`` exists."""
+    from ralph.plugins import PluginHost
+    from ralph.rundir import project_key, state_root
+    from ralph.sessions import FileSession
+
+    project_dir = Path(environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd") or os.getcwd())
+    state_dir = state_root() / "projects" / project_key(project_dir) / "hooks"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    session = FileSession(state_dir / "sessions", str(payload.get("session_id") or ""))
+    host = PluginHost(environ=environ)
+    stop_checks = None
+    if payload.get("hook_event_name") == "Stop":
+        stop_checks = _marker_stop_checks(project_dir, host)
+    context = HookContext(host, project_dir, session, state_dir, None, stop_checks)
+    return answer(payload, context, environ)
+
+
+def _marker_stop_checks(project_dir: Path, host: Any) -> Callable[[], list[Violation]] | None:
+    """Stop checks from ``.ralph-active`` (seed behaviour when no trusted loop answers)."""
+    marker = project_dir / ".ralph-active"
+    if not marker.is_file():
+        return None
+    state = json.loads(marker.read_text(encoding="utf-8"))
+
+    def run() -> list[Violation]:
+        from ralph.config import RalphConfig
+        from ralph.contracts import StoryState, ValidationContext
+        from ralph.settings import Settings
+
+        review_cap = int(state.get("reviewCap", 5))
+        ralph_dir = Path(state.get("ralphDir") or project_dir / "ralph")
+        settings = Settings(project_dir=project_dir, config=RalphConfig(review_cap=review_cap))
+        skip = bool(state.get("skipReview"))
+        policy = host.policies.get("skip-review" if skip else state.get("policy", "review"))(settings)
+        store = host.stores.get(state.get("store", "tasks-json"))()
+        tasks_path = store.path(ralph_dir)
+        raw = tasks_path.read_text(encoding="utf-8") if tasks_path.is_file() else None
+        tasks = error = None
+        if raw is not None:
+            from ralph.errors import TaskListError
+
+            try:
+                tasks = store.parse(raw, tasks_path)
+            except TaskListError as exc:
+                error = str(exc)
+        snapshot = None  # seed: without a snapshot Check 2.5 is skipped with a warning
+        if isinstance(state.get("preIterationSnapshot"), dict):
+            snapshot = {
+                sid: StoryState(bool(v["passes"]), v["reviewStatus"], int(v["reviewCount"]))
+                for sid, v in state["preIterationSnapshot"].items()
+            }
+        context = ValidationContext(
+            project_dir=project_dir,
+            tasks_path=tasks_path,
+            raw=raw,
+            tasks=tasks,
+            parse_error=error,
+            policy=policy,
+            mode=state.get("iterationMode"),
+            snapshot=snapshot,
+            review_cap=review_cap,
+            skip_review=skip,
+        )
+        return host.validate(context)
+
+    return run
 
 
 def main() -> int:
-    try:
-        payload = json.loads(sys.stdin.read() or "{}")
-        output = handle(payload)
-    except Exception:  # fail-open: a broken hook must never wedge the agent
-        _log_error(traceback.format_exc())
-        output = {}
-    sys.stdout.write(json.dumps(output))
-    return 0
+    """``ralph-hook``: the same client Claude Code runs (see ralph.hook_client)."""
+    from ralph.hook_client import main as client_main
 
-
-def _log_error(text: str) -> None:
-    state_file = os.environ.get(STATE_FILE_ENV)
-    target = Path(state_file).parent / "hook-errors.log" if state_file else None
-    try:
-        if target is not None:
-            with target.open("a", encoding="utf-8") as handle:
-                handle.write(text + "\n")
-        else:
-            sys.stderr.write(text)
-    except OSError:
-        pass
+    return client_main()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ object registered under the ``ralph`` entry-point group (the default plugins in
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import pluggy
@@ -14,6 +15,9 @@ import pluggy
 if TYPE_CHECKING:
     from ralph.contracts import (
         Agent,
+        Denial,
+        Gate,
+        HookEvent,
         LoopEvent,
         Policy,
         Runner,
@@ -67,6 +71,16 @@ def ralph_register_task_stores(register: Callable[[type[TaskStore]], None]) -> N
 
 
 @hookspec
+def ralph_register_gates(register: Callable[[type[Gate]], None]) -> None:
+    """Register gates: checks the loop runs itself after implement and review-fix iterations.
+
+    Call ``register(GateClass)``.  Hard gates (``hard = True``) send a failing
+    story back with the gate's verbatim output; soft gates only log warnings.
+    Gates run in ``order``; a duplicate name is an error naming both providers.
+    """
+
+
+@hookspec
 def ralph_config_sections() -> dict[str, type] | None:
     """Return ``{section_name: PydanticModel}`` for this plugin's own config.
 
@@ -104,3 +118,53 @@ def ralph_loop_event(event: LoopEvent) -> None:
     ``event.kind`` names the event; ``event.data`` is JSON-serialisable.
     """
 
+
+
+# -- agent-side hooks (Claude Code events) ------------------------------------------
+
+
+@hookspec
+def ralph_pre_tool_use(event: HookEvent) -> list[Denial] | None:
+    """Guard one tool call before it runs (Claude Code ``PreToolUse``).
+
+    A collecting hook: every guard sees every call; any ``Denial`` blocks it and
+    all reasons are shown to the agent.  The reason must say what to do
+    instead.  Guards may record things in ``event.session`` (files read).
+    Return None or an empty list to allow.
+    """
+
+
+@hookspec
+def ralph_post_tool_use(event: HookEvent) -> list[str] | None:
+    """React after a tool ran (Claude Code ``PostToolUse``).
+
+    Return messages for the agent (added to its context as
+    ``additionalContext``): context-usage alerts, detected test failures.
+    """
+
+
+@hookspec
+def ralph_session_start(event: HookEvent) -> list[str] | None:
+    """A new agent session begins (Claude Code ``SessionStart``): reset per-session
+    state; return context messages for the agent, if any."""
+
+
+@hookspec
+def ralph_user_prompt_submit(event: HookEvent) -> list[str] | None:
+    """A prompt was submitted (Claude Code ``UserPromptSubmit``): reset the read log,
+    log activity (never the prompt text); return context messages, if any."""
+
+
+# -- prompts ------------------------------------------------------------------------
+
+
+@hookspec
+def ralph_prompt_context(run_dir: Path, iteration: int, since: float) -> list[str] | None:
+    """Contribute feedback to the prompt of iteration ``iteration``.
+
+    Called by the loop before rendering each prompt after the first.
+    ``since`` is the wall-clock time (``time.time()``) the previous iteration
+    started: report only what happened from then on (e.g. the test failures
+    the PostToolUse monitor recorded in ``run_dir``).  Return short markdown
+    items; the loop lists them under "Feedback from the loop".
+    """

@@ -33,7 +33,7 @@ from ralph.contracts import (
 )
 from ralph.errors import RalphError, TaskListError, UsageError
 from ralph.fsutil import atomic_write_text
-from ralph.gitutil import commit_paths, git_dir
+from ralph.gitutil import commit_paths, git_dir, head
 from ralph.lock import ProjectLock
 from ralph.plugins import PluginHost
 from ralph.prompt import relative_dir, render_prompt
@@ -109,6 +109,10 @@ class Loop:
         self.cost = 0.0
         self.started = time.monotonic()
         self._last_good_raw: str | None = None
+        self.hook_server: Any = None
+        self.sessions: dict[str, Any] = {}
+        self.current: tuple[Selection, TaskList, str | None] | None = None
+        """(selection, pre-iteration tasks, checkpoint commit) of the running iteration."""
 
     # -- events ------------------------------------------------------------------
 
@@ -199,6 +203,9 @@ class Loop:
         lock.acquire()
         previous_handlers = self._install_signal_handlers()
         self.run_dir = new_run_dir(self.project_dir, self.config.state_dir)
+        from ralph.hookserver import HookServer
+
+        self.hook_server = HookServer(self.answer_hook).start()
         try:
             self.runner.prepare(self.project_dir)
             return self._iterate(tasks)
@@ -207,6 +214,9 @@ class Loop:
             try:
                 self.runner.cleanup()
             finally:
+                self.hook_server.stop()
+                for error in self.hook_server.errors:
+                    self.emit("hook_error", error=error[-4000:])
                 self._remove_marker()
                 lock.release()
 
@@ -267,8 +277,11 @@ class Loop:
             iteration += 1
             record = IterationRecord(iteration, selection.mode, selection.story_id)
             self.records.append(record)
+            iteration_started = time.time()
             tasks = self._one_iteration(record, selection, tasks, feedback)
             feedback = self._feedback_for_next(record)
+            assert self.run_dir is not None
+            feedback += self.host.prompt_context(self.run_dir, iteration + 1, iteration_started)
             if self.cancel.is_set():
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
             if self.policy.is_complete(tasks) and not record.violations:
@@ -282,8 +295,9 @@ class Loop:
         self, record: IterationRecord, selection: Selection, tasks: TaskList, feedback: list[str]
     ) -> TaskList:
         assert self.run_dir is not None
-        before = tasks.model_copy(deep=True)
+        before = tasks  # never mutated: the post-iteration state is a fresh parse
         before_raw = self._last_good_raw
+        self.current = (selection, before, head(self.project_dir))
         self._write_state(record, selection, before)
         prompt = self.render(record.number, selection, tasks, feedback)
         (self.run_dir / f"iteration-{record.number:03d}.prompt.md").write_text(prompt, encoding="utf-8")
@@ -301,6 +315,7 @@ class Loop:
         record.seconds = round(time.monotonic() - started, 3)
         record.promise = any(PROMISE.search(text) for text in texts)
 
+        self.current = None  # hooks that still arrive now see no iteration
         raw, after, error = self.read_tasks()
         violations = self.validate(raw, after, selection.mode, before, parse_error=error)
         if after is None:
@@ -344,7 +359,11 @@ class Loop:
                 iteration=record.number,
                 model=self.config.model,
                 hook_settings=self._hook_settings(),
-                env={STATE_FILE_ENV: str(self.run_dir / "state.json"), "RALPH_RUN_DIR": str(self.run_dir)},
+                env={
+                    STATE_FILE_ENV: str(self.run_dir / "state.json"),
+                    "RALPH_RUN_DIR": str(self.run_dir),
+                    "RALPH_HOOK_SOCKET": str(self.hook_server.path),
+                },
             )
             spec = self.agent.process(invocation)
             texts: list[str] = []
@@ -477,21 +496,18 @@ class Loop:
             "iterationMode": selection.mode,
             "story": selection.story_id,
             "preIterationSnapshot": {sid: state.as_dict() for sid, state in before.snapshot().items()},
+            "ralphDir": str(self.ralph_dir),
+            "policy": self.policy.name,
+            "store": self.store.name,
         }
 
     def _write_state(self, record: IterationRecord, selection: Selection, before: TaskList) -> None:
         assert self.run_dir is not None
         payload = self._payload(record, selection, before)
-        trusted = {
-            **payload,
-            "projectDir": str(self.project_dir),
-            "tasksPath": str(self.tasks_path),
-            "policy": self.policy.name,
-            "store": self.store.name,
-            "runDir": str(self.run_dir),
-        }
-        atomic_write_text(self.run_dir / "state.json", json.dumps(trusted, indent=2))
-        atomic_write_text(self.marker, json.dumps({**payload, "runDir": str(self.run_dir)}, indent=2) + "\n")
+        trusted = {**payload, "projectDir": str(self.project_dir), "tasksPath": str(self.tasks_path), "runDir": str(self.run_dir)}
+        # compact JSON: json's indenting encoder is pure Python and slow on large task lists
+        atomic_write_text(self.run_dir / "state.json", json.dumps(trusted))
+        atomic_write_text(self.marker, json.dumps({**payload, "runDir": str(self.run_dir)}) + "\n")
 
     def _remove_marker(self) -> None:
         try:
@@ -506,7 +522,54 @@ class Loop:
         assert self.run_dir is not None
         from ralph.hookwiring import write_hook_settings
 
-        return write_hook_settings(self.run_dir)
+        return write_hook_settings(self.run_dir, self.runner.hook_command())
+
+    # -- the hook server's answers ----------------------------------------------------------
+
+    def loop_view(self) -> Any:
+        from ralph.contracts import LoopView
+
+        selection, _, checkpoint = self.current if self.current else (None, None, None)
+        assert self.run_dir is not None
+        return LoopView(
+            runner=self.runner.name,
+            mode=selection.mode if selection else None,
+            story_id=selection.story_id if selection else None,
+            ralph_dir=self.ralph_dir,
+            run_dir=self.run_dir,
+            protected_paths=[
+                self.marker,
+                self.ralph_dir / "prd.md",
+                self.ralph_dir / "prompt.md",
+                self.project_dir / ".claude" / "settings.json",
+                self.project_dir / ".claude" / "settings.local.json",
+            ],
+            checkpoint=checkpoint,
+        )
+
+    def answer_hook(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Answer one agent-side hook call with the loop's trusted state and plugins."""
+        from ralph.hook import HookContext, answer
+        from ralph.sessions import MemorySession
+
+        payload = request.get("payload") or {}
+        session_id = str(payload.get("session_id") or "")
+        session = self.sessions.setdefault(session_id, MemorySession())
+        current = self.current
+
+        def stop_checks() -> list[Violation]:
+            if current is None:
+                return []
+            selection, before, _ = current
+            raw, tasks, error = self.read_tasks()
+            return self.validate(raw, tasks, selection.mode, before, parse_error=error)
+
+        assert self.run_dir is not None
+        context = HookContext(self.host, self.project_dir, session, self.run_dir, self.loop_view(), stop_checks)
+        output = answer(payload, context, dict(request.get("env") or {}))
+        if output:
+            self.emit("hook", event=payload.get("hook_event_name"), tool=payload.get("tool_name"), output=output)
+        return output
 
     # -- signals ---------------------------------------------------------------------------
 

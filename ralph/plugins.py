@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from importlib import metadata
+from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
 import pluggy
 
 from ralph import hookspecs
-from ralph.contracts import Agent, LoopEvent, Policy, Runner, TaskStore, ValidationContext, Violation
+from ralph.contracts import Agent, Gate, LoopEvent, Policy, Runner, TaskStore, ValidationContext, Violation
 from ralph.errors import PluginError
 
 ENTRY_POINT_GROUP = "ralph"
@@ -99,29 +99,36 @@ class PluginHost:
             if name in disabled:
                 continue
             self.pm.register(plugin, name=name)
-            self.infos.append(PluginInfo(name, "(registered in code)", "", name))
+            self.infos.append(PluginInfo(name, "registered in code", "", name))
         self.pm.check_pending()
         self.runners = self._registry("runner", "ralph_register_runners", Runner)
         self.agents = self._registry("agent", "ralph_register_agents", Agent)
         self.policies = self._registry("policy", "ralph_register_policies", Policy)
         self.stores = self._registry("task store", "ralph_register_task_stores", TaskStore)
+        self.gates = self._registry("gate", "ralph_register_gates", Gate)
 
     # -- loading ----------------------------------------------------------------
 
     def _load_entry_points(self, disabled: set[str], only_own: bool) -> None:
         seen: set[str] = set()
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            dist = ep.dist.name if ep.dist else "(unknown)"
-            version = ep.dist.version if ep.dist else ""
+        from ralph.entrypoints import entry_points, normalize
+
+        for ep in entry_points(ENTRY_POINT_GROUP):
+            dist, version = ep.dist, ep.version
             if ep.name in seen:
                 continue  # the same distribution visible twice on sys.path
             seen.add(ep.name)
-            if ep.name in disabled or (only_own and dist != OWN_DISTRIBUTION):
+            if ep.name in disabled or (only_own and dist != normalize(OWN_DISTRIBUTION)):
                 self.infos.append(PluginInfo(ep.name, dist, version, ep.value, disabled=True))
                 continue
             try:
                 plugin = ep.load()
                 self.pm.register(plugin, name=ep.name)
+                try:
+                    self.pm.check_pending()  # a misspelled hook name in *this* plugin
+                except Exception:
+                    self.pm.unregister(name=ep.name)
+                    raise
             except Exception as exc:  # a broken third-party plugin must not break ralph
                 self.infos.append(
                     PluginInfo(ep.name, dist, version, ep.value, error=f"{type(exc).__name__}: {exc}")
@@ -171,6 +178,10 @@ class PluginHost:
     def validate(self, context: ValidationContext) -> list[Violation]:
         results = self.pm.hook.ralph_validate(context=context)
         return [violation for result in results for violation in (result or [])]
+
+    def prompt_context(self, run_dir: Path, iteration: int, since: float) -> list[str]:
+        results = self.pm.hook.ralph_prompt_context(run_dir=run_dir, iteration=iteration, since=since)
+        return [item for result in results for item in (result or []) if item]
 
     def emit(self, event: LoopEvent) -> None:
         self.pm.hook.ralph_loop_event(event=event)

@@ -32,6 +32,9 @@ class Story(BaseModel):
     reviewFeedback: StrictStr
     notes: StrictStr = ""
     dependsOn: list[StrictStr] = Field(default_factory=list)
+    failed: StrictBool = False
+    """Set by the loop when the story was stopped (tier 3); it is skipped until a person resets it."""
+    failureReason: StrictStr = ""
 
     def state(self) -> StoryState:
         return StoryState(self.passes, self.reviewStatus, self.reviewCount)
@@ -116,6 +119,8 @@ def _message(error: Any) -> str:
         return 'must be null or one of "needs_review", "changes_requested", "approved"'
     if kind == "bool_type":
         return "must be true or false"
+    if kind == "int_type" and error["loc"] and error["loc"][-1] == "reviewCount":
+        return "must be a non-negative integer"
     if kind in {"int_type", "float_type"}:
         return "must be a number"
     if kind == "greater_than_equal":
@@ -147,10 +152,12 @@ def structural_problems(tasks: TaskList) -> list[tuple[str | None, str]]:
 def ready_stories(tasks: TaskList, candidates: Iterable[Story]) -> list[Story]:
     """Candidates whose ``dependsOn`` stories are all done, best priority first.
 
-    Ties keep file order.  Unknown dependencies count as unmet.
+    Ties keep file order.  Unknown dependencies count as unmet; failed stories are never ready.
     """
     done = {story.id for story in tasks.userStories if story.done}
-    ready = [story for story in candidates if all(dep in done for dep in story.dependsOn)]
+    ready = [
+        story for story in candidates if not story.failed and all(dep in done for dep in story.dependsOn)
+    ]
     order = {id(story): index for index, story in enumerate(tasks.userStories)}
     ready.sort(key=lambda story: (story.priority, order.get(id(story), 0)))
     return ready

@@ -314,7 +314,7 @@ CHECK25 = [
     pytest.param(
         "implement", [story()], [story(), story("US-002", passes=True, notes="done")],
         ["invariants", "transitions"],
-        ["New story US-002 added in a implement iteration must start at passes=false, reviewStatus=null, "
+        ["New story US-002 added in an implement iteration must start at passes=false, reviewStatus=null, "
          "reviewCount=0 (found passes=true, reviewStatus=null, reviewCount=0)."],
         id="implement-new-story-passes-true",
     ),

@@ -71,7 +71,7 @@ def _missing(key: str) -> dict[str, Any]:
         (story("US-007", passes="yes"), "userStories[1] (US-007).passes: must be true or false"),
         (story("US-007", passes=1), "userStories[1] (US-007).passes: must be true or false"),
         (story("US-007", priority="high"), "userStories[1] (US-007).priority: must be a number"),
-        (story("US-007", reviewCount=True), "userStories[1] (US-007).reviewCount: must be a number"),
+        (story("US-007", reviewCount=True), "userStories[1] (US-007).reviewCount: must be a non-negative integer"),
         (story("US-007", reviewCount=-1), "userStories[1] (US-007).reviewCount: must be an integer >= 0"),
         (story("US-007", acceptanceCriteria=[]), "userStories[1] (US-007).acceptanceCriteria: must not be empty"),
         (story("US-007", acceptanceCriteria="x"), "userStories[1] (US-007).acceptanceCriteria: must be an array"),

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from ralph import hookimpl
 from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, ProcessSpec
 
-from . import streamjson
 
 if TYPE_CHECKING:
     from ralph.settings import Settings
@@ -158,10 +157,12 @@ class ClaudeAgent(Agent):
             if var in os.environ:
                 env[var] = os.environ[var]
         env.update(invocation.env)
-        return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir)
+        return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir, program="claude")
 
     def parse_line(self, line: str) -> list[AgentEvent]:
         """Parse one stream-json line (see :mod:`ralph_plugins.agents.streamjson`)."""
+        from ralph_plugins.agents import streamjson
+
         return streamjson.parse_line(line)
 
 

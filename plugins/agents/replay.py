@@ -70,7 +70,9 @@ class ReplayAgent(Agent):
             "--tasks",
             str(tasks),
         ]
-        return ProcessSpec(argv=argv, env=dict(invocation.env), cwd=invocation.project_dir, stdin=invocation.prompt)
+        return ProcessSpec(
+            argv=argv, env=dict(invocation.env), cwd=invocation.project_dir, stdin=invocation.prompt, program="python3"
+        )
 
     def parse_line(self, line: str) -> list[AgentEvent]:
         from ralph_plugins.agents.streamjson import parse_line

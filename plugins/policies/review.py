@@ -20,7 +20,7 @@ INITIAL = StoryState(False, None, 0)
 
 
 def _first(tasks: TaskList, status: str) -> Story | None:
-    matching = [s for s in tasks.userStories if s.reviewStatus == status]
+    matching = [s for s in tasks.userStories if s.reviewStatus == status and not s.failed]
     return min(matching, key=lambda s: s.priority) if matching else None
 
 
@@ -119,7 +119,7 @@ def _new_story_violation(story: Story, mode: str) -> Violation | None:
         return None
     return Violation(
         "transitions",
-        f"New story {story.id} added in a {mode} iteration must start at passes=false, "
+        f"New story {story.id} added in {'an' if mode == 'implement' else 'a'} {mode} iteration must start at passes=false, "
         f"reviewStatus=null, reviewCount=0 (found passes={_fmt(story.passes)}, "
         f"reviewStatus={_fmt(story.reviewStatus)}, reviewCount={story.reviewCount}).",
         story.id,

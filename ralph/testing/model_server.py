@@ -374,8 +374,10 @@ class ScriptedModelServer:
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(self, responder: Responder) -> None:
+    def __init__(self, responder: Responder, host: str = "127.0.0.1") -> None:
         self.responder = responder
+        self.host = host
+        """The address to bind: e.g. the docker bridge gateway, so a sandboxed agent reaches it."""
         self._requests: list[ModelRequest] = []
         self._errors: list[BaseException] = []
         self._unscripted = 0
@@ -426,7 +428,7 @@ class ScriptedModelServer:
         """Bind an ephemeral port and serve in a daemon thread."""
         if self._server is not None:
             return self
-        server = _Server(("127.0.0.1", 0), _Handler)
+        server = _Server((self.host, 0), _Handler)
         server.owner = self
         self._server = server
         self._thread = threading.Thread(

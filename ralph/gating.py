@@ -1,0 +1,387 @@
+"""Gates, per-story state, stuck detection and escalation (seed 002), run by the loop.
+
+After every implement and review-fix iteration the loop runs the gates
+itself.  A failing hard gate sends the story back with the verbatim output;
+the same error three times escalates: strategy shift (tier 1), context
+expansion when information is missing (tier 2), hard stop (tier 3): the story
+is marked failed, its work kept on a ``wip/ralph-fail-*`` branch and the
+working branch reset to before the story's work.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ralph.contracts import Gate, GateContext, GateResult, Selection
+from ralph.storystate import StoryState, truncate
+
+if TYPE_CHECKING:
+    from ralph.loop import IterationRecord, Loop
+    from ralph.tasks import TaskList
+
+GATED_MODES = ("implement", "review-fix")
+CONTEXT_FILES = 3
+CONTEXT_LINES = 200
+
+
+@dataclass
+class FailedStory:
+    """A story stopped at tier 3, for the end-of-run report."""
+
+    story_id: str
+    attempts: int
+    max_attempts: int
+    last_gate: str | None
+    branch: str | None
+    error: str
+    stuck: bool
+    quality_warnings: int
+    reset: str
+
+
+@dataclass
+class GateOutcome:
+    """What the gates decided after one iteration."""
+
+    results: list[GateResult] = field(default_factory=list)
+    failed_gate: GateResult | None = None
+    escalation: str | None = None
+
+
+class GateKeeper:
+    """Runs gates for a loop and keeps each story's state file."""
+
+    def __init__(self, loop: Loop) -> None:
+        from ralph.rundir import state_root, project_key
+
+        self.loop = loop
+        self.config = loop.config
+        self.states_dir = state_root(self.config.state_dir) / "projects" / project_key(loop.project_dir) / "stories"
+        gates = [cls(loop.settings) for cls in (loop.host.gates.get(n) for n in loop.host.gates.names())]
+        self.gates: list[Gate] = sorted((g for g in gates if g.enabled()), key=lambda g: (not g.hard, g.order))
+        self.states: dict[str, StoryState] = {}
+        self.failed: list[FailedStory] = []
+        self.quality_warnings: dict[str, list[str]] = {}
+        self.expanded_context: dict[str, str] = {}
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def state(self, story_id: str) -> StoryState:
+        if story_id not in self.states:
+            self.states[story_id] = StoryState.load(self.states_dir, story_id, self.config.max_attempts)
+        return self.states[story_id]
+
+    def pending_states(self) -> list[Path]:
+        """State files left by an earlier (interrupted) run."""
+        return sorted(self.states_dir.glob("*.json")) if self.states_dir.is_dir() else []
+
+    def archive_states(self) -> Path | None:
+        """Move earlier state files aside (``--fresh``); returns where they went."""
+        pending = self.pending_states()
+        if not pending:
+            return None
+        target = self.states_dir.parent / "stories-archive" / time.strftime("%Y%m%d-%H%M%S")
+        target.mkdir(parents=True, exist_ok=True)
+        for path in self.states_dir.iterdir():
+            path.rename(target / path.name)
+        return target
+
+    def before_iteration(self, selection: Selection, checkpoint: str | None) -> None:
+        if selection.story_id is None or selection.mode != "implement":
+            return
+        state = self.state(selection.story_id)
+        if state.start_commit is None:
+            state.start_commit = checkpoint
+            state.save(self.states_dir)
+
+    def story_context(self, selection: Selection) -> list[str]:
+        """Prompt items for the selected story: its state file and any escalation directive."""
+        if selection.story_id is None:
+            return []
+        state = self.states.get(selection.story_id) or self.state(selection.story_id)
+        if not state.attempts:
+            return []
+        items = [
+            "Previous failed attempts at this story, written by the loop (verbatim gate output; the "
+            f"agent's own claims do not count):\n\n{_indent(state.render())}"
+        ]
+        last = state.attempts[-1]
+        if last.strategy_shift:
+            first_line = next((line for line in last.output.splitlines() if line.strip()), last.gate)
+            files = ", ".join(state.files_modified[:10]) or "the same files"
+            items.append(
+                "IMPORTANT: Strategy Shift Required. You have failed "
+                f"{state.stuck_count}x with the same error at the {last.gate} gate (error hash "
+                f"{last.error_hash}). Your previous approach does not work; try a fundamentally different "
+                f"one. Do NOT repeat the approach of the last attempts, which changed {files} and ended "
+                f"with: {first_line.strip()[:300]}"
+            )
+        if selection.story_id in self.expanded_context:
+            items.append(self.expanded_context[selection.story_id])
+        return items
+
+    # -- after an iteration ------------------------------------------------------------------------
+
+    def after_iteration(
+        self,
+        record: IterationRecord,
+        selection: Selection,
+        tasks: TaskList,
+        checkpoint: str | None,
+        untracked_before: set[str],
+    ) -> tuple[TaskList, GateOutcome]:
+        outcome = GateOutcome()
+        story_id = selection.story_id
+        if selection.mode not in GATED_MODES or story_id is None or tasks.story(story_id) is None:
+            return tasks, outcome
+        loop = self.loop
+        state = self.state(story_id)
+        if record.timed_out:
+            result = GateResult(
+                "iteration", False, f"TIMEOUT: the {selection.mode} iteration was stopped after "
+                f"{loop.iteration_timeout():g}s", timed_out=True,
+            )
+        else:
+            result = None
+            for gate in self.gates:
+                soft, hard = self._timeouts(gate)
+                context = GateContext(
+                    project_dir=loop.project_dir,
+                    run_dir=loop.run_dir,  # type: ignore[arg-type]
+                    tasks=tasks,
+                    story_id=story_id,
+                    mode=selection.mode,
+                    iteration=record.number,
+                    soft_timeout=soft,
+                    hard_timeout=hard,
+                    ask_agent=lambda prompt, g=gate.name: loop.ask_agent(prompt, f"{record.number:03d}.{g}", hard),
+                    checkpoint=checkpoint,
+                )
+                gate_result = gate.run(context)
+                outcome.results.append(gate_result)
+                loop.emit(
+                    "gate",
+                    iteration=record.number,
+                    story=story_id,
+                    gate=gate_result.gate,
+                    passed=gate_result.passed,
+                    hard=gate.hard,
+                    exit_code=gate_result.exit_code,
+                    timed_out=gate_result.timed_out,
+                    seconds=round(gate_result.seconds, 3),
+                    soft_timeout_exceeded=gate_result.soft_timeout_exceeded,
+                    output=truncate(gate_result.output, 40),
+                )
+                if gate_result.soft_timeout_exceeded:
+                    loop.emit("gate_soft_timeout", iteration=record.number, gate=gate_result.gate, seconds=gate_result.seconds)
+                for warning in gate_result.warnings:
+                    self.quality_warnings.setdefault(story_id, []).append(warning)
+                    loop.emit("quality_warning", iteration=record.number, story=story_id, gate=gate_result.gate, warning=warning)
+                if gate_result.warnings:
+                    state.quality_warnings += len(gate_result.warnings)
+                if gate.hard and not gate_result.passed:
+                    result = gate_result
+                    break
+        if result is None:
+            state.record_success()
+            state.save(self.states_dir)
+            return tasks, outcome
+
+        outcome.failed_gate = result
+        from ralph.gitutil import changed_files
+
+        state.record_failure(
+            result.gate, result.output, result.exit_code, result.timed_out, changed_files(loop.project_dir, state.start_commit)
+        )
+        tasks = self._send_back(record, selection, tasks, result)
+        if self.config.on_gate_failure == "rollback" and checkpoint:
+            tasks = self._rollback(record, checkpoint, untracked_before)
+        outcome.escalation = self._escalate(record, state, tasks)
+        state.save(self.states_dir)
+        if outcome.escalation == "stop":
+            tasks = self._stop_story(record, story_id, state, tasks)
+        return tasks, outcome
+
+    def _timeouts(self, gate: Gate) -> tuple[float | None, float | None]:
+        soft, hard = gate.default_soft_timeout, gate.default_hard_timeout
+        configured = getattr(gate, "timeouts", None)
+        if configured is not None:
+            soft, hard = configured
+        factor = self.config.timeout_multiplier
+        remaining = self.loop.global_remaining()
+        hard = None if hard is None else hard * factor
+        if remaining is not None:
+            hard = remaining if hard is None else min(hard, remaining)
+        return (None if soft is None else soft * factor), hard
+
+    def _send_back(self, record: IterationRecord, selection: Selection, tasks: TaskList, result: GateResult) -> TaskList:
+        """The agent's verdict does not count when a hard gate fails: put the story back."""
+        loop = self.loop
+        story = tasks.story(selection.story_id or "")
+        assert story is not None
+        changed = []
+        if loop.policy.uses_review:
+            if selection.mode == "implement" and story.reviewStatus == "needs_review":
+                story.reviewStatus = None
+                changed.append("reviewStatus needs_review → null")
+            elif selection.mode == "review-fix" and story.reviewStatus != "changes_requested":
+                story.reviewStatus = "changes_requested"
+                story.reviewFeedback = (
+                    f"[ralph {result.gate} gate] the {result.gate} gate failed after the fix; see the loop's "
+                    "state for the verbatim output."
+                )
+                changed.append("reviewStatus → changes_requested")
+        elif story.passes:
+            story.passes = False
+            changed.append("passes true → false")
+        loop.emit(
+            "gate_failed",
+            iteration=record.number,
+            story=story.id,
+            gate=result.gate,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            sent_back=changed,
+        )
+        if changed:
+            loop.persist_tasks(
+                tasks,
+                record,
+                f"the {result.gate} gate failed for {story.id}; the loop set it back ({'; '.join(changed)})",
+            )
+        return tasks
+
+    def _rollback(self, record: IterationRecord, checkpoint: str, untracked_before: set[str]) -> TaskList:
+        from ralph.gitutil import rollback
+
+        removed = rollback(self.loop.project_dir, checkpoint, untracked_before)
+        self.loop.emit("rollback", iteration=record.number, to=checkpoint, removed=removed)
+        raw, tasks, _ = self.loop.read_tasks()
+        assert tasks is not None
+        self.loop._last_good_raw = raw
+        return tasks
+
+    def _escalate(self, record: IterationRecord, state: StoryState, tasks: TaskList) -> str | None:
+        decision = state.escalation(self.config.strategy_shifts)
+        if decision == "strategy-shift":
+            state.strategy_shifts += 1
+            state.attempts[-1].strategy_shift = True
+        elif decision == "context-expansion":
+            state.context_expanded = True
+            self.expanded_context[state.task_id] = self._expanded_context(state)
+        self.loop.emit(
+            "escalation" if decision else "attempt_failed",
+            iteration=record.number,
+            story=state.task_id,
+            tier={"strategy-shift": 1, "context-expansion": 2, "stop": 3}.get(decision or "", 0),
+            decision=decision,
+            attempts=state.iteration,
+            stuck_count=state.stuck_count,
+            error_hash=state.error_hash,
+        )
+        return decision
+
+    def _expanded_context(self, state: StoryState) -> str:
+        """Tier 2: the files the error names (that exist in the project) and the project's file list."""
+        from ralph.gitutil import git
+
+        project = self.loop.project_dir
+        output = state.attempts[-1].output if state.attempts else ""
+        listing = git(project, "ls-files", check=False).stdout.splitlines()
+        named = []
+        for candidate in re.findall(r"[\w./-]+\.\w+", output):
+            path = (project / candidate).resolve()
+            if path.is_file() and project.resolve() in path.parents and candidate not in named:
+                named.append(candidate)
+        parts = [
+            "Context expansion: the error points at missing information. Files tracked in the project "
+            f"({len(listing)}):\n" + "\n".join(f"- {name}" for name in listing[:300])
+        ]
+        for name in named[:CONTEXT_FILES]:
+            text = (project / name).read_text(encoding="utf-8", errors="replace").splitlines()[:CONTEXT_LINES]
+            parts.append(f"Contents of {name}:\n```\n" + "\n".join(text) + "\n```")
+        return "\n\n".join(parts)
+
+    def _stop_story(self, record: IterationRecord, story_id: str, state: StoryState, tasks: TaskList) -> TaskList:
+        """Tier 3: keep the work on a failure branch, reset the working branch, mark the story failed."""
+        from ralph.gitutil import branch_failed_work, git
+
+        loop = self.loop
+        project = loop.project_dir
+        stuck = state.stuck_count >= 3
+        branch = f"wip/ralph-fail-{re.sub(r'[^A-Za-z0-9._-]', '_', story_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
+        last = state.attempts[-1] if state.attempts else None
+        error = next((line.strip() for line in (last.output if last else "").splitlines() if line.strip()), "")
+        message = (
+            f"Ralph Loop failed: {story_id}\n\nIterations: {state.iteration}/{state.max_iterations}\n"
+            f"Last gate: {state.last_gate}\nError hash: {state.error_hash}\nStuck: {'yes' if stuck else 'no'}\n"
+            f"Strategy shifts: {state.strategy_shifts}\n\n"
+            + (f"Last output (verbatim, cut):\n{truncate(last.output, 60)}\n" if last else "")
+        )
+        tip = branch_failed_work(project, branch, message)
+        reset = "not reset: no start commit recorded"
+        if state.start_commit:
+            others_changed = self._others_changed_since(state.start_commit, story_id, tasks)
+            if others_changed:
+                reset = f"not reset: other stories changed since {state.start_commit[:8]} ({', '.join(others_changed)})"
+            else:
+                git(project, "reset", "-q", "--hard", state.start_commit)
+                reset = f"reset to {state.start_commit[:8]}"
+        raw, current, _ = loop.read_tasks()
+        if current is None or current.story(story_id) is None:
+            current = tasks
+        story = current.story(story_id)
+        assert story is not None
+        story.failed = True
+        story.failureReason = (
+            f"stopped after {state.iteration} failed attempts at the {state.last_gate} gate"
+            f"{' (stuck: same error ' + str(state.stuck_count) + 'x)' if stuck else ''}; work kept on {branch}"
+        )
+        loop._last_good_raw = raw
+        loop.persist_tasks(current, record, f"{story_id} stopped (tier 3): {story.failureReason}")
+        self.failed.append(
+            FailedStory(story_id, state.iteration, state.max_iterations, state.last_gate, branch, error[:300], stuck,
+                        state.quality_warnings, reset)
+        )
+        loop.emit("story_failed", iteration=record.number, story=story_id, branch=branch, tip=tip, reset=reset,
+                  stuck=stuck, error=error[:300])
+        return current
+
+    def _others_changed_since(self, commit: str, story_id: str, tasks: TaskList) -> list[str]:
+        from ralph.errors import TaskListError
+        from ralph.gitutil import show_file
+
+        raw = show_file(self.loop.project_dir, commit, self.loop.tasks_path)
+        if raw is None:
+            return []
+        try:
+            then = self.loop.store.parse(raw, self.loop.tasks_path)
+        except TaskListError:
+            return []
+        before = {s.id: s.state() for s in then.userStories}
+        return [
+            s.id for s in tasks.userStories
+            if s.id != story_id and s.id in before and before[s.id] != s.state()
+        ]
+
+    def forget(self, story_id: str) -> None:
+        """The story was approved: its state file goes to the run directory (seed: deleted on success)."""
+        from ralph.storystate import state_path
+
+        self.states.pop(story_id, None)
+
+        for suffix in (".md", ".json"):
+            path = state_path(self.states_dir, story_id).with_suffix(suffix)
+            if path.exists() and self.loop.run_dir is not None:
+                path.rename(self.loop.run_dir / f"story-{path.name}")
+
+    def summary(self) -> list[dict[str, Any]]:
+        return [failed.__dict__ for failed in self.failed]
+
+
+def _indent(text: str) -> str:
+    return "\n".join(("    " + line) if line else "" for line in text.splitlines())
