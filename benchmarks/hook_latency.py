@@ -1,0 +1,128 @@
+"""Latency of one agent-side hook call per Claude Code event, process start to JSON out.
+
+Each call runs the hook command exactly as Claude Code does (a new process,
+the event JSON on stdin) against a project whose task list has 1,000 stories:
+
+- inside a loop: the stdlib client forwards to a running loop's hook server
+  (a real ``Loop`` with its plugins and trusted state, mid-iteration);
+- outside a loop: the client loads ralph and answers in-process (the plugin
+  used interactively; Stop checks read ``.ralph-active``).
+
+Targets: median under 30 ms for PreToolUse and PostToolUse, under 60 ms for Stop.
+
+    python benchmarks/hook_latency.py [--runs 30] [--stories 1000]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import header, int_arg, ms, open_task_list, percentile, table  # noqa: E402
+
+from ralph.hookwiring import hook_command  # noqa: E402
+
+EVENTS = {
+    "SessionStart": {"source": "startup"},
+    "UserPromptSubmit": {"prompt": "Ralph Loop iteration 1 of 15 ..."},
+    "PreToolUse": {"tool_name": "Bash", "tool_input": {"command": "git status && pytest -q"}},
+    "PostToolUse": {
+        "tool_name": "Bash",
+        "tool_input": {"command": "pytest -q"},
+        "tool_response": {"stdout": "....\n4 passed in 0.12s\n", "stderr": "", "interrupted": False},
+    },
+    "Stop": {"stop_hook_active": False, "last_assistant_message": "done"},
+}
+GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+
+
+def make_project(root: Path, stories: int) -> Path:
+    from ralph.initproject import init_project
+
+    project = root / "project"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    init_project(project, name="bench")
+    (project / "ralph" / "tasks.json").write_text(json.dumps(open_task_list(stories), indent=2) + "\n")
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", "commit", "-qm", "bench"], cwd=project, check=True, env={**os.environ, **GIT_ENV})
+    return project
+
+
+def time_calls(command: str, payload: dict, env: dict[str, str], cwd: Path, runs: int) -> tuple[list[float], str]:
+    data = json.dumps(payload).encode()
+    times = []
+    out = b""
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = subprocess.run(command, shell=True, input=data, capture_output=True, env=env, cwd=cwd)
+        times.append(time.perf_counter() - start)
+        out = result.stdout
+    return times, out.decode()[:60]
+
+
+def main(argv: list[str]) -> None:
+    runs = int_arg(argv, "--runs", 30)
+    stories = int_arg(argv, "--stories", 1000)
+    header(f"hook latency: one call per event, {stories}-story task list, {runs} runs each")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ["RALPH_STATE_DIR"] = str(root / "state")
+        project = make_project(root, stories)
+        from ralph.hookserver import HookServer
+        from ralph.loop import IterationRecord
+        from ralph.rundir import new_run_dir
+        from ralph.session import open_session
+
+        with open(os.devnull, "w") as null:
+            saved = sys.stdout, sys.stderr
+            sys.stdout = sys.stderr = null
+            try:
+                loop = open_session(project, {"runner": "direct", "agent": "replay"}).build_loop()
+                os.environ.setdefault("RALPH_REPLAY_SCRIPT", str(root / "none.json"))
+                (root / "none.json").write_text("{}")
+                tasks = loop.preflight()
+            finally:
+                sys.stdout, sys.stderr = saved
+        loop.run_dir = new_run_dir(project, str(root / "state"))
+        selection = loop.policy.select(tasks)
+        assert selection is not None
+        loop.current = (selection, tasks, None)
+        loop._write_state(IterationRecord(1, selection.mode, selection.story_id), selection, tasks)
+        server = HookServer(loop.answer_hook).start()
+        command = hook_command()
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith("RALPH_HOOK")}
+        rows: list[tuple[str, ...]] = [("event", "where", "min ms", "median ms", "p90 ms", "output")]
+        try:
+            for where, env in (("in loop", {**base_env, "RALPH_HOOK_SOCKET": str(server.path)}), ("no loop", base_env)):
+                for name, extra in EVENTS.items():
+                    payload = {
+                        "hook_event_name": name,
+                        "session_id": "bench",
+                        "cwd": str(project),
+                        "transcript_path": str(root / "none.jsonl"),
+                        **extra,
+                    }
+                    env_here = {**env, "CLAUDE_PROJECT_DIR": str(project)}
+                    times, out = time_calls(command, payload, env_here, project, runs)
+                    rows.append(
+                        (name, where, ms(min(times)), ms(statistics.median(times)), ms(percentile(times, 0.9)), out or "{}")
+                    )
+        finally:
+            server.stop()
+            loop._remove_marker()
+        table(rows, left=(0, 1, 5))
+        print("targets: PreToolUse/PostToolUse median < 30 ms, Stop < 60 ms")
+        bare = time_calls(f"{sys.executable} -S -P -c pass", {}, base_env, project, runs)[0]
+        print(f"for scale: bare `python -S -P -c pass` median {ms(statistics.median(bare))} ms")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
