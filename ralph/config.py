@@ -42,6 +42,17 @@ class RalphConfig(BaseModel):
     task_store: str | None = Field(None, description="task list format; detected when unset")
     state_dir: str | None = Field(None, description="where run directories go (default: ~/.local/state/ralph)")
     output: Literal["normal", "quiet", "verbose"] = Field("normal", description="console verbosity")
+    max_attempts: int = Field(5, ge=1, description="failed gate attempts per story before it is stopped")
+    strategy_shifts: int = Field(2, ge=0, description="tier-1 strategy shifts for a stuck story before tier 2/3")
+    on_gate_failure: Literal["keep", "rollback"] = Field(
+        "keep", description="keep the failing iteration's work for the next attempt, or roll back to the checkpoint"
+    )
+    dirty_start: Literal["refuse", "stash"] = Field(
+        "refuse", description="uncommitted work at start: refuse to run, or stash it under a named stash"
+    )
+    global_soft_timeout: float | None = Field(None, gt=0, description="seconds of run time before a warning")
+    global_hard_timeout: float | None = Field(None, gt=0, description="seconds of run time before the loop stops")
+    timeout_multiplier: float = Field(1.0, gt=0, description="multiplies every timeout (complex tasks)")
 
 
 CORE_KEYS = frozenset(RalphConfig.model_fields)
