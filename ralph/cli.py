@@ -24,7 +24,8 @@ Typical session:
   ralph status                     # what the last run did
 \b
 Exit codes of `ralph run`: 0 complete, 1 iterations exhausted or no story
-selectable, 2 usage or configuration error, 130 interrupted.
+selectable, 2 usage or configuration error, 3 finished with failed stories,
+4 global hard timeout, 130 interrupted.
 """
 
 
@@ -105,6 +106,11 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
     type=click.IntRange(min=1),
     help="Raise the runaway guard: --max-iterations above this (default 100) is refused.",
 )
+@click.option("--resume", "rerun", flag_value="resume", help="Continue with the state an interrupted run left.")
+@click.option("--fresh", "rerun", flag_value="fresh", help="Archive an interrupted run's state and start over.")
+@click.option(
+    "--timeout-multiplier", type=click.FloatRange(min=0, min_open=True), help="Multiply every timeout (complex tasks)."
+)
 @click.option("--dry-run", is_flag=True, help="Show the mode, story and rendered prompt; run nothing.")
 @click.option("-q", "--quiet", "output", flag_value="quiet", help="Only status lines and the summary.")
 @click.option("-v", "--verbose", "output", flag_value="verbose", help="Also tool results and raw events.")
@@ -122,6 +128,8 @@ def run(
     review_cap: int | None,
     timeout: float | None,
     iteration_limit: int | None,
+    rerun: str | None,
+    timeout_multiplier: float | None,
     dry_run: bool,
     output: str | None,
 ) -> None:
@@ -149,9 +157,11 @@ def run(
         "timeout": timeout,
         "iteration_limit": iteration_limit,
         "output": output,
+        "timeout_multiplier": timeout_multiplier,
     }
     session = open_session(project_dir.resolve(), overrides)
     loop = session.build_loop()
+    loop.rerun = rerun
     if dry_run:
         _print_dry_run(loop)
         return

@@ -66,6 +66,8 @@ class AgentInvocation:
     """A Claude Code settings file (outside the project) wiring ralph's hooks."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment the loop wants the agent to see (RALPH_* variables)."""
+    purpose: str = "iteration"
+    """``iteration`` for a loop iteration; a gate's name for an extra call (``quality``)."""
 
 
 @dataclass

@@ -48,6 +48,8 @@ STATE_FILE_ENV = "RALPH_STATE_FILE"
 EXIT_COMPLETE = 0
 EXIT_EXHAUSTED = 1
 EXIT_USAGE = 2
+EXIT_FAILED_STORIES = 3
+EXIT_GLOBAL_TIMEOUT = 4
 EXIT_INTERRUPTED = 130
 
 
@@ -110,6 +112,15 @@ class Loop:
         self.started = time.monotonic()
         self._last_good_raw: str | None = None
         self.hook_server: Any = None
+        self.rerun: str | None = None
+        """``resume`` or ``fresh`` when state of an earlier run exists (None: ask, or refuse)."""
+        self.stash_ref: str | None = None
+        self.stash_message: str | None = None
+        self.archived_state: Path | None = None
+        self._soft_warned = False
+        from ralph.gating import GateKeeper
+
+        self.keeper = GateKeeper(self)
         self.sessions: dict[str, Any] = {}
         self.current: tuple[Selection, TaskList, str | None] | None = None
         """(selection, pre-iteration tasks, checkpoint commit) of the running iteration."""
@@ -202,6 +213,12 @@ class Loop:
         lock = ProjectLock(git_dir(self.project_dir))
         lock.acquire()
         previous_handlers = self._install_signal_handlers()
+        try:
+            self._prepare_repository()
+        except BaseException:
+            self._restore_signal_handlers(previous_handlers)
+            lock.release()
+            raise
         self.run_dir = new_run_dir(self.project_dir, self.config.state_dir)
         from ralph.hookserver import HookServer
 
@@ -219,6 +236,76 @@ class Loop:
                     self.emit("hook_error", error=error[-4000:])
                 self._remove_marker()
                 lock.release()
+
+    def _prepare_repository(self) -> None:
+        """Keep the marker out of git, deal with the user's uncommitted work and earlier state."""
+        from ralph.gitutil import dirty_paths, git_dir as find_git_dir, stash_user_work
+
+        exclude = find_git_dir(self.project_dir) / "info" / "exclude"
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+        if MARKER_NAME not in existing.split():
+            with exclude.open("a", encoding="utf-8") as handle:
+                handle.write(("" if existing.endswith("\n") or not existing else "\n") + f"/{MARKER_NAME}\n")
+        dirty = dirty_paths(self.project_dir)
+        if dirty:
+            shown = "\n".join(f"  {line}" for line in dirty[:15])
+            if self.config.dirty_start == "refuse":
+                raise UsageError(
+                    f"the project has uncommitted changes; ralph will not run over them:\n{shown}\n"
+                    "commit or stash them yourself, or set dirty_start = \"stash\" in [tool.ralph] "
+                    "(or RALPH_DIRTY_START=stash) to let ralph stash them under a named stash"
+                )
+            name = f"ralph: your uncommitted work before the run of {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            self.stash_ref = stash_user_work(self.project_dir, name)
+            self.stash_message = (
+                f"your uncommitted work was stashed as {self.stash_ref} ({name!r}); "
+                f"get it back with `git stash pop {self.stash_ref}`"
+            )
+        pending = self.keeper.pending_states()
+        if pending:
+            choice = self.rerun
+            if choice is None:
+                import sys
+
+                if not sys.stdin.isatty():
+                    names = ", ".join(p.stem for p in pending[:5])
+                    raise UsageError(
+                        f"state of an earlier, unfinished run exists for {names}; pass --resume to continue "
+                        "with it or --fresh to archive it and start over"
+                    )
+                import click
+
+                choice = click.prompt(
+                    f"An earlier run left state for {len(pending)} stor{'y' if len(pending) == 1 else 'ies'}. "
+                    "Resume with it, or start fresh (archiving it)?",
+                    type=click.Choice(["resume", "fresh"]),
+                    default="resume",
+                )
+            if choice == "fresh":
+                self.archived_state = self.keeper.archive_states()
+
+    def global_remaining(self) -> float | None:
+        """Seconds left before the global hard timeout (None: no global limit)."""
+        limit = self.config.global_hard_timeout
+        if limit is None:
+            return None
+        return max(0.0, limit * self.config.timeout_multiplier - (time.monotonic() - self.started))
+
+    def iteration_timeout(self) -> float:
+        timeout = self.config.timeout * self.config.timeout_multiplier
+        remaining = self.global_remaining()
+        return timeout if remaining is None else max(0.1, min(timeout, remaining))
+
+    def _check_global_time(self) -> bool:
+        """Warn once at the soft limit; True when the hard limit is reached."""
+        elapsed = time.monotonic() - self.started
+        soft = self.config.global_soft_timeout
+        if soft is not None and not self._soft_warned and elapsed >= soft * self.config.timeout_multiplier:
+            self._soft_warned = True
+            self.emit("global_soft_timeout", limit=soft * self.config.timeout_multiplier)
+        remaining = self.global_remaining()
+        return remaining is not None and remaining <= 0
 
     def dry_run(self) -> tuple[Selection | None, str | None, TaskList]:
         """The next iteration's selection and rendered prompt; runs nothing."""
@@ -259,26 +346,38 @@ class Loop:
             fallback_reason=self.runner.fallback_reason,
             output=config.output,
         )
+        if self.stash_message:
+            self.emit("user_work_stashed", stash=self.stash_ref, message=self.stash_message)
+        if self.archived_state:
+            self.emit("earlier_state_archived", path=str(self.archived_state))
         if self.policy.is_complete(tasks):
             return self._finish(EXIT_COMPLETE, "all stories were already complete", tasks)
+        from ralph.gitutil import untracked_files
+
         feedback: list[str] = []
         iteration = 0
         while iteration < config.max_iterations:
             if self.cancel.is_set():
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
+            if self._check_global_time():
+                return self._finish(EXIT_GLOBAL_TIMEOUT, "global hard timeout reached: the loop stopped cleanly", tasks)
             selection = self.policy.select(tasks)
             if selection is None:
-                from ralph.tasks import blocked_reason
-
-                open_stories = [s for s in tasks.userStories if not s.passes]
-                return self._finish(
-                    EXIT_EXHAUSTED, f"no story can be selected: {blocked_reason(tasks, open_stories)}", tasks
-                )
+                return self._finish_unselectable(tasks)
             iteration += 1
             record = IterationRecord(iteration, selection.mode, selection.story_id)
             self.records.append(record)
             iteration_started = time.time()
+            checkpoint = head(self.project_dir)
+            untracked_before = untracked_files(self.project_dir)
+            self.keeper.before_iteration(selection, checkpoint)
+            feedback = self.keeper.story_context(selection) + feedback
             tasks = self._one_iteration(record, selection, tasks, feedback)
+            if not self.cancel.is_set():
+                tasks, _ = self.keeper.after_iteration(record, selection, tasks, checkpoint, untracked_before)
+                story = tasks.story(selection.story_id or "")
+                if story is not None and story.passes and not record.violations:
+                    self.keeper.forget(story.id)
             feedback = self._feedback_for_next(record)
             assert self.run_dir is not None
             feedback += self.host.prompt_context(self.run_dir, iteration + 1, iteration_started)
@@ -290,6 +389,18 @@ class Loop:
             if record.promise:
                 self.emit("false_completion", iteration=iteration)
         return self._finish(EXIT_EXHAUSTED, f"max iterations ({config.max_iterations}) reached", tasks)
+
+    def _finish_unselectable(self, tasks: TaskList) -> RunResult:
+        from ralph.tasks import blocked_reason
+
+        failed = [s.id for s in tasks.userStories if s.failed]
+        waiting = [s for s in tasks.userStories if not s.passes and not s.failed]
+        if failed:
+            reason = f"finished with failed stories: {', '.join(failed)}"
+            if waiting:
+                reason += f"; blocked: {blocked_reason(tasks, waiting)}"
+            return self._finish(EXIT_FAILED_STORIES, reason, tasks)
+        return self._finish(EXIT_EXHAUSTED, f"no story can be selected: {blocked_reason(tasks, waiting)}", tasks)
 
     def _one_iteration(
         self, record: IterationRecord, selection: Selection, tasks: TaskList, feedback: list[str]
@@ -375,7 +486,7 @@ class Loop:
                         self._on_agent_event(record, event, texts)
 
                 try:
-                    outcome = self.runner.run(spec, on_line, self.config.timeout, self.cancel)
+                    outcome = self.runner.run(spec, on_line, self.iteration_timeout(), self.cancel)
                 except FileNotFoundError as exc:
                     from ralph.errors import UnavailableError
 
@@ -383,7 +494,7 @@ class Loop:
             record.exit_code = outcome.exit_code
             record.timed_out = outcome.timed_out
             if outcome.timed_out:
-                self.emit("iteration_timeout", iteration=record.number, timeout=self.config.timeout)
+                self.emit("iteration_timeout", iteration=record.number, timeout=self.iteration_timeout())
             elif outcome.exit_code != 0 and not outcome.interrupted:
                 self.emit("agent_failed", iteration=record.number, exit_code=outcome.exit_code, stderr=outcome.stderr[-2000:])
             empty = not outcome.timed_out and not outcome.interrupted and outcome.exit_code == 0 and not any(t.strip() for t in texts)
@@ -449,18 +560,45 @@ class Loop:
         self.emit("tasks_restored", iteration=record.number)
         return before
 
-    def _note_in_progress(self, record: IterationRecord, message: str) -> None:
+    def _note_in_progress(self, record: IterationRecord, message: str, subject: str = "loop repaired the task list") -> None:
+        """Record the loop's own change in progress.txt and commit exactly those files."""
         progress = self.ralph_dir / "progress.txt"
         stamp = time.strftime("%Y-%m-%d %H:%M")
         with progress.open("a", encoding="utf-8") as handle:
             handle.write(f"\n[ralph loop {stamp}] iteration {record.number}: {message}\n")
         error = commit_paths(
-            self.project_dir,
-            [self.tasks_path, progress],
-            f"ralph: iteration {record.number} - loop repaired the task list",
+            self.project_dir, [self.tasks_path, progress], f"ralph: iteration {record.number} - {subject}"
         )
         if error:
             self.emit("loop_commit_failed", iteration=record.number, error=error)
+
+    def persist_tasks(self, tasks: TaskList, record: IterationRecord, message: str) -> None:
+        """Write a task list the loop changed (gates, failures), log it and commit it."""
+        self._last_good_raw = self.write_tasks(tasks, self._last_good_raw)
+        self._note_in_progress(record, message, subject=message.split(";")[0][:72])
+
+    def ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
+        """One extra agent call (a gate's review); its raw output goes to the run directory."""
+        assert self.run_dir is not None
+        invocation = AgentInvocation(
+            prompt=prompt,
+            project_dir=self.project_dir,
+            run_dir=self.run_dir,
+            iteration=int(label.split(".")[0]),
+            model=self.config.model,
+            hook_settings=self._hook_settings(),
+            env={"RALPH_RUN_DIR": str(self.run_dir), "RALPH_HOOK_SOCKET": str(self.hook_server.path)},
+            purpose=label.split(".", 1)[-1],
+        )
+        texts: list[str] = []
+        with (self.run_dir / f"iteration-{label}.agent.jsonl").open("a", encoding="utf-8") as raw_out:
+
+            def on_line(line: str) -> None:
+                raw_out.write(line + "\n")
+                texts.extend(e.text for e in self.agent.parse_line(line) if e.kind == "text")
+
+            self.runner.run(self.agent.process(invocation), on_line, timeout or self.iteration_timeout(), self.cancel)
+        return "\n".join(texts)
 
     def _feedback_for_next(self, record: IterationRecord) -> list[str]:
         feedback = [f"Iteration {record.number} ({record.mode}): {message}" for message in record.violations]
@@ -471,7 +609,7 @@ class Loop:
             )
         if record.timed_out:
             feedback.append(
-                f"Iteration {record.number} timed out after {self.config.timeout:g}s; the agent was stopped. "
+                f"Iteration {record.number} timed out after {self.iteration_timeout():g}s; the agent was stopped. "
                 "Check git status and progress.txt for partial work."
             )
         if record.promise and record.violations:
@@ -615,7 +753,15 @@ class Loop:
             "stories": stories,
             "records": [record.__dict__ for record in self.records],
         }
+        from ralph.runreport import build_report, render_markdown
+
+        report = build_report(tasks, self.keeper, reason, exit_code)
+        summary["report"] = report
+        if self.stash_message:
+            summary["stash"] = self.stash_message
         if self.run_dir is not None:
+            atomic_write_text(self.run_dir / "report.json", json.dumps(report, indent=2))
+            atomic_write_text(self.run_dir / "report.md", render_markdown(report))
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         self.emit("run_finished", **summary)
         return result

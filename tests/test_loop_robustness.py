@@ -154,8 +154,8 @@ def test_sigint_stops_agent_releases_lock_removes_marker(project, tmp_path) -> N
     assert "SIGINT received" in stderr
     assert not (project.path / ".ralph-active").exists()
     assert not _alive(agent_pid)
-    # the lock is free again: a new run starts (and completes)
-    result = run(project, replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path))
+    # the lock is free again: a new run starts (and completes), resuming the interrupted run's state
+    result = run(project, replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path), "--resume")
     assert result.returncode == 0, result.stderr
 
 

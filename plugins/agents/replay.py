@@ -12,7 +12,11 @@ Script format (``[tool.ralph.replay] script = "path.json"`` or
                           {"set": {"story": "US-001", "fields": {"reviewStatus": "needs_review"}}},
                           {"commit": "feat: [US-001] - A"}],
                     "2": [...]},
-     "default": []}
+     "default": [],
+     "quality": {"2": [{"say": "WARNING: long function"}]}}
+
+Extra calls (a gate's review) use the section named after their purpose
+(``quality``), keyed by iteration, with ``"default"`` as fallback.
 
 Actions: ``say``, ``write``, ``append``, ``set``, ``run``, ``commit``,
 ``sleep``, ``cost``, ``exit``.  An iteration with no actions says nothing
@@ -69,6 +73,8 @@ class ReplayAgent(Agent):
             str(invocation.iteration),
             "--tasks",
             str(tasks),
+            "--purpose",
+            invocation.purpose,
         ]
         return ProcessSpec(
             argv=argv, env=dict(invocation.env), cwd=invocation.project_dir, stdin=invocation.prompt, program="python3"

@@ -81,10 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script", required=True)
     parser.add_argument("--iteration", type=int, required=True)
     parser.add_argument("--tasks", required=True)
+    parser.add_argument("--purpose", default="iteration")
     args = parser.parse_args(argv)
     prompt = sys.stdin.read() if not sys.stdin.isatty() else ""
     script = json.loads(Path(args.script).read_text(encoding="utf-8"))
-    actions = script.get("iterations", {}).get(str(args.iteration), script.get("default", []))
+    if args.purpose == "iteration":
+        actions = script.get("iterations", {}).get(str(args.iteration), script.get("default", []))
+    else:
+        section = script.get(args.purpose, {})
+        actions = section.get(str(args.iteration), section.get("default", []))
     emit({"type": "system", "subtype": "init", "model": "replay", "tools": [], "prompt_head": prompt[:80]})
     state: dict[str, Any] = {"cost": 0.0, "exit": 0, "said": ""}
     started = time.monotonic()

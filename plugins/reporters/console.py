@@ -107,7 +107,40 @@ class ConsoleView:
 
     def on_run_finished(self, data: dict[str, Any]) -> None:
         self.stdout.write("\n" + render_summary(data) + "\n")
+        report = data.get("report") or {}
+        if report.get("failed") or report.get("quality_warnings"):
+            from ralph.runreport import render_markdown
+
+            self.stdout.write("\n" + render_markdown(report))
+        if data.get("stash"):
+            self.stdout.write("\n" + data["stash"] + "\n")
         self.stdout.flush()
+
+    def on_gate_failed(self, data: dict[str, Any]) -> None:
+        back = f"; sent back ({', '.join(data['sent_back'])})" if data.get("sent_back") else ""
+        self.status(f"{data['gate']} gate failed for {data['story']} (exit {data.get('exit_code')}){back}")
+
+    def on_escalation(self, data: dict[str, Any]) -> None:
+        self.status(
+            f"{data['story']} stuck ({data['stuck_count']}x error {data['error_hash']}): tier {data['tier']} "
+            f"{data['decision']}"
+        )
+
+    def on_story_failed(self, data: dict[str, Any]) -> None:
+        self.status(f"{data['story']} stopped; work kept on {data['branch']}; working branch {data['reset']}")
+
+    def on_quality_warning(self, data: dict[str, Any]) -> None:
+        self.status(f"quality warning ({data['story']}): {data['warning']}")
+
+    def on_rollback(self, data: dict[str, Any]) -> None:
+        removed = f", removed {len(data['removed'])} new file(s)" if data.get("removed") else ""
+        self.status(f"rolled back to {data['to'][:8]}{removed}")
+
+    def on_global_soft_timeout(self, data: dict[str, Any]) -> None:
+        self.status(f"warning: the run passed its soft time limit ({data['limit']:g}s)")
+
+    def on_user_work_stashed(self, data: dict[str, Any]) -> None:
+        self.status(data["message"])
 
 
 def _tool_summary(tool: dict[str, Any]) -> str:

@@ -1,0 +1,199 @@
+"""The lifecycle commands around a loop: ``ralph plan``, ``ralph archive``, ``ralph report``.
+
+Only click is imported here; each command imports what it needs when it runs.
+Register them on the main group with ``cli.add_command(plan)`` (and ``archive``,
+``report``).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+__all__ = ["plan", "archive", "report", "COMMANDS"]
+
+
+def _handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """RalphError -> ``ralph: error: ...`` on stderr and its exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ralph.errors import RalphError
+
+        try:
+            return func(*args, **kwargs)
+        except RalphError as exc:
+            click.echo(f"ralph: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper
+
+
+def _location_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--prd",
+        "prd",
+        metavar="N",
+        help="Use .ralph/PRD-N/ (seed 001 layout) as the ralph directory.",
+    )(func)
+    func = click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")(func)
+    func = click.option(
+        "-d",
+        "--project-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=".",
+        show_default="current directory",
+        help="Project root.",
+    )(func)
+    return func
+
+
+def _session(project_dir: Path, ralph_dir: str | None, prd: str | None) -> Any:
+    """(session, ralph directory) honouring --prd and --ralph-dir."""
+    from ralph.errors import UsageError
+    from ralph.planning import prd_dir
+    from ralph.session import open_session
+
+    project_dir = project_dir.resolve()
+    if prd is not None and ralph_dir is not None:
+        raise UsageError("--prd and --ralph-dir both name the ralph directory: pass one")
+    if prd is not None:
+        ralph_dir = prd_dir(project_dir, prd, must_exist=True).relative_to(project_dir).as_posix()
+    session = open_session(project_dir, {"ralph_dir": ralph_dir})
+    return session, session.settings.ralph_dir
+
+
+def _store(session: Any, ralph_dir: Path, name: str | None = None, file: Path | None = None) -> Any:
+    from ralph.planning import store_for
+
+    return store_for(ralph_dir, session.host, name or session.settings.config.task_store, file)
+
+
+# -- plan -------------------------------------------------------------------------------------
+
+
+@click.command("plan")
+@_location_options
+@click.option("--check", is_flag=True, help="Validate the task list (sizing, dependencies, criteria); no agent.")
+@click.option("--store", "store_name", help="Task list format for --check: tasks-json, prd-json, plan-md.  [default: detected]")
+@click.option("--file", "file", type=click.Path(dir_okay=False, path_type=Path), help="Check this task-list file instead.")
+@click.option("-m", "--model", help="Model for the interactive planning session.")
+@click.option("--print-command", is_flag=True, help="Print the claude command line instead of starting it.")
+@_handles_errors
+def plan(
+    project_dir: Path,
+    ralph_dir: str | None,
+    prd: str | None,
+    check: bool,
+    store_name: str | None,
+    file: Path | None,
+    model: str | None,
+    print_command: bool,
+) -> None:
+    """Plan a feature with Claude (the ralph-plan skill), or check a task list.
+
+    \b
+    ralph plan            interactive session: writes prd.md and the task list
+                          (Mode 1 when prd.md is still the template, else Mode 2)
+    ralph plan --check    dependency cycles, unknown dependsOn, stories without
+                          verifiable acceptance criteria, oversized stories;
+                          exit 1 when there are errors
+    """
+    session, rdir = _session(project_dir, ralph_dir, prd)
+    if check:
+        from ralph.planning import check_task_list, load_task_list
+
+        store = _store(session, rdir, store_name, file)
+        path = file.resolve() if file is not None else store.path(rdir)
+        tasks = load_task_list(store, path)
+        config = session.settings.config
+        problems = check_task_list(tasks, config.max_iterations, uses_review=config.policy != "skip-review")
+        click.echo(f"checked {path} ({store.name}): {len(tasks.userStories)} stories")
+        for problem in problems:
+            click.echo(str(problem))
+        errors = sum(1 for p in problems if p.severity == "error")
+        warnings = len(problems) - errors
+        click.echo(f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}")
+        sys.exit(1 if errors else 0)
+    from ralph.planning import run_plan_session
+
+    binary = getattr(session.settings.section("claude"), "binary", None)
+    sys.exit(run_plan_session(session.settings.project_dir, rdir, model, binary, click.echo, dry_run=print_command))
+
+
+# -- archive ------------------------------------------------------------------------------------
+
+
+@click.command("archive")
+@_location_options
+@click.option("--label", help="Name of the archive folder (after the date).  [default: the branch name]")
+@click.option("--no-commit", is_flag=True, help="Move and reset the files but do not commit.")
+@_handles_errors
+def archive(project_dir: Path, ralph_dir: str | None, prd: str | None, label: str | None, no_commit: bool) -> None:
+    """Archive a finished loop to ralph-archive/<date>-<label>/ and reset the ralph directory.
+
+    Moves prd.md, the task list and progress.txt, writes summary.md (stories done,
+    date range, branch, review analytics), writes fresh templates (prompt.md is kept
+    as it is) and commits.  Refuses when no story is complete.
+    """
+    from ralph.archive import archive_project, describe
+
+    session, rdir = _session(project_dir, ralph_dir, prd)
+    store = _store(session, rdir)
+    result = archive_project(
+        session.settings.project_dir, rdir, store, label=label, commit=not no_commit,
+        review_cap=session.settings.config.review_cap,
+    )
+    for line in describe(result, session.settings.project_dir):
+        click.echo(line)
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+@click.command("report")
+@_location_options
+@click.option("--run", "run", metavar="RUN", help="A run directory (name or path).  [default: the latest run]")
+@click.option("--all-runs", is_flag=True, help="The current task list over every run of this project.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write a self-contained HTML page here.")
+@_handles_errors
+def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str | None, all_runs: bool, html_path: Path | None) -> None:
+    """Per story: iterations, reviews, gate failures, time and cost; review analytics.
+
+    Prints a table; with --html also writes one HTML page (no external files) with a
+    timeline of the run's iterations.
+    """
+    from ralph.errors import RalphError
+    from ralph.fsutil import atomic_write_text
+    from ralph.planning import load_task_list
+    from ralph.report import project_report, render_html, render_text
+
+    if run and all_runs:
+        from ralph.errors import UsageError
+
+        raise UsageError("--run and --all-runs contradict each other: pass one")
+    session, rdir = _session(project_dir, ralph_dir, prd)
+    tasks = None
+    try:
+        store = _store(session, rdir)
+        tasks = load_task_list(store, store.path(rdir))
+    except RalphError as exc:
+        if all_runs:
+            raise
+        click.echo(f"ralph: note: no current task list ({str(exc).splitlines()[0]})", err=True)
+    config = session.settings.config
+    result = project_report(
+        session.settings.project_dir, run=run, all_runs=all_runs, tasks=tasks, cap=config.review_cap,
+        state_dir=config.state_dir,
+    )
+    click.echo(render_text(result))
+    if html_path is not None:
+        atomic_write_text(html_path, render_html(result))
+        click.echo(f"\nwrote {html_path.resolve()}")
+
+
+COMMANDS = (plan, archive, report)
