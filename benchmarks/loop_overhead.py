@@ -14,7 +14,7 @@ with
 
 Nothing changes between iterations, so the loop implements the same story K times and ends with
 exit code 1 ("max iterations reached"); every iteration still does the full trusted work:
-deep-copy snapshot, state.json and ``.ralph-active`` writes, prompt render, re-read + parse of the
+the pre-iteration snapshot, state.json and ``.ralph-active`` writes, prompt render, re-read + parse of the
 task list, every validator (including ``git status --porcelain`` of the git-clean check) and the
 events (console reporter and JSONL event log).  The default plugins (entry points) are loaded as in
 ``ralph run``.  Console output goes to /dev/null and run directories to a temporary
@@ -26,7 +26,7 @@ Reported per size:
   ``iteration_started`` events, i.e. without the per-run set-up and summary);
 * the components of one iteration measured on their own (min / median over repeats): file read,
   parse (json + pydantic), validators without git, ``git status``, ``policy.select``, prompt
-  render, deep copy of the task list, state writes.
+  render, state writes.
 
     python benchmarks/loop_overhead.py [--sizes 10,1000,10000] [--iterations 30] [--profile]
 
@@ -188,7 +188,7 @@ def components(project: Path, root: Path) -> dict[str, list[float]]:
     raw = loop.tasks_path.read_text(encoding="utf-8")
     selection = loop.policy.select(tasks)
     assert selection is not None
-    before = tasks.model_copy(deep=True)
+    before = tasks
     record = IterationRecord(1, selection.mode, selection.story_id)
     status_cmd = ["git", "status", "--porcelain"]
     pieces: dict[str, Callable[[], Any]] = {
@@ -199,7 +199,6 @@ def components(project: Path, root: Path) -> dict[str, list[float]]:
         "policy.select": lambda: loop.policy.select(tasks),
         "policy.is_complete": lambda: loop.policy.is_complete(tasks),
         "prompt render": lambda: loop.render(1, selection, tasks, []),
-        "deep copy (model_copy)": lambda: tasks.model_copy(deep=True),
         "state.json + marker": lambda: loop._write_state(record, selection, before),
     }
     results = {}
@@ -299,7 +298,7 @@ def main(argv: list[str]) -> None:
         sums = []
         for size in sizes:
             # per iteration the loop parses once, validates once (+ git status), selects once, checks
-            # completion once, renders once, copies once and writes the state once
+            # completion once, renders once and writes the state once
             sums.append(sum(statistics.median(v) for v in parts[size].values()))
         rows.append(["sum of medians"] + [ms(v) for v in sums])
         table(rows)

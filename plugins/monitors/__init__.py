@@ -1,0 +1,1 @@
+"""Agent-side monitors: context usage alerts, test-failure detection, activity log."""

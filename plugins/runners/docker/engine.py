@@ -1,0 +1,432 @@
+"""Everything that talks to the Docker engine for the ``docker-sandbox`` runner.
+
+Imported only when the runner is used (it imports the docker SDK).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+import docker
+import docker.errors
+from docker.types import Mount
+from docker.utils.socket import frames_iter
+
+from ralph.contracts import ProcessOutcome, ProcessSpec
+
+from .naming import (
+    IN_CONTAINER_BIN,
+    IN_CONTAINER_HOME,
+    IN_CONTAINER_LIB,
+    LABEL,
+    LABEL_PROJECT,
+    PROXY_ALIAS,
+    PROXY_PORT,
+    project_labels,
+    sandbox_name,
+)
+
+ENGINE_TIMEOUT = 60
+KILL_GRACE = 10
+HOOK_SOCKET_ENV = "RALPH_HOOK_SOCKET"
+RUN_DIR_ENV = "RALPH_RUN_DIR"
+BUILD_HINT = "build it with `ralph sandbox build --offline-base` (or `ralph sandbox build --base IMAGE`)"
+
+
+class SandboxError(RuntimeError):
+    """An engine problem, worded for the user."""
+
+
+def connect() -> Any:
+    """A client whose engine answered a ping, or SandboxError saying why not."""
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = docker.from_env(timeout=ENGINE_TIMEOUT)
+        client.ping()
+        return client
+    except Exception as exc:  # DockerException, or requests errors when nobody listens
+        raise SandboxError(
+            f"the Docker engine does not answer at {where} ({_short(exc)}): start Docker "
+            "(e.g. `sudo systemctl start docker`) or set DOCKER_HOST"
+        ) from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:200]
+
+
+def image_present(client: Any, image: str) -> bool:
+    try:
+        client.images.get(image)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def sweep(client: Any, project_dir: Path | None = None) -> list[str]:
+    """Remove ralph's containers and networks (of one project, or all); returns their names."""
+    filters = [f"{LABEL}=1"] + ([f"{LABEL_PROJECT}={project_dir}"] if project_dir is not None else [])
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": filters}):
+        try:
+            container.remove(force=True)
+            removed.append(container.name)
+        except docker.errors.NotFound:
+            pass
+    for network in client.networks.list(filters={"label": filters}):
+        try:
+            network.remove()
+            removed.append(network.name)
+        except docker.errors.NotFound:
+            pass
+    return removed
+
+
+def ralph_library_dirs() -> dict[str, Path]:
+    """The host's ralph, ralph_plugins and ralph_templates package directories."""
+    import ralph
+    import ralph_plugins
+    import ralph_templates
+
+    return {m.__name__: Path(m.__file__).resolve().parent for m in (ralph, ralph_plugins, ralph_templates)}  # type: ignore[arg-type]
+
+
+def program_of(spec: ProcessSpec) -> str | None:
+    """``spec.program``, or a guess from argv[0] for agents that do not set it."""
+    program = getattr(spec, "program", None)
+    if program:
+        return str(program)
+    first = spec.argv[0] if spec.argv else ""
+    if Path(first).name in ("claude", "claude.exe"):
+        return "claude"
+    if first == sys.executable or Path(first).name.startswith("python"):
+        return "python3"
+    return None
+
+
+@dataclass
+class Options:
+    image: str
+    network: str
+    allow_hosts: list[str]
+    env_names: list[str]
+    state_dir: Path | None
+    user: str
+    memory: str
+    cpus: float
+    pids: int
+    tmpfs_size: str
+    lifetime: int
+    """Seconds the container's PID 1 (``sleep``) lives: orphans expire on their own."""
+
+
+class Sandbox:
+    """One project's sandbox: a long-lived container, one exec per iteration."""
+
+    def __init__(self, client: Any, project_dir: Path, options: Options) -> None:
+        self.client = client
+        self.project_dir = project_dir
+        self.options = options
+        self.name = sandbox_name(project_dir)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.container: Any = None
+        self._mount_key: tuple[Any, ...] | None = None
+        self.network: Any = None
+        self.proxy: Any = None
+        self.last_start_seconds = 0.0
+        """Seconds from run() to the exec running (including container creation when it happened)."""
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def prepare(self) -> list[str]:
+        removed = sweep(self.client, self.project_dir)
+        if self.options.network == "allowlist":
+            self._start_proxy()
+        return removed
+
+    def teardown(self) -> None:
+        for thing in (self.container, self.proxy):
+            if thing is not None:
+                try:
+                    thing.remove(force=True)
+                except docker.errors.NotFound:
+                    pass
+        self.container = self.proxy = None
+        self._mount_key = None
+        if self.network is not None:
+            try:
+                self.network.remove()
+            except docker.errors.NotFound:
+                pass
+            self.network = None
+
+    def _labels(self, role: str) -> dict[str, str]:
+        return project_labels(self.project_dir, role, self.owner)
+
+    def _hardening(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges:true"],
+            "read_only": True,
+            "init": True,
+            "pids_limit": o.pids,
+            "mem_limit": o.memory,
+            "memswap_limit": o.memory,
+            "nano_cpus": int(o.cpus * 1e9),
+        }
+
+    # -- network -------------------------------------------------------------------
+
+    def allow_list(self, env: dict[str, str]) -> list[str]:
+        hosts = list(self.options.allow_hosts)
+        base = env.get("ANTHROPIC_BASE_URL") if "ANTHROPIC_BASE_URL" in self.options.env_names else None
+        if base:
+            url = urlsplit(base)
+            if url.hostname:
+                port = url.port or (443 if url.scheme == "https" else 80)
+                hosts.append(f"{url.hostname}:{port}")
+        return sorted(set(hosts))
+
+    def _start_proxy(self) -> None:
+        allow = self.allow_list(dict(os.environ))
+        self.network = self.client.networks.create(
+            f"{self.name}-net",
+            driver="bridge",
+            internal=True,
+            labels=self._labels("network"),
+            # no address for the host on this bridge: an internal network alone still reaches
+            # this machine's own addresses (measured); with it the proxy is the only way out
+            options={"com.docker.network.bridge.inhibit_ipv4": "true"},
+        )
+        self.proxy = self.client.containers.create(
+            self.options.image,
+            ["python3", "-P", "/opt/ralph/proxy.py", "--port", str(PROXY_PORT), "--allow", ",".join(allow)],
+            name=f"{self.name}-proxy",
+            labels=self._labels("proxy"),
+            user="65534:65534",
+            network="bridge",
+            **self._hardening(),
+        )
+        self.network.connect(self.proxy, aliases=[PROXY_ALIAS])
+        self.proxy.start()
+
+    def _network_args(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """(container args, proxy environment) for the configured policy."""
+        if self.options.network == "none":
+            return {"network_mode": "none"}, {}
+        if self.options.network == "open":
+            return {"network_mode": "bridge"}, {}
+        if self.network is None:
+            raise SandboxError("the allowlist proxy is not running (prepare() was not called)")
+        url = f"http://{PROXY_ALIAS}:{PROXY_PORT}"
+        proxy_env = {k: url for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+        proxy_env["NO_PROXY"] = proxy_env["no_proxy"] = "localhost,127.0.0.1"
+        return {"network": self.network.name}, proxy_env
+
+    # -- the container -------------------------------------------------------------
+
+    def mounts_for(self, spec: ProcessSpec) -> tuple[list[Mount], list[str]]:
+        """(mounts, argv rewritten for the container)."""
+        project = self.project_dir
+        mounts = [Mount(str(project), str(project), type="bind")]
+        git = project / ".git"
+        if git.is_dir():
+            (git / "hooks").mkdir(exist_ok=True)
+            mounts.append(Mount(str(git / "hooks"), str(git / "hooks"), type="bind", read_only=True))
+            if (git / "config").is_file():
+                mounts.append(Mount(str(git / "config"), str(git / "config"), type="bind", read_only=True))
+        for name, path in ralph_library_dirs().items():
+            mounts.append(Mount(f"{IN_CONTAINER_LIB}/{name}", str(path), type="bind", read_only=True))
+        run_dir = spec.env.get(RUN_DIR_ENV)
+        if run_dir and Path(run_dir).is_dir():
+            mounts.append(Mount(run_dir, run_dir, type="bind", read_only=True))
+        hook_socket = spec.env.get(HOOK_SOCKET_ENV)
+        if hook_socket:
+            socket_dir = str(Path(hook_socket).parent)
+            mounts.append(Mount(socket_dir, socket_dir, type="bind"))
+        argv = list(spec.argv)
+        program = program_of(spec)
+        if program == "claude":
+            binary = Path(argv[0]).resolve()
+            mounts.append(Mount(f"{IN_CONTAINER_BIN}/claude", str(binary), type="bind", read_only=True))
+            argv[0] = f"{IN_CONTAINER_BIN}/claude"
+        elif program == "python3":
+            argv[0] = "python3"
+        if self.options.state_dir is not None:
+            state = self.options.state_dir
+            mounts.append(Mount(f"{IN_CONTAINER_HOME}/.claude", str(state / ".claude"), type="bind"))
+            mounts.append(Mount(f"{IN_CONTAINER_HOME}/.claude.json", str(state / ".claude.json"), type="bind"))
+        return mounts, argv
+
+    def ensure_container(self, mounts: list[Mount]) -> bool:
+        """Start the long-lived container unless one with these mounts runs; True when it was created."""
+        key = tuple(sorted((m["Target"], m["Source"], bool(m.get("ReadOnly"))) for m in mounts))
+        if self.container is not None and key == self._mount_key:
+            return False
+        if self.container is not None:
+            self.kill_container()
+        network_args, _ = self._network_args()
+        size = self.options.tmpfs_size
+        image = self.options.image
+        if not image_present(self.client, image):
+            raise SandboxError(f"the sandbox image {image!r} does not exist: {BUILD_HINT}")
+        self.container = self.client.containers.create(
+            image,
+            ["sleep", str(self.options.lifetime)],
+            name=self.name,
+            labels=self._labels("agent"),
+            user=self.options.user,
+            working_dir=str(self.project_dir),
+            mounts=mounts,
+            tmpfs={
+                "/tmp": f"rw,nosuid,nodev,size={size},mode=1777",
+                IN_CONTAINER_HOME: f"rw,nosuid,nodev,size={size},mode=1777",
+            },
+            environment={"HOME": IN_CONTAINER_HOME},
+            **network_args,
+            **self._hardening(),
+        )
+        self.container.start()
+        self._mount_key = key
+        return True
+
+    def kill_container(self) -> None:
+        """SIGKILL everything in the agent's container and remove it (the next run() makes a new one)."""
+        container, self.container, self._mount_key = self.container, None, None
+        if container is None:
+            return
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+    # -- one iteration ---------------------------------------------------------------
+
+    def environment(self, spec: ProcessSpec) -> dict[str, str]:
+        env = {
+            "IS_SANDBOX": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
+        for name in self.options.env_names:
+            if name in os.environ:
+                env[name] = os.environ[name]
+        env.update(spec.env)
+        env.update(
+            {
+                "HOME": IN_CONTAINER_HOME,
+                "PATH": f"{IN_CONTAINER_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "PYTHONPATH": IN_CONTAINER_LIB,
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
+        env.update(self._network_args()[1])
+        return env
+
+    def run(
+        self,
+        spec: ProcessSpec,
+        on_line: Callable[[str], None],
+        timeout: float | None,
+        cancel: threading.Event,
+    ) -> ProcessOutcome:
+        started = time.monotonic()
+        mounts, argv = self.mounts_for(spec)
+        self.ensure_container(mounts)
+        if timeout is not None:
+            # belt and braces: the exec ends on its own even if this process dies
+            argv = ["timeout", "-k", str(KILL_GRACE), str(int(timeout) + 30), *argv]
+        api = self.client.api
+        exec_id = api.exec_create(
+            self.container.id,
+            argv,
+            stdin=spec.stdin is not None,
+            stdout=True,
+            stderr=True,
+            environment=self.environment(spec),
+            workdir=str(spec.cwd),
+            user=self.options.user,
+        )["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+        self.last_start_seconds = time.monotonic() - started
+        raw = getattr(sock, "_sock", sock)
+        if spec.stdin is not None:
+            try:
+                raw.sendall(spec.stdin.encode("utf-8"))
+            except OSError:
+                pass
+        try:
+            raw.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        stderr_tail: deque[str] = deque(maxlen=200)
+        reader = threading.Thread(target=_pump, args=(sock, on_line, stderr_tail.append), daemon=True)
+        reader.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        timed_out = interrupted = False
+        while reader.is_alive():
+            if cancel.wait(0.05):
+                interrupted = True
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                timed_out = True
+                break
+        if timed_out or interrupted:
+            self.kill_container()
+        reader.join(timeout=10)
+        try:
+            sock.close()
+        except OSError:
+            pass
+        exit_code = self._exit_code(exec_id, killed=timed_out or interrupted)
+        return ProcessOutcome(exit_code, timed_out, interrupted, "\n".join(stderr_tail))
+
+    def _exit_code(self, exec_id: str, killed: bool) -> int:
+        if killed:
+            code = self._inspect_code(exec_id)
+            return code if code not in (None, 0, -1) else 137
+        for _ in range(100):
+            code = self._inspect_code(exec_id)
+            if code is not None:
+                return code
+            time.sleep(0.05)
+        return 1
+
+    def _inspect_code(self, exec_id: str) -> int | None:
+        try:
+            info = self.client.api.exec_inspect(exec_id)
+        except docker.errors.NotFound:
+            return None
+        if info.get("Running"):
+            return None
+        code = info.get("ExitCode")
+        return int(code) if code is not None else None
+
+
+def _pump(sock: Any, on_line: Callable[[str], None], on_err: Callable[[str], None]) -> None:
+    buffers = {1: b"", 2: b""}
+    sinks = {1: on_line, 2: on_err}
+    try:
+        for stream, data in frames_iter(sock, tty=False):
+            if stream not in buffers or not data:
+                continue
+            buffers[stream] += data
+            *lines, buffers[stream] = buffers[stream].split(b"\n")
+            for line in lines:
+                sinks[stream](line.decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        pass
+    for stream, rest in buffers.items():
+        if rest:
+            sinks[stream](rest.decode("utf-8", "replace"))

@@ -1,0 +1,178 @@
+"""The ``docker-sandbox`` runner: the agent in a hardened container, through the docker SDK.
+
+One long-lived container per project run (named ``ralph-<project path
+sanitized>``, labelled ``ralph.sandbox=1``), one exec per iteration.  The
+project is bind-mounted at its own path and the agent runs as the host user's
+uid:gid; ``.git/hooks`` and ``.git/config`` are read-only; all capabilities are
+dropped, the root filesystem is read-only, pids, memory and CPU are limited.
+Network: ``none``, ``allowlist`` (an internal network whose only way out is a
+proxy container) or ``open``.  See docs/sandbox.md.
+
+The docker SDK is imported only when this runner is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ralph import hookimpl
+from ralph.contracts import Availability, ProcessOutcome, ProcessSpec, Runner
+
+from .docker.naming import DEFAULT_IMAGE, HOOK_CLIENT
+
+if TYPE_CHECKING:
+    from .docker.engine import Options, Sandbox
+
+SECTION = "docker-sandbox"
+NO_SDK = "the docker Python package is not installed: pip install 'ralph-trustloop[docker]'"
+
+
+def prepare_state_dir(path: Path) -> Path:
+    """The credential state dir (seed: ``~/.dclaude_state``): ``.claude/`` and ``.claude.json`` = ``{}``."""
+    path = path.expanduser()
+    if path.resolve() == (Path.home() / ".claude").resolve():
+        raise ValueError(f"state_dir {path} is ~/.claude itself: use a separate directory such as ~/.dclaude_state")
+    (path / ".claude").mkdir(parents=True, exist_ok=True)
+    config = path / ".claude.json"
+    try:
+        json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config.write_text("{}\n", encoding="utf-8")  # an empty file breaks the CLI (seed §4)
+    return path
+
+
+class DockerSandboxRunner(Runner):
+    """Runs every iteration as an exec in the project's hardened container."""
+
+    name = "docker-sandbox"
+    description = "agent in a hardened container (docker SDK): caps dropped, read-only root, network policy"
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self._client: Any = None
+        self._availability: Availability | None = None
+        self._sandbox: Sandbox | None = None
+
+    # -- configuration --------------------------------------------------------------
+
+    def config(self) -> Any:
+        section = self.settings.section(SECTION) if self.settings is not None else None
+        if section is None:
+            from .docker.config import SandboxConfig
+
+            section = SandboxConfig()
+        return section
+
+    def options(self) -> Options:
+        from .docker.engine import Options
+
+        cfg = self.config()
+        state_dir = prepare_state_dir(Path(cfg.state_dir)) if cfg.state_dir else None
+        core = getattr(self.settings, "config", None)
+        timeout = float(getattr(core, "timeout", 3600) or 3600)
+        iterations = int(getattr(core, "max_iterations", 15) or 15)
+        return Options(
+            image=cfg.image,
+            network=cfg.network,
+            allow_hosts=list(cfg.allow_hosts),
+            env_names=list(dict.fromkeys([*cfg.env_allowlist, *cfg.env])),
+            state_dir=state_dir,
+            user=cfg.user or f"{os.getuid()}:{os.getgid()}",
+            memory=cfg.memory,
+            cpus=cfg.cpus,
+            pids=cfg.pids,
+            tmpfs_size=cfg.tmpfs_size,
+            lifetime=int(min(timeout * iterations + 600, 7 * 24 * 3600)),
+        )
+
+    # -- the Runner contract ------------------------------------------------------------
+
+    def availability(self) -> Availability:
+        """The engine answers and the image exists (never pulls)."""
+        if self._availability is None:
+            self._availability = self._check()
+        return self._availability
+
+    def _check(self) -> Availability:
+        try:
+            from .docker import engine
+        except ImportError:
+            return Availability.no(NO_SDK)
+        try:
+            self._client = engine.connect()
+        except engine.SandboxError as exc:
+            return Availability.no(str(exc))
+        image = self.config().image
+        if not engine.image_present(self._client, image):
+            return Availability.no(f"the sandbox image {image!r} does not exist: {engine.BUILD_HINT}")
+        return Availability.yes()
+
+    def prepare(self, project_dir: Path) -> None:
+        """Remove leftovers of a crashed run of this project (found by label); start the proxy."""
+        from ralph.errors import UnavailableError
+
+        from .docker import engine
+
+        available = self.availability()
+        if not available.ok:
+            raise UnavailableError(f"runner 'docker-sandbox' cannot be used: {available.reason}")
+        self._sandbox = engine.Sandbox(self._client, Path(project_dir).resolve(), self.options())
+        try:
+            self._sandbox.prepare()
+        except Exception as exc:
+            self._sandbox.teardown()
+            raise UnavailableError(f"docker-sandbox: cannot set up the sandbox: {exc}") from None
+
+    def run(
+        self,
+        spec: ProcessSpec,
+        on_line: Callable[[str], None],
+        timeout: float | None,
+        cancel: threading.Event,
+    ) -> ProcessOutcome:
+        if self._sandbox is None:
+            self.prepare(Path(spec.cwd))
+        assert self._sandbox is not None
+        from .docker import engine
+
+        try:
+            return self._sandbox.run(spec, on_line, timeout, cancel)
+        except engine.SandboxError as exc:
+            from ralph.errors import UnavailableError
+
+            raise UnavailableError(str(exc)) from None
+
+    def cleanup(self) -> None:
+        """Remove the container, the proxy and the network, however the run ended."""
+        if self._sandbox is not None:
+            self._sandbox.teardown()
+            self._sandbox = None
+
+    def hook_command(self) -> str | None:
+        """ralph's stdlib hook client, from the read-only library mount; it talks over RALPH_HOOK_SOCKET."""
+        return f"python3 -P {HOOK_CLIENT}"
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        return self._sandbox
+
+
+@hookimpl
+def ralph_register_runners(register):  # type: ignore[no-untyped-def]
+    """Register the docker-sandbox runner."""
+    register(DockerSandboxRunner)
+
+
+@hookimpl
+def ralph_config_sections() -> dict[str, type]:
+    """The ``[tool.ralph.docker-sandbox]`` section."""
+    from .docker.config import SandboxConfig
+
+    return {SECTION: SandboxConfig}
+
+
+__all__ = ["DEFAULT_IMAGE", "DockerSandboxRunner", "prepare_state_dir"]

@@ -1,0 +1,478 @@
+"""The docker-sandbox runner against the real Docker engine (and the real Claude Code CLI).
+
+Skipped with a reason where there is no engine / no way to build the image;
+under CI=true (or RALPH_REQUIRE_REAL=1) a missing requirement is a failure.
+The sandbox image is built (or reused: cached by recipe hash) with
+``ralph sandbox build --offline-base`` once per session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ralph.testing.model_server import IterationScript, ScriptedModelServer, Turn, text, tool
+from ralph.testing.project import RalphProject, story
+from ralph.testing.requirements import require
+
+pytestmark = pytest.mark.slow
+
+SANDBOX_CLI = [sys.executable, "-P", "-m", "ralph.cli_sandbox"]
+IMAGE = "ralph-sandbox:latest"
+CLAUDE_TEST_ENV = ["CLAUDE_CODE_MAX_RETRIES", "API_TIMEOUT_MS"]
+
+
+# -- fixtures -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Any:
+    try:
+        import docker
+    except ImportError:
+        require(False, "the docker Python package is not installed (pip install -e '.[test]')")
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001
+        require(False, f"no Docker engine answers: {exc}")
+    return client
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: Any) -> str:
+    """The default sandbox image, built offline (or reused) through the real CLI command."""
+    import shutil
+
+    try:
+        docker_client.images.get(IMAGE)
+    except Exception:  # noqa: BLE001
+        require(
+            bool(shutil.which("mmdebstrap") or shutil.which("debootstrap")),
+            "the sandbox image is missing and neither mmdebstrap nor debootstrap is installed",
+        )
+    result = subprocess.run([*SANDBOX_CLI, "sandbox", "build", "--offline-base"], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return IMAGE
+
+
+@pytest.fixture(scope="session")
+def gateway(docker_client: Any) -> str:
+    """The docker bridge gateway: this machine, as the containers see it."""
+    import ipaddress
+
+    config = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    if config.get("Gateway"):
+        return str(config["Gateway"])
+    return str(next(ipaddress.ip_network(config["Subnet"]).hosts()))  # the engine's default: the first address
+
+
+def containers_of(client: Any, project: Path) -> list[Any]:
+    return client.containers.list(all=True, filters={"label": ["ralph.sandbox=1", f"ralph.project={project}"]})
+
+
+def networks_of(client: Any, project: Path) -> list[Any]:
+    return client.networks.list(filters={"label": ["ralph.sandbox=1", f"ralph.project={project}"]})
+
+
+@pytest.fixture
+def sandbox_project(ralph_project: RalphProject, docker_client: Any, sandbox_image: str):  # type: ignore[no-untyped-def]
+    yield ralph_project
+    for container in containers_of(docker_client, ralph_project.path):
+        container.remove(force=True)
+    for network in networks_of(docker_client, ralph_project.path):
+        network.remove()
+
+
+def configure(project: RalphProject, **section: Any) -> None:
+    """Write ralph.toml's [docker-sandbox] section and commit it."""
+    lines = ["[docker-sandbox]"] + [f"{key} = {json.dumps(value)}" for key, value in section.items()]
+    (project.path / "ralph.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    project.commit_all("sandbox config")
+
+
+def make_runner(project: Path, **section: Any) -> Any:
+    from ralph.config import load_config
+    from ralph.settings import Settings
+    from ralph_plugins.runners.docker.config import SandboxConfig
+    from ralph_plugins.runners.docker_sandbox import DockerSandboxRunner
+
+    config, _, _ = load_config(project, {}, environ={})
+    return DockerSandboxRunner(Settings(project, config, {"docker-sandbox": SandboxConfig(**section)}))
+
+
+def run_in(runner: Any, project: Path, argv: list[str], timeout: float = 60, **kw: Any) -> tuple[Any, list[str]]:
+    from ralph.contracts import ProcessSpec
+
+    lines: list[str] = []
+    outcome = runner.run(ProcessSpec(argv, kw.pop("env", {}), project, **kw), lines.append, timeout, threading.Event())
+    return outcome, lines
+
+
+# -- the loop end to end: real claude in the container ----------------------------------
+
+
+def bash(command: str) -> Turn:
+    return Turn([tool("Bash", {"command": command, "description": "step"})])
+
+
+def set_fields(story_id: str, **fields: Any) -> str:
+    code = (
+        "import json,sys;p='ralph/tasks.json';d=json.load(open(p));"
+        f"[s.update(json.loads(sys.argv[1])) for s in d['userStories'] if s['id']=={story_id!r}];"
+        "open(p,'w').write(json.dumps(d,indent=2)+'\\n')"
+    )
+    return f"python3 -c {shlex.quote(code)} {shlex.quote(json.dumps(fields))}"
+
+
+@pytest.mark.real_claude
+def test_full_loop_in_sandbox_reaches_approved_story(
+    sandbox_project: RalphProject, docker_client: Any, gateway: str, claude_binary: Path, claude_agent_env: Any
+) -> None:
+    project = sandbox_project
+    project.write_stories([story("US-001", "Greeting file")])
+    configure(project, network="allowlist", env=CLAUDE_TEST_ENV)
+    script = IterationScript(
+        {
+            1: [
+                bash("printf hello > hello.txt && id -u > whoami.txt && git add -A && git commit -qm 'feat: [US-001] - implement' "
+                     "&& git log -1 --format=%an,%ae > author.txt"),
+                bash(set_fields("US-001", reviewStatus="needs_review") + " && git add -A && git commit -qm 'mark needs_review'"),
+                Turn([text("Implemented US-001.")]),
+            ],
+            2: [
+                bash(set_fields("US-001", reviewStatus="approved", passes=True, reviewCount=1, notes="ok")
+                     + " && git add -A && git commit -qm 'review: [US-001] - approved'"),
+                Turn([text("Approved. <promise>COMPLETE</promise>")]),
+            ],
+        }
+    )
+    with ScriptedModelServer(script, host=gateway) as server:
+        result = project.run(
+            "run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "120",
+            env=claude_agent_env(server.url), timeout=300,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    final = project.story("US-001")
+    assert (final["passes"], final["reviewStatus"]) == (True, "approved")
+    assert (project.path / "hello.txt").read_text() == "hello"
+    # the agent ran as the host user; the files it wrote are the host user's
+    assert (project.path / "whoami.txt").read_text().strip() == str(os.getuid())
+    for name in ("hello.txt", "whoami.txt"):
+        st = (project.path / name).stat()
+        assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+    # the git identity configured inside the image (the host's GIT_AUTHOR_* never went in)
+    assert (project.path / "author.txt").read_text().strip() == "Ralph Loop,ralph@localhost"
+    assert project.events("run_started")[0]["runner"] == "docker-sandbox"
+    assert [e["mode"] for e in project.events("iteration_started")] == ["implement", "review"]
+    assert script.unscripted == 0
+    # the loop's cleanup removed the container, the proxy and the network
+    assert containers_of(docker_client, project.path) == []
+    assert networks_of(docker_client, project.path) == []
+
+
+# -- ownership, hardening ------------------------------------------------------------------
+
+
+def test_files_written_belong_to_the_agent_user(sandbox_project: RalphProject) -> None:
+    path = sandbox_project.path
+    os.chmod(path, 0o777)
+    runner = make_runner(path, network="none", user="1234:2345")
+    runner.prepare(path)
+    try:
+        outcome, lines = run_in(runner, path, ["sh", "-c", "echo x > by-agent.txt && id -u && id -g"])
+    finally:
+        runner.cleanup()
+    assert outcome.exit_code == 0, outcome.stderr
+    assert lines == ["1234", "2345"]
+    st = (path / "by-agent.txt").stat()
+    assert (st.st_uid, st.st_gid) == (1234, 2345)
+    # and by default: the host user's uid:gid
+    assert make_runner(path, network="none").options().user == f"{os.getuid()}:{os.getgid()}"
+
+
+def test_hardening_git_hooks_and_config_read_only(sandbox_project: RalphProject, docker_client: Any) -> None:
+    path = sandbox_project.path
+    runner = make_runner(path, network="none", pids=64, memory="256m", cpus=0.5)
+    runner.prepare(path)
+    try:
+        script = (
+            "echo '#!/bin/sh' > .git/hooks/pre-commit; echo hooks=$?; "
+            "echo '[core]' >> .git/config; echo config=$?; "
+            "echo ok > project-file.txt; echo project=$?; "
+            "touch /etc/evil 2>/dev/null; echo rootfs=$?; "
+            "touch /tmp/scratch; echo tmp=$?; "
+            "grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; "
+            "test -e /var/run/docker.sock; echo docker_sock=$?; "
+            "cat /proc/1/comm"
+        )
+        outcome, lines = run_in(runner, path, ["sh", "-c", script])
+        attrs = docker_client.containers.get(runner.sandbox.name).attrs["HostConfig"]
+    finally:
+        runner.cleanup()
+    out = dict(line.split("=", 1) for line in lines if "=" in line)
+    assert out["hooks"] != "0" and out["config"] != "0", lines
+    assert not (path / ".git/hooks/pre-commit").exists()
+    assert "[core]" not in (path / ".git/config").read_text().split("\n")[-2:]
+    assert out["project"] == "0" and out["tmp"] == "0"
+    assert out["rootfs"] != "0"
+    assert out["docker_sock"] != "0"
+    assert "CapEff:\t0000000000000000" in lines and "NoNewPrivs:\t1" in lines
+    assert lines[-1] == "docker-init"
+    assert attrs["PidsLimit"] == 64 and attrs["Memory"] == 256 * 1024 * 1024 and attrs["NanoCpus"] == 500_000_000
+    assert attrs["ReadonlyRootfs"] is True and attrs["CapDrop"] == ["ALL"]
+    assert not any("docker.sock" in bind for bind in (attrs.get("Binds") or []))
+
+
+# -- network policy -------------------------------------------------------------------------
+
+PROBE = """
+import sys, urllib.request
+def get(url, proxy=True):
+    handler = urllib.request.ProxyHandler() if proxy else urllib.request.ProxyHandler({})
+    try:
+        return urllib.request.build_opener(handler).open(url, timeout=5).read().decode()
+    except Exception as exc:
+        return "ERR " + str(exc)[:100]
+listed, unlisted = sys.argv[1], sys.argv[2]
+print("listed", get(listed))
+print("unlisted", get(unlisted))
+print("bypass", get(listed, proxy=False))
+"""
+
+
+def _http_servers(host: str, n: int) -> list[Any]:
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Hello(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"HELLO")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    servers = [HTTPServer((host, 0), Hello) for _ in range(n)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    return servers
+
+
+@pytest.mark.parametrize(
+    "network, expected",
+    [
+        ("none", {"listed": "ERR", "unlisted": "ERR", "bypass": "ERR"}),
+        ("allowlist", {"listed": "HELLO", "unlisted": "ERR HTTP Error 403", "bypass": "ERR"}),
+        ("open", {"listed": "HELLO", "unlisted": "HELLO", "bypass": "HELLO"}),
+    ],
+)
+def test_network_policy(sandbox_project: RalphProject, gateway: str, network: str, expected: dict[str, str]) -> None:
+    listed, unlisted = _http_servers(gateway, 2)
+    listed_url = f"http://{gateway}:{listed.server_port}/"
+    unlisted_url = f"http://{gateway}:{unlisted.server_port}/"
+    path = sandbox_project.path
+    runner = make_runner(path, network=network, allow_hosts=[f"{gateway}:{listed.server_port}"])
+    runner.prepare(path)
+    try:
+        # "bypass": the agent ignores the proxy variables and connects directly
+        outcome, lines = run_in(runner, path, ["python3", "-c", PROBE, listed_url, unlisted_url])
+    finally:
+        runner.cleanup()
+        for server in (listed, unlisted):
+            server.shutdown()
+    assert outcome.exit_code == 0, outcome.stderr
+    got = dict(line.split(" ", 1) for line in lines)
+    for key, prefix in expected.items():
+        assert got[key].startswith(prefix), (key, got)
+
+
+# -- timeout, Ctrl-C, crash leftovers -------------------------------------------------------
+
+
+def test_timeout_kills_hanging_process(sandbox_project: RalphProject, docker_client: Any) -> None:
+    path = sandbox_project.path
+    runner = make_runner(path, network="none")
+    runner.prepare(path)
+    try:
+        started = time.monotonic()
+        outcome, _ = run_in(runner, path, ["sh", "-c", "trap '' TERM; sleep 300"], timeout=3)
+        elapsed = time.monotonic() - started
+        assert outcome.timed_out and outcome.exit_code != 0
+        assert elapsed < 20
+        running = [c for c in containers_of(docker_client, path) if c.labels.get("ralph.role") == "agent"]
+        assert running == []  # killed with everything in it
+        again, lines = run_in(runner, path, ["sh", "-c", "echo alive; exit 7"])  # the next iteration gets a fresh one
+        assert again.exit_code == 7 and lines == ["alive"]
+    finally:
+        runner.cleanup()
+    assert containers_of(docker_client, path) == []
+
+
+HANG = "python3 -c 'import time; time.sleep(600)'"  # the CLI refuses a plain `sleep 600`
+
+
+def _hanging_script() -> IterationScript:
+    return IterationScript({1: [bash(HANG), Turn([text("never")])], 2: [bash(HANG), Turn([text("never")])]})
+
+
+def _wait_for_agent_container(client: Any, project: Path, process: Any, seconds: float = 60) -> Any:
+    import docker.errors
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"ralph ended early ({process.returncode}): {out[-2000:]} {err[-2000:]}")
+        for container in containers_of(client, project):
+            try:
+                if container.labels.get("ralph.role") == "agent" and container.status == "running":
+                    top = container.top().get("Processes") or []
+                    if any("time.sleep(600)" in " ".join(p) for p in top):
+                        return container
+            except docker.errors.NotFound:
+                continue
+        time.sleep(0.3)
+    raise AssertionError("the agent never reached its hanging command in the sandbox")
+
+
+@pytest.mark.real_claude
+def test_loop_timeout_stops_hanging_agent(
+    sandbox_project: RalphProject, docker_client: Any, gateway: str, claude_binary: Path, claude_agent_env: Any
+) -> None:
+    project = sandbox_project
+    project.write_stories([story("US-001")])
+    configure(project, network="open", env=CLAUDE_TEST_ENV)
+    with ScriptedModelServer(_hanging_script(), host=gateway) as server:
+        started = time.monotonic()
+        result = project.run(
+            "run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "8", "-n", "1",
+            env=claude_agent_env(server.url), timeout=180,
+        )
+        elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert project.events("iteration_timeout"), project.events()
+    assert elapsed < 90
+    assert containers_of(docker_client, project.path) == []
+
+
+@pytest.mark.real_claude
+def test_ctrl_c_leaves_no_container_and_crash_leftovers_are_swept(
+    sandbox_project: RalphProject, docker_client: Any, gateway: str, claude_binary: Path, claude_agent_env: Any
+) -> None:
+    project = sandbox_project
+    project.write_stories([story("US-001")])
+    configure(project, network="allowlist", env=CLAUDE_TEST_ENV)
+    with ScriptedModelServer(_hanging_script(), host=gateway) as server:
+        env = claude_agent_env(server.url)
+        # Ctrl-C: the loop stops the agent and removes container, proxy and network
+        process = project.start("run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "300", env=env)
+        try:
+            _wait_for_agent_container(docker_client, project.path, process)
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 130, out + err
+        assert containers_of(docker_client, project.path) == []
+        assert networks_of(docker_client, project.path) == []
+
+        # a crash (SIGKILL: no cleanup) leaves the container; the next run finds it by label and removes it
+        # (--fresh: the interrupted run's state would otherwise ask for --resume)
+        process = project.start("run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "300", "--fresh", env=env)
+        try:
+            leftover = _wait_for_agent_container(docker_client, project.path, process)
+            process.kill()
+            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert leftover.id in [c.id for c in containers_of(docker_client, project.path)]
+        result = project.run(
+            "run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "5", "-n", "1", "--fresh", env=env, timeout=180
+        )
+        assert result.returncode == 1, result.stdout + result.stderr
+    assert leftover.id not in [c.id for c in docker_client.containers.list(all=True)]
+    assert containers_of(docker_client, project.path) == []
+
+
+# -- clear errors ---------------------------------------------------------------------------
+
+
+def test_missing_image_is_a_clear_error_and_auto_falls_back(sandbox_project: RalphProject, claude_binary: Path) -> None:
+    project = sandbox_project
+    project.write_stories([story("US-001")])
+    configure(project, image="ralph-sandbox:does-not-exist")
+    result = project.run("run", "--runner", "docker-sandbox", "--agent", "claude")
+    assert result.returncode == 2
+    assert "ralph-sandbox:does-not-exist" in result.stderr and "ralph sandbox build" in result.stderr
+    dry = project.run("run", "--runner", "auto", "--agent", "claude", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "runner:  direct (fallback: docker-sandbox: the sandbox image 'ralph-sandbox:does-not-exist'" in dry.stdout
+
+
+def test_stopped_engine_is_a_clear_error(sandbox_project: RalphProject, tmp_path: Path, claude_binary: Path) -> None:
+    dead = f"unix://{tmp_path}/no-engine.sock"
+    sandbox_project.write_stories([story("US-001")])
+    result = sandbox_project.run("run", "--runner", "docker-sandbox", "--agent", "claude", env={"DOCKER_HOST": dead})
+    assert result.returncode == 2
+    assert "Docker engine does not answer" in result.stderr and dead in result.stderr
+    doctor = subprocess.run([*SANDBOX_CLI, "doctor"], cwd=sandbox_project.path, capture_output=True, text=True,
+                            env={**os.environ, "DOCKER_HOST": dead})
+    assert doctor.returncode == 1
+    assert "[FAIL] Docker engine" in doctor.stdout and "fix:" in doctor.stdout
+
+
+def test_doctor_reports_each_check(sandbox_project: RalphProject) -> None:
+    env = {**os.environ, "ANTHROPIC_API_KEY": "x"}
+    result = subprocess.run([*SANDBOX_CLI, "doctor"], cwd=sandbox_project.path, capture_output=True, text=True, env=env)
+    assert "[ok  ] Docker engine answers" in result.stdout
+    assert f"[ok  ] sandbox image {IMAGE} present" in result.stdout
+    assert "credentials passed into the sandbox: ANTHROPIC_API_KEY" in result.stdout
+    assert "network policy: allowlist" in result.stdout
+    for name in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"):
+        env.pop(name, None)
+    bare = subprocess.run([*SANDBOX_CLI, "doctor"], cwd=sandbox_project.path, capture_output=True, text=True, env=env)
+    assert "[FAIL] no credentials visible" in bare.stdout and "fix: export ANTHROPIC_API_KEY" in bare.stdout
+
+
+def test_state_dir_is_created_with_json_and_never_claude_home(tmp_path: Path) -> None:
+    from ralph_plugins.runners.docker_sandbox import prepare_state_dir
+
+    state = prepare_state_dir(tmp_path / ".dclaude_state")
+    assert json.loads((state / ".claude.json").read_text()) == {}
+    assert (state / ".claude").is_dir()
+    with pytest.raises(ValueError, match="~/.claude itself"):
+        prepare_state_dir(Path.home() / ".claude")
+
+
+@pytest.mark.real_claude
+def test_stop_checks_reach_the_loop_from_inside_the_sandbox(
+    sandbox_project: RalphProject, gateway: str, claude_binary: Path, claude_agent_env: Any
+) -> None:
+    """The hook socket is mounted: the loop's Stop checks answer the agent in the container."""
+    project = sandbox_project
+    project.write_stories([story("US-001")])
+    configure(project, network="allowlist", env=CLAUDE_TEST_ENV)
+    script = IterationScript({1: [bash("echo stray > stray-file.txt"), Turn([text("done")])]})
+    with ScriptedModelServer(script, host=gateway) as server:
+        result = project.run(
+            "run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "60", "-n", "1",
+            env=claude_agent_env(server.url), timeout=180,
+        )
+    assert result.returncode == 1, result.stdout + result.stderr
+    feedback = [e["text"] for e in project.events("agent_event") if "Stop hook feedback" in e.get("text", "")]
+    assert any("stray-file.txt" in t for t in feedback), [e.get("text", "")[:200] for e in project.events("agent_event")]
+    # and the model saw the loop's answer in its next request
+    assert any("stray-file.txt" in r.text for r in server.requests[1:])

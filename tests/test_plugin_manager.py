@@ -1,0 +1,492 @@
+"""The plugin manager (ralph/plugins.py) and the ``ralph plugins`` / ``ralph --help`` commands.
+
+Third-party plugins are fake distributions: a ``fake_dist-1.0.dist-info`` directory with
+``METADATA`` and ``entry_points.txt`` plus the plugin modules, written into a temporary
+directory that is put on ``sys.path`` (where ``ralph.entrypoints`` finds them, exactly as it
+finds installed distributions).  The fake modules are removed from ``sys.modules`` afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pluggy
+import pytest
+from click.testing import CliRunner
+
+from ralph import hookimpl, hookspecs
+from ralph.cli import ROLE_OF_HOOK, cli
+from ralph.errors import PluginError
+from ralph.plugins import DISABLE_ENV, NO_AUTOLOAD_ENV, OWN_DISTRIBUTION, PluginHost, hook_names
+
+# -- fake plugin modules ----------------------------------------------------------------
+
+RUNNER_MODULE = """
+from ralph import hookimpl
+from ralph.contracts import Availability, ProcessOutcome, Runner
+
+
+class FakeRunner(Runner):
+    name = {runner_name!r}
+    description = "a third-party runner (test)"
+
+    def availability(self):
+        return Availability.yes()
+
+    def run(self, spec, on_line, timeout, cancel):
+        return ProcessOutcome(0)
+
+
+@hookimpl
+def ralph_register_runners(register):
+    register(FakeRunner)
+"""
+
+BROKEN_MODULE = """
+raise RuntimeError("boom at import")
+"""
+
+# ``ralph_register_runner`` (no s) is no hookspec; the module also registers a runner that
+# must not appear, since the whole plugin is skipped.
+MISSPELLED_MODULE = """
+from ralph import hookimpl
+from ralph.contracts import Availability, ProcessOutcome, Runner
+
+
+class MisspelledRunner(Runner):
+    name = "misspelled"
+
+    def availability(self):
+        return Availability.yes()
+
+    def run(self, spec, on_line, timeout, cancel):
+        return ProcessOutcome(0)
+
+
+@hookimpl
+def ralph_register_runners(register):
+    register(MisspelledRunner)
+
+
+@hookimpl
+def ralph_register_runner(register):
+    register(MisspelledRunner)
+"""
+
+
+def runner_module(runner_name: str = "fake") -> str:
+    return RUNNER_MODULE.format(runner_name=runner_name)
+
+
+class FakeDists:
+    """Writes fake distributions into one directory on ``sys.path``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.modules: list[str] = []
+
+    def add(
+        self,
+        entry_points: dict[str, str],
+        modules: dict[str, str],
+        name: str = "fake_dist",
+        version: str = "1.0",
+    ) -> Path:
+        """``entry_points``: entry-point name -> module; ``modules``: module name -> source."""
+        info = self.root / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8"
+        )
+        lines = ["[console_scripts]", "fake-tool = fake_tool:main", "", "[ralph]"]
+        lines += [f"{ep} = {module}" for ep, module in entry_points.items()]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for module, source in modules.items():
+            (self.root / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
+            self.modules.append(module)
+        importlib.invalidate_caches()
+        return info
+
+    def standard(self) -> None:
+        """The usual third-party set: a working runner plugin and one that fails at import."""
+        self.add(
+            {"fake-runner": "ralph_fake_runner", "fake-broken": "ralph_fake_broken"},
+            {"ralph_fake_runner": runner_module("fake"), "ralph_fake_broken": BROKEN_MODULE},
+        )
+
+    def imported(self) -> list[str]:
+        return [module for module in self.modules if module in sys.modules]
+
+
+@pytest.fixture
+def fake_dists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeDists]:
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    monkeypatch.delenv(NO_AUTOLOAD_ENV, raising=False)
+    monkeypatch.syspath_prepend(str(root))
+    importlib.invalidate_caches()
+    dists = FakeDists(root)
+    yield dists
+    for module in dists.modules:
+        sys.modules.pop(module, None)
+    importlib.invalidate_caches()
+
+
+@pytest.fixture(scope="module")
+def own_runners() -> list[str]:
+    """ralph's own runners, whatever they are today (computed, never hard-coded)."""
+    host = PluginHost(environ={NO_AUTOLOAD_ENV: "1"})
+    assert not host.failures, host.failures
+    return host.runners.names()
+
+
+def info_of(host: PluginHost, name: str) -> Any:
+    matches = [info for info in host.infos if info.name == name]
+    assert len(matches) == 1, host.infos
+    return matches[0]
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+
+def test_own_plugins_load_without_failures(own_runners: list[str]) -> None:
+    host = PluginHost(environ={NO_AUTOLOAD_ENV: "1"})
+    assert host.failures == []
+    assert "direct" in own_runners
+    own = [info for info in host.infos if info.distribution == OWN_DISTRIBUTION]
+    assert own and all(not info.disabled and info.error is None for info in own)
+    assert all(info.version for info in own)
+
+
+def test_third_party_runner_is_listed_with_distribution_and_version(
+    fake_dists: FakeDists, own_runners: list[str]
+) -> None:
+    fake_dists.add({"fake-runner": "ralph_fake_runner"}, {"ralph_fake_runner": runner_module("fake")})
+    host = PluginHost(environ={})
+    assert host.failures == []
+    assert host.runners.names() == sorted([*own_runners, "fake"])
+    assert host.runners.get("fake").__module__ == "ralph_fake_runner"
+    assert host.runners.providers["fake"] == "'fake-runner' (fake-dist 1.0)"
+    info = info_of(host, "fake-runner")
+    assert (info.distribution, info.version, info.module) == ("fake-dist", "1.0", "ralph_fake_runner")
+    assert info.error is None and not info.disabled
+
+
+def test_duplicate_runner_name_names_both_providers(fake_dists: FakeDists) -> None:
+    fake_dists.add({"fake-direct": "ralph_fake_direct"}, {"ralph_fake_direct": runner_module("direct")})
+    with pytest.raises(PluginError) as error:
+        PluginHost(environ={})
+    message = str(error.value)
+    assert "two plugins register the runner 'direct'" in message
+    assert "'fake-direct' (fake-dist 1.0)" in message
+    assert f"'direct' ({OWN_DISTRIBUTION} " in message
+    assert DISABLE_ENV in message  # says how to resolve it
+
+
+def test_duplicate_is_resolved_by_disabling_one(fake_dists: FakeDists, own_runners: list[str]) -> None:
+    fake_dists.add({"fake-direct": "ralph_fake_direct"}, {"ralph_fake_direct": runner_module("direct")})
+    host = PluginHost(environ={DISABLE_ENV: "fake-direct"})
+    assert host.runners.names() == own_runners
+    assert host.runners.providers["direct"].startswith("'direct' (")
+
+
+def test_plugin_failing_at_import_is_recorded_and_others_still_load(
+    fake_dists: FakeDists, own_runners: list[str]
+) -> None:
+    fake_dists.standard()
+    host = PluginHost(environ={})
+    assert [info.name for info in host.failures] == ["fake-broken"]
+    broken = host.failures[0]
+    assert broken.error == "RuntimeError: boom at import"
+    assert (broken.distribution, broken.version, broken.module) == ("fake-dist", "1.0", "ralph_fake_broken")
+    assert host.pm.get_plugin("fake-broken") is None
+    # the other third-party plugin and all of ralph's own still load
+    assert host.runners.names() == sorted([*own_runners, "fake"])
+    assert all(info.error is None for info in host.infos if info.name != "fake-broken")
+
+
+@pytest.mark.parametrize("setting", ["fake-broken,fake-runner", " fake-broken , fake-runner ", "fake-runner,,fake-broken,"])
+def test_disable_plugins_by_name(fake_dists: FakeDists, own_runners: list[str], setting: str) -> None:
+    fake_dists.standard()
+    host = PluginHost(environ={DISABLE_ENV: setting})
+    assert host.failures == []
+    for name in ("fake-runner", "fake-broken"):
+        info = info_of(host, name)
+        assert info.disabled and info.error is None
+        assert (info.distribution, info.version) == ("fake-dist", "1.0")
+        assert host.pm.get_plugin(name) is None
+    assert fake_dists.imported() == []  # disabled plugins are never imported
+    assert host.runners.names() == own_runners
+
+
+def test_disable_one_of_ralphs_own_plugins(fake_dists: FakeDists, own_runners: list[str]) -> None:
+    host = PluginHost(environ={DISABLE_ENV: " direct "})
+    assert info_of(host, "direct").disabled
+    assert host.runners.names() == [name for name in own_runners if name != "direct"]
+
+
+def test_disable_autoload_loads_only_own_plugins(fake_dists: FakeDists, own_runners: list[str]) -> None:
+    fake_dists.standard()
+    host = PluginHost(environ={NO_AUTOLOAD_ENV: "1"})
+    assert host.failures == []
+    assert host.runners.names() == own_runners
+    for name in ("fake-runner", "fake-broken"):
+        assert info_of(host, name).disabled
+    assert fake_dists.imported() == []
+    loaded = [info for info in host.infos if not info.disabled]
+    assert loaded and {info.distribution for info in loaded} == {OWN_DISTRIBUTION}
+
+
+@pytest.mark.parametrize("value", ["0", "", "no"])
+def test_autoload_setting_that_is_not_true_keeps_autoload(fake_dists: FakeDists, value: str) -> None:
+    fake_dists.add({"fake-runner": "ralph_fake_runner"}, {"ralph_fake_runner": runner_module("fake")})
+    host = PluginHost(environ={NO_AUTOLOAD_ENV: value})
+    assert "fake" in host.runners.names()
+
+
+def test_misspelled_hookimpl_in_third_party_plugin_is_a_failure(
+    fake_dists: FakeDists, own_runners: list[str]
+) -> None:
+    fake_dists.add(
+        {"fake-misspelled": "ralph_fake_misspelled", "fake-runner": "ralph_fake_runner"},
+        {"ralph_fake_misspelled": MISSPELLED_MODULE, "ralph_fake_runner": runner_module("fake")},
+    )
+    host = PluginHost(environ={})
+    assert [info.name for info in host.failures] == ["fake-misspelled"]
+    error = host.failures[0].error or ""
+    assert error.startswith("PluginValidationError: ")
+    assert "ralph_register_runner" in error
+    # the whole plugin is skipped (its correctly spelled hook too); the others load
+    assert host.pm.get_plugin("fake-misspelled") is None
+    assert "misspelled" not in host.runners.names()
+    assert host.runners.names() == sorted([*own_runners, "fake"])
+
+
+def test_misspelled_hookimpl_in_plugin_registered_in_code_raises() -> None:
+    class Misspelled:
+        @hookimpl
+        def ralph_register_runner(self, register: Callable[[type], None]) -> None:
+            raise AssertionError("never called")
+
+    with pytest.raises(pluggy.PluginValidationError, match="ralph_register_runner"):
+        PluginHost(extra_plugins=[Misspelled()], environ={NO_AUTOLOAD_ENV: "1"})
+
+
+def test_duplicate_from_plugin_registered_in_code(own_runners: list[str]) -> None:
+    from ralph.contracts import Availability, ProcessOutcome, Runner
+
+    class Shadow(Runner):
+        name = own_runners[0]
+
+        def availability(self) -> Availability:
+            return Availability.yes()
+
+        def run(self, spec: Any, on_line: Any, timeout: Any, cancel: Any) -> ProcessOutcome:
+            return ProcessOutcome(0)
+
+    class InCode:
+        @hookimpl
+        def ralph_register_runners(self, register: Callable[[type], None]) -> None:
+            register(Shadow)
+
+    with pytest.raises(PluginError) as error:
+        PluginHost(extra_plugins=[InCode()], environ={NO_AUTOLOAD_ENV: "1"})
+    assert f"'{own_runners[0]}' ({OWN_DISTRIBUTION} " in str(error.value)
+    assert "'InCode' (registered in code)" in str(error.value)
+
+
+def test_registering_something_that_is_not_a_runner_is_an_error() -> None:
+    class Wrong:
+        @hookimpl
+        def ralph_register_runners(self, register: Callable[[type], None]) -> None:
+            register(dict)
+
+    with pytest.raises(PluginError, match="not a Runner"):
+        PluginHost(extra_plugins=[Wrong()], load_entry_points=False)
+
+
+# -- every hookspec, called through pluggy -------------------------------------------------
+
+
+class EveryHook:
+    """Implements every hookspec; each implementation records its call and returns a marker."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def _record(self, name: str, **kwargs: Any) -> str:
+        self.calls.append((name, kwargs))
+        return f"from {name}"
+
+    @hookimpl
+    def ralph_register_runners(self, register: Any) -> None:
+        self._record("ralph_register_runners", register=register)
+
+    @hookimpl
+    def ralph_register_agents(self, register: Any) -> None:
+        self._record("ralph_register_agents", register=register)
+
+    @hookimpl
+    def ralph_register_policies(self, register: Any) -> None:
+        self._record("ralph_register_policies", register=register)
+
+    @hookimpl
+    def ralph_register_task_stores(self, register: Any) -> None:
+        self._record("ralph_register_task_stores", register=register)
+
+    @hookimpl
+    def ralph_register_gates(self, register: Any) -> None:
+        self._record("ralph_register_gates", register=register)
+
+    @hookimpl
+    def ralph_config_sections(self) -> dict[str, type]:
+        self._record("ralph_config_sections")
+        return {}
+
+    @hookimpl
+    def ralph_validate(self, context: Any) -> list[str]:
+        return [self._record("ralph_validate", context=context)]
+
+    @hookimpl
+    def ralph_loop_event(self, event: Any) -> None:
+        self._record("ralph_loop_event", event=event)
+
+    @hookimpl
+    def ralph_pre_tool_use(self, event: Any) -> list[str]:
+        return [self._record("ralph_pre_tool_use", event=event)]
+
+    @hookimpl
+    def ralph_post_tool_use(self, event: Any) -> list[str]:
+        return [self._record("ralph_post_tool_use", event=event)]
+
+    @hookimpl
+    def ralph_session_start(self, event: Any) -> list[str]:
+        return [self._record("ralph_session_start", event=event)]
+
+    @hookimpl
+    def ralph_user_prompt_submit(self, event: Any) -> list[str]:
+        return [self._record("ralph_user_prompt_submit", event=event)]
+
+    @hookimpl
+    def ralph_prompt_context(self, run_dir: Any, iteration: Any, since: Any) -> list[str]:
+        return [self._record("ralph_prompt_context", run_dir=run_dir, iteration=iteration, since=since)]
+
+
+def test_hook_names_are_the_hookspecs() -> None:
+    names = hook_names()
+    assert names == sorted(names) and len(names) == len(set(names))
+    for name in names:
+        assert callable(getattr(hookspecs, name))
+    assert set(ROLE_OF_HOOK) <= set(names)
+
+
+def test_plugin_implementing_every_hookspec_gets_every_call() -> None:
+    plugin = EveryHook()
+    implemented = sorted(name for name in dir(plugin) if name.startswith("ralph_"))
+    assert implemented == hook_names(), "EveryHook must implement every hookspec (and nothing else)"
+
+    host = PluginHost(extra_plugins=[plugin], load_entry_points=False)
+    # building the registries already called every register hook once
+    registered = sorted(name for name, _ in plugin.calls)
+    assert registered == sorted(name for name in hook_names() if name.startswith("ralph_register_"))
+
+    for name in hook_names():
+        plugin.calls.clear()
+        spec = inspect.signature(getattr(hookspecs, name))
+        impl = inspect.signature(getattr(plugin, name))
+        assert list(impl.parameters) == list(spec.parameters), name
+        kwargs = {param: object() for param in spec.parameters}
+        results = getattr(host.pm.hook, name)(**kwargs)
+        assert len(plugin.calls) == 1, name
+        called, received = plugin.calls[0]
+        assert called == name
+        assert received.keys() == kwargs.keys()
+        assert all(received[key] is kwargs[key] for key in kwargs), name
+        assert isinstance(results, list)  # not firstresult: every implementation is collected
+
+
+def test_typed_wrappers_collect_results() -> None:
+    from ralph.contracts import LoopEvent
+
+    plugin = EveryHook()
+    host = PluginHost(extra_plugins=[plugin], load_entry_points=False)
+    plugin.calls.clear()
+    context: Any = object()
+    assert host.validate(context) == ["from ralph_validate"]
+    assert host.prompt_context(Path("/tmp/run"), 2, 1.5) == ["from ralph_prompt_context"]
+    event = LoopEvent("run_started", {"x": 1})
+    host.emit(event)
+    assert host.config_sections() == {}
+    assert [name for name, _ in plugin.calls] == [
+        "ralph_validate",
+        "ralph_prompt_context",
+        "ralph_loop_event",
+        "ralph_config_sections",
+    ]
+    assert plugin.calls[2][1]["event"] is event
+
+
+# -- the CLI ------------------------------------------------------------------------------------
+
+
+def invoke(args: list[str], **env: str) -> Any:
+    return CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
+
+
+def row(output: str, plugin_name: str) -> str:
+    rows = [line for line in output.splitlines() if line.split()[:1] == [plugin_name]]
+    assert len(rows) == 1, output
+    return rows[0]
+
+
+def test_ralph_plugins_lists_failures_and_exits_1(fake_dists: FakeDists) -> None:
+    fake_dists.standard()
+    result = invoke(["plugins"])
+    assert result.exit_code == 1, result.output
+    assert row(result.output, "fake-broken").rstrip().endswith("FAILED: RuntimeError: boom at import")
+    runner_row = row(result.output, "fake-runner")
+    assert "runner fake" in runner_row
+    assert runner_row.split()[-3:] == ["fake-dist", "1.0", "loaded"]
+    assert row(result.output, "direct").split()[-1] == "loaded"
+    assert row(result.output, "plugin").split() == ["plugin", "provides", "distribution", "version", "status"]
+
+
+def test_ralph_plugins_honours_disable_plugins(fake_dists: FakeDists) -> None:
+    fake_dists.standard()
+    result = invoke(["plugins"], **{DISABLE_ENV: "fake-broken"})
+    assert result.exit_code == 0, result.output
+    assert "FAILED" not in result.output
+    assert row(result.output, "fake-broken").split()[-1] == "disabled"
+    assert row(result.output, "fake-runner").split()[-1] == "loaded"
+    assert "ralph_fake_broken" not in sys.modules
+
+
+def test_ralph_plugins_with_autoload_disabled(fake_dists: FakeDists) -> None:
+    fake_dists.standard()
+    result = invoke(["plugins"], **{NO_AUTOLOAD_ENV: "1"})
+    assert result.exit_code == 0, result.output
+    assert row(result.output, "fake-runner").split()[-1] == "disabled"
+    assert row(result.output, "fake-broken").split()[-1] == "disabled"
+    assert fake_dists.imported() == []
+
+
+def test_ralph_plugins_shows_roles(fake_dists: FakeDists) -> None:
+    result = invoke(["plugins"])
+    assert result.exit_code == 0, result.output
+    assert "reporter" in row(result.output, "console")
+    assert "validator" in row(result.output, "schema")
+
+
+def test_ralph_help_works_with_a_broken_plugin(fake_dists: FakeDists) -> None:
+    fake_dists.standard()
+    result = invoke(["--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and "plugins" in result.output
+    assert fake_dists.imported() == []  # --help never loads plugins
+    assert invoke(["--version"]).exit_code == 0
