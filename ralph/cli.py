@@ -25,7 +25,8 @@ Typical session:
 \b
 Exit codes of `ralph run`: 0 complete, 1 iterations exhausted or no story
 selectable, 2 usage or configuration error, 3 finished with failed stories,
-4 global hard timeout, 130 interrupted.
+4 global hard timeout, 5 budget reached, 6 paused on the agent's usage limit,
+130 interrupted.
 """
 
 
@@ -106,6 +107,7 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
     type=click.IntRange(min=1),
     help="Raise the runaway guard: --max-iterations above this (default 100) is refused.",
 )
+@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop when the agent's reported cost reaches this many USD.")
 @click.option("--resume", "rerun", flag_value="resume", help="Continue with the state an interrupted run left.")
 @click.option("--fresh", "rerun", flag_value="fresh", help="Archive an interrupted run's state and start over.")
 @click.option(
@@ -128,6 +130,7 @@ def run(
     review_cap: int | None,
     timeout: float | None,
     iteration_limit: int | None,
+    max_cost: float | None,
     rerun: str | None,
     timeout_multiplier: float | None,
     dry_run: bool,
@@ -158,6 +161,7 @@ def run(
         "iteration_limit": iteration_limit,
         "output": output,
         "timeout_multiplier": timeout_multiplier,
+        "max_cost": max_cost,
     }
     session = open_session(project_dir.resolve(), overrides)
     loop = session.build_loop()
@@ -278,6 +282,17 @@ def _roles(host: Any, plugin_name: str) -> list[str]:
     if plugin is None:
         return []
     return [role for hook, role in ROLE_OF_HOOK.items() if hasattr(plugin, hook)]
+
+
+def _register_command_modules() -> None:
+    """Commands defined in their own modules (each imports only click at import time)."""
+    from ralph.cli_sandbox import doctor, sandbox
+
+    cli.add_command(sandbox)
+    cli.add_command(doctor)
+
+
+_register_command_modules()
 
 
 def main() -> None:

@@ -53,6 +53,13 @@ class RalphConfig(BaseModel):
     global_soft_timeout: float | None = Field(None, gt=0, description="seconds of run time before a warning")
     global_hard_timeout: float | None = Field(None, gt=0, description="seconds of run time before the loop stops")
     timeout_multiplier: float = Field(1.0, gt=0, description="multiplies every timeout (complex tasks)")
+    max_cost: float | None = Field(None, gt=0, description="USD for the whole run, from the agent's cost reports")
+    story_max_cost: float | None = Field(None, gt=0, description="USD per story before it is flagged and skipped")
+    on_usage_limit: Literal["wait", "exit"] = Field(
+        "wait", description="when the agent hits its usage limit: wait for the reset, or exit with a resume hint"
+    )
+    usage_limit_wait: float = Field(900.0, gt=0, description="seconds to wait when the reset time is not given")
+    usage_limit_max_wait: float = Field(6 * 3600.0, gt=0, description="longest wait for a reset before exiting")
 
 
 CORE_KEYS = frozenset(RalphConfig.model_fields)

@@ -50,6 +50,8 @@ EXIT_EXHAUSTED = 1
 EXIT_USAGE = 2
 EXIT_FAILED_STORIES = 3
 EXIT_GLOBAL_TIMEOUT = 4
+EXIT_BUDGET = 5
+EXIT_USAGE_LIMIT = 6
 EXIT_INTERRUPTED = 130
 
 
@@ -67,6 +69,8 @@ class IterationRecord:
     promise: bool = False
     violations: list[str] = field(default_factory=list)
     undone: list[str] = field(default_factory=list)
+    usage_limit: str | None = None
+    context_overflow: bool = False
 
 
 @dataclass
@@ -118,6 +122,8 @@ class Loop:
         self.stash_message: str | None = None
         self.archived_state: Path | None = None
         self._soft_warned = False
+        self.story_cost: dict[str, float] = {}
+        self.context_overflows: dict[str, int] = {}
         from ralph.gating import GateKeeper
 
         self.keeper = GateKeeper(self)
@@ -373,22 +379,90 @@ class Loop:
             self.keeper.before_iteration(selection, checkpoint)
             feedback = self.keeper.story_context(selection) + feedback
             tasks = self._one_iteration(record, selection, tasks, feedback)
+            if record.usage_limit and not self.cancel.is_set():
+                stop = self._usage_limit(record)
+                if stop is not None:
+                    return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
+                iteration -= 1  # nothing was done: the iteration does not count
+                feedback = []
+                continue
             if not self.cancel.is_set():
                 tasks, _ = self.keeper.after_iteration(record, selection, tasks, checkpoint, untracked_before)
                 story = tasks.story(selection.story_id or "")
                 if story is not None and story.passes and not record.violations:
                     self.keeper.forget(story.id)
             feedback = self._feedback_for_next(record)
+            tasks, limit_feedback = self._cost_and_context(record, selection, tasks)
+            feedback += limit_feedback
             assert self.run_dir is not None
             feedback += self.host.prompt_context(self.run_dir, iteration + 1, iteration_started)
             if self.cancel.is_set():
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
+            if self.config.max_cost is not None and self.cost >= self.config.max_cost:
+                return self._finish(
+                    EXIT_BUDGET, f"budget reached: ${self.cost:.4f} of ${self.config.max_cost:.4f} spent", tasks
+                )
             if self.policy.is_complete(tasks) and not record.violations:
                 how = "promise tag and verified task state" if record.promise else "verified task state (no promise tag)"
                 return self._finish(EXIT_COMPLETE, f"complete: {how}", tasks)
             if record.promise:
                 self.emit("false_completion", iteration=iteration)
         return self._finish(EXIT_EXHAUSTED, f"max iterations ({config.max_iterations}) reached", tasks)
+
+    def _usage_limit(self, record: IterationRecord) -> str | None:
+        """Wait for the agent's usage limit to reset, or return the reason to stop with a resume hint."""
+        import datetime as dt
+
+        from ralph.usagelimit import reset_time
+
+        message = record.usage_limit or ""
+        now = dt.datetime.now().astimezone()
+        resets = reset_time(message, now)
+        wait = (resets - now).total_seconds() if resets else self.config.usage_limit_wait
+        wait = max(1.0, wait)
+        resume_at = (now + dt.timedelta(seconds=wait)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+        self.emit("usage_limit", iteration=record.number, message=message[:500], resume_at=resume_at, wait=round(wait, 1))
+        if self.config.on_usage_limit == "exit" or wait > self.config.usage_limit_max_wait:
+            return (
+                f"paused on the agent's usage limit ({message.strip()[:200]}); state saved — run "
+                f"`ralph run --resume` after {resume_at}"
+            )
+        self.emit("usage_limit_wait", until=resume_at, seconds=round(wait, 1))
+        self.cancel.wait(wait)  # Ctrl-C ends the wait; the loop then stops as interrupted
+        return None
+
+    def _cost_and_context(
+        self, record: IterationRecord, selection: Selection, tasks: TaskList
+    ) -> tuple[TaskList, list[str]]:
+        """Per-story cost cap and context exhaustion: flag the story rather than feed it back unchanged."""
+        story_id = selection.story_id
+        story = tasks.story(story_id or "")
+        if story is None or story.passes:
+            return tasks, []
+        feedback: list[str] = []
+        spent = self.story_cost[story.id] = self.story_cost.get(story.id, 0.0) + record.cost_usd
+        reason = None
+        cap = self.config.story_max_cost
+        if cap is not None and spent >= cap:
+            reason = f"per-story cost cap reached (${spent:.4f} of ${cap:.4f})"
+        if record.context_overflow:
+            count = self.context_overflows[story.id] = self.context_overflows.get(story.id, 0) + 1
+            self.emit("context_exhausted", iteration=record.number, story=story.id, times=count)
+            if count >= 2:
+                reason = reason or "the context was exhausted twice: split this story into smaller ones (`ralph plan`)"
+            else:
+                feedback.append(
+                    f"The previous iteration on {story.id} exhausted the agent's context. Do not start the "
+                    f"implementation again: first split {story.id} into smaller stories in the task list (keep "
+                    f"the id {story.id} for the first slice, give the others new ids and dependsOn), commit, "
+                    "and stop."
+                )
+        if reason is not None:
+            story.failed = True
+            story.failureReason = reason
+            self.persist_tasks(tasks, record, f"{story.id} flagged: {reason}")
+            self.emit("story_flagged", iteration=record.number, story=story.id, reason=reason)
+        return tasks, feedback
 
     def _finish_unselectable(self, tasks: TaskList) -> RunResult:
         from ralph.tasks import blocked_reason
@@ -507,6 +581,13 @@ class Loop:
             return texts
 
     def _on_agent_event(self, record: IterationRecord, event: AgentEvent, texts: list[str]) -> None:
+        if event.kind == "usage_limit" and record.usage_limit is None:
+            record.usage_limit = event.text or "usage limit reached"
+            resets = event.data.get("resets_at")
+            if resets:
+                record.usage_limit += f" |{int(resets)}" if isinstance(resets, (int, float)) else f" {resets}"
+        elif event.kind == "context_overflow":
+            record.context_overflow = True
         if event.kind == "text":
             texts.append(event.text)
         elif event.kind == "result":

@@ -139,6 +139,18 @@ class ConsoleView:
     def on_global_soft_timeout(self, data: dict[str, Any]) -> None:
         self.status(f"warning: the run passed its soft time limit ({data['limit']:g}s)")
 
+    def on_usage_limit(self, data: dict[str, Any]) -> None:
+        self.status(f"the agent hit its usage limit; it resets around {data['resume_at']}")
+
+    def on_usage_limit_wait(self, data: dict[str, Any]) -> None:
+        self.status(f"waiting {data['seconds']:g}s until {data['until']} (Ctrl-C stops; state is saved)")
+
+    def on_story_flagged(self, data: dict[str, Any]) -> None:
+        self.status(f"{data['story']} flagged and skipped: {data['reason']}")
+
+    def on_context_exhausted(self, data: dict[str, Any]) -> None:
+        self.status(f"{data['story']} exhausted the agent's context ({data['times']}x)")
+
     def on_user_work_stashed(self, data: dict[str, Any]) -> None:
         self.status(data["message"])
 
