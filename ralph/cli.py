@@ -93,6 +93,7 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
 @project_dir_option
 @click.option("-n", "--max-iterations", type=click.IntRange(min=1), help="Iterations before giving up.  [default: 15]")
 @click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")
+@click.option("--prd", "prd", help="Run the PRD folder .ralph/PRD-N/ (seed 001 layout) instead of --ralph-dir.")
 @click.option("-m", "--model", help="Model name passed to the agent (e.g. opus, sonnet).")
 @click.option("--runner", help="Where the agent runs: direct, auto, docker-sandbox ...  [default: auto]")
 @click.option("--sandbox", "sandbox", flag_value="docker-sandbox", help="Alias of --runner docker-sandbox.")
@@ -121,6 +122,7 @@ def run(
     project_dir: Path,
     max_iterations: int | None,
     ralph_dir: str | None,
+    prd: str | None,
     model: str | None,
     runner: str | None,
     sandbox: str | None,
@@ -149,6 +151,12 @@ def run(
         raise UsageError(f"--runner {runner} contradicts --{'no-' if sandbox == 'direct' else ''}sandbox")
     if skip_review and policy and policy != "skip-review":
         raise UsageError(f"--skip-review contradicts --policy {policy}")
+    if prd is not None:
+        if ralph_dir:
+            raise UsageError("--prd and --ralph-dir both name the ralph directory; give one")
+        from ralph.planning import prd_dir
+
+        ralph_dir = str(prd_dir(project_dir.resolve(), prd, must_exist=True))
     overrides = {
         "max_iterations": max_iterations,
         "ralph_dir": ralph_dir,
@@ -286,10 +294,11 @@ def _roles(host: Any, plugin_name: str) -> list[str]:
 
 def _register_command_modules() -> None:
     """Commands defined in their own modules (each imports only click at import time)."""
+    from ralph.cli_lifecycle import COMMANDS
     from ralph.cli_sandbox import doctor, sandbox
 
-    cli.add_command(sandbox)
-    cli.add_command(doctor)
+    for command in (*COMMANDS, sandbox, doctor):
+        cli.add_command(command)
 
 
 _register_command_modules()

@@ -334,6 +334,7 @@ class Loop:
             selection=selection,
             tasks=tasks,
             feedback=feedback,
+            tasks_file=relative_dir(self.tasks_path, self.project_dir),
         )
 
     def _iterate(self, tasks: TaskList) -> RunResult:
@@ -546,6 +547,7 @@ class Loop:
                 hook_settings=self._hook_settings(),
                 env={
                     STATE_FILE_ENV: str(self.run_dir / "state.json"),
+                    "RALPH_TASKS_FILE": str(self.tasks_path),
                     "RALPH_RUN_DIR": str(self.run_dir),
                     "RALPH_HOOK_SOCKET": str(self.hook_server.path),
                 },
@@ -871,14 +873,12 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
 
 
 def choose_store(settings: Settings, host: PluginHost) -> TaskStore:
-    if settings.config.task_store:
-        return host.stores.get(settings.config.task_store)()
-    stores = [host.stores.get(name)() for name in host.stores.names()]
-    for store in stores:
-        if store.detect(settings.ralph_dir):
-            return store
-    if "tasks-json" in host.stores.entries:
-        return host.stores.get("tasks-json")()
-    if not stores:
+    """The configured store, else the one whose file is present (tasks.json first), else tasks.json."""
+    from ralph.planning import store_for
+
+    if not host.stores.names():
         raise RalphError("no task store plugin is loaded (is ralph-trustloop installed correctly?)")
-    return stores[0]
+    try:
+        return store_for(settings.ralph_dir, host, settings.config.task_store)
+    except UsageError:
+        return host.stores.get("tasks-json")()  # preflight then names the missing file

@@ -23,6 +23,7 @@ def render_prompt(
     selection: Selection,
     tasks: TaskList,
     feedback: list[str],
+    tasks_file: str = "",
 ) -> str:
     """Substitute the template tokens and append the loop's section and feedback."""
     body = render(
@@ -36,6 +37,11 @@ def render_prompt(
         },
     )
     parts = [body.rstrip(), "", THIS_ITERATION_HEADING, "", policy.prompt_section(selection, tasks)]
+    if tasks_file and not tasks_file.endswith("/tasks.json"):
+        parts.append(
+            f"- Task list: `{tasks_file}` (this project's format; wherever this prompt says tasks.json, "
+            "it means this file)"
+        )
     if feedback:
         parts += ["", "### Feedback from the loop about the previous iteration", ""]
         parts += [f"- {item}" for item in feedback]

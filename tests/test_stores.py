@@ -287,8 +287,6 @@ def test_tasks_json_round_trip_of_the_init_template(ralph_project: RalphProject)
     assert store.render(tasks, raw) == raw.replace('"reviewStatus": null', '"reviewStatus": "needs_review"')
 
 
-@pytest.mark.xfail(strict=True, reason="tasks_json.render re-serialises the file: one-line arrays/objects are reformatted "
-                   "(prd_json.patch_json_text would keep them)")
 def test_tasks_json_keeps_hand_formatting() -> None:
     raw = PRD_JSON.replace('"notes": ""}', '"reviewStatus": null, "reviewCount": 0, "reviewFeedback": "", "notes": ""}').replace(
         '"notes": "",\n            "dependsOn"', '"notes": "",\n            "reviewStatus": null,\n            "reviewCount": 0,\n            "reviewFeedback": "",\n            "dependsOn"'

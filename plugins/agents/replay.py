@@ -61,7 +61,7 @@ class ReplayAgent(Agent):
 
     def process(self, invocation: AgentInvocation) -> ProcessSpec:
         script = self.script_path()
-        tasks = self.settings.ralph_dir / "tasks.json"
+        tasks = invocation.env.get("RALPH_TASKS_FILE") or str(self.settings.ralph_dir / "tasks.json")
         argv = [
             sys.executable,
             "-P",  # the cwd (the project) must not shadow installed packages

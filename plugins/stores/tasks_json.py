@@ -44,10 +44,17 @@ class TasksJsonStore(TaskStore):
         return parse_tasks(data, str(source))
 
     def render(self, tasks: TaskList, previous_raw: str | None) -> str:
-        """Write back the model, keeping the file's key order, indentation and unknown keys."""
+        """Write back the model, changing only the values that differ (formatting, key order
+        and unknown keys stay byte for byte)."""
         new = tasks.model_dump(mode="json", exclude_unset=True)
         if previous_raw is None:
             return json.dumps(new, indent=2, ensure_ascii=False) + "\n"
+        from ralph_plugins.stores.prd_json import patch_json_text
+
+        try:
+            return patch_json_text(previous_raw, _merge(json.loads(previous_raw), new))
+        except Exception:  # the previous text is not JSON we can patch: fall back to re-serialising
+            pass
         try:
             old = json.loads(previous_raw)
         except json.JSONDecodeError:

@@ -1,0 +1,636 @@
+"""Guard: dangerous shell commands (PreToolUse on ``Bash``; secret paths also on ``Read``).
+
+Every rule has a name (shown to the agent as ``[rule]``) and a reason saying
+what to do instead.  The command line is analysed by
+:mod:`ralph_plugins.guards.shell` (quotes, ``bash -c``, ``eval``, ``$(...)``,
+wrappers, pipes into a shell), so ``r''m -rf /`` and ``bash -c "git push"``
+are seen for what they run.  Rules (see docs/guards.md):
+
+``git-push``, ``git-merge-main``, ``git-force``, ``git-no-verify``,
+``git-reset-hard``, ``delete-outside-project``, ``disk-tools``,
+``fork-bomb``, ``privilege``, ``pipe-to-shell``, ``read-secrets``,
+``write-system-files``, ``unparseable`` and ``opaque-code`` (the last two only
+when the agent runs directly on the host, where this blocklist is the only
+guard; in a sandboxed loop the container is the protection).
+
+``git merge`` is denied when it would merge *into* ``main``/``master``: the
+branch checked out by an earlier ``git checkout``/``git switch`` on the same
+line, else the repository's current branch (read from ``.git/HEAD``, with
+``git rev-parse`` as the fallback).  Merging ``main`` into a feature branch is
+allowed.  ``git reset --hard`` is allowed only to the loop's own checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ralph import hookimpl
+from ralph.contracts import Denial, HookEvent
+from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Command, ShellAnalysis, analyze, resolve_path
+
+RULES: dict[str, str] = {
+    "git-push": "git push in any form (also via bash -c, eval, aliases, `git -C dir push`)",
+    "git-merge-main": "git merge into main/master; gh pr merge",
+    "git-force": "git checkout/switch --force, git clean -f, git branch -D/-f/--force",
+    "git-no-verify": "--no-verify, git commit -n, core.hooksPath overrides, HUSKY=0 / SKIP=",
+    "git-reset-hard": "git reset --hard to anything but the loop's own checkpoint",
+    "delete-outside-project": "rm/unlink/shred/find -delete outside the project, of the project itself or its .git",
+    "disk-tools": "dd, mkfs*, fdisk, parted, wipefs and other disk tools",
+    "fork-bomb": "a function piping into itself in the background",
+    "privilege": "sudo/su/doas/pkexec, chmod/chown outside the project, setuid bits",
+    "pipe-to-shell": "text piped into a shell or interpreter (curl | sh, base64 -d | bash, bash <(curl))",
+    "read-secrets": "reading ~/.ssh, cloud credentials, .env files; environment dumps piped or written out",
+    "write-system-files": "redirections, tee, cp/mv/dd into /etc, /usr, /dev, home dotfiles ...",
+    "unparseable": "a command the guard cannot parse (direct mode only)",
+    "opaque-code": 'code only known at run time: eval "$x", bash -c "$(...)" (direct mode only)',
+}
+
+PUSH_REASON = "Pushing is not allowed inside a Ralph loop: commit locally; the user pushes after review."
+_DELETERS = frozenset({"rm", "unlink", "shred", "srm"})
+_DISK_TOOLS = re.compile(
+    r"^(dd|mkfs(\..+)?|mke2fs|mkswap|mkntfs|mkdosfs|fdisk|sfdisk|cfdisk|gdisk|sgdisk|parted|wipefs|blkdiscard"
+    r"|badblocks|cryptsetup)$"
+)
+_MAIN_BRANCHES = frozenset({"main", "master"})
+_SECRET_PATH = re.compile(
+    r"(^|/)(\.ssh|\.gnupg|\.aws|\.azure|\.kube|\.netrc|\.pgpass|\.git-credentials|\.pypirc|\.npmrc|\.vault-token"
+    r"|\.docker/config\.json|\.config/gh|\.config/gcloud|\.config/hub|id_rsa[^/]*|id_ecdsa[^/]*|id_ed25519[^/]*"
+    r"|id_dsa[^/]*)(/|$)"
+    r"|(^|/)\.env(\.[^/]*)?$|^/proc/[^/]+/environ$|^/etc/(shadow|gshadow|sudoers)(/|$)"
+)
+_SAFE_ENV_SUFFIX = re.compile(r"\.env\.(example|sample|template|dist|defaults)$")
+_NOT_READING = frozenset(
+    {"ls", "stat", "test", "[", "[[", "touch", "mkdir", "echo", "printf", "mv", "rm", "git", "chmod", "file",
+     "source", ".", "realpath", "readlink", "basename", "dirname", "cd", "du", "ln", "install", "which"}
+)
+_NETWORK_TOOLS = frozenset({"curl", "wget", "nc", "ncat", "netcat", "socat", "ssh", "scp", "sftp", "telnet", "ftp", "http", "https"})
+_DEST_LAST = frozenset({"cp", "scp", "rsync", "install"})
+_SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/sys", "/proc",
+                "/dev", "/opt", "/var/lib", "/var/spool", "/root/.ssh")
+_HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"})
+_FORCE_SUBCOMMANDS = {
+    "checkout": ("f", ("--force",)),
+    "switch": ("f", ("--force", "--discard-changes")),
+    "clean": ("f", ("--force",)),
+    "branch": ("fDM", ("--force",)),
+    "worktree": ("f", ("--force",)),
+}
+
+
+def is_secret_path(path: str) -> bool:
+    """Does ``path`` (absolute or as typed) name a credentials file or directory?"""
+    return bool(_SECRET_PATH.search(path)) and not _SAFE_ENV_SUFFIX.search(path)
+
+
+def is_direct(event: HookEvent) -> bool:
+    """No sandbox around the agent: outside a loop, or a loop with the ``direct`` runner."""
+    return event.loop is None or event.loop.runner == "direct"
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class _Ctx:
+    def __init__(self, event: HookEvent) -> None:
+        self.event = event
+        self.project = os.path.normpath(str(event.project_dir))
+        self.project_real = os.path.realpath(self.project)
+        cwd = event.payload.get("cwd")
+        self.cwd = os.path.normpath(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else self.project
+        env = event.environ or {}
+        self.home = env.get("HOME") or os.environ.get("HOME") or os.path.expanduser("~")
+        tmpdir = os.path.normpath(env.get("TMPDIR") or "/tmp")
+        self.known = {"CLAUDE_PROJECT_DIR": self.project, "TMPDIR": tmpdir, "TMP": tmpdir, "TEMP": tmpdir}
+        # scratch space, unless the project itself lives there (then its neighbours are not scratch)
+        self.temp_roots = {
+            t for t in ("/tmp", "/var/tmp", "/private/tmp", "/dev/shm", tmpdir)
+            if not _under(self.project, t) and not _under(self.project_real, t)
+        }
+        self.direct = is_direct(event)
+        self.denials: dict[str, Denial] = {}
+        self.depth = 0
+        self.analysis: ShellAnalysis | None = None
+
+    def deny(self, rule: str, reason: str) -> None:
+        self.denials.setdefault(rule, Denial(rule, reason))
+
+    def path(self, cmd: Command, i: int, text: str | None = None) -> str | None:
+        return resolve_path(
+            cmd.argv[i] if text is None else text, self.cwd, self.home, cmd.dynamic[i], cmd.cd, cmd.cd_unknown,
+            self.known,
+        )
+
+    def in_project(self, path: str) -> bool:
+        return _under(path, self.project) or _under(path, self.project_real)
+
+    def in_temp(self, path: str, strictly: bool = True) -> bool:
+        return any(_under(path, t) and (path != t or not strictly) for t in self.temp_roots)
+
+    def is_project_root(self, path: str) -> bool:
+        return path in (self.project, self.project_real)
+
+
+# -- the hook ---------------------------------------------------------------------------------
+
+
+@hookimpl
+def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
+    tool = event.tool_name
+    if tool == "Bash":
+        command = event.tool_input.get("command")
+        if not isinstance(command, str) or not command.strip():
+            return []
+        return check_command(command, event)
+    if tool in ("Read", "NotebookRead", "Grep"):
+        raw = event.tool_input.get("file_path") or event.tool_input.get("notebook_path") or event.tool_input.get("path")
+        if isinstance(raw, str) and raw:
+            ctx = _Ctx(event)
+            resolved = resolve_path(raw, ctx.cwd, ctx.home) or raw
+            if is_secret_path(resolved):
+                return [Denial("read-secrets", _secret_reason(raw))]
+    return []
+
+
+def check_command(command: str, event: HookEvent) -> list[Denial]:
+    """Every rule this Bash command line breaks (one denial per rule)."""
+    ctx = _Ctx(event)
+    _check_analysis(analyze(command), ctx)
+    return list(ctx.denials.values())
+
+
+def _check_analysis(analysis: ShellAnalysis, ctx: _Ctx) -> None:
+    ctx.analysis = analysis
+    if analysis.unparseable is not None:
+        if ctx.direct:
+            ctx.deny(
+                "unparseable",
+                f"The guard could not parse this command ({analysis.unparseable}); running directly on the host, "
+                "ralph refuses what it cannot check. Split it into simpler commands with balanced quotes.",
+            )
+        return
+    if analysis.opaque and ctx.direct:
+        ctx.deny(
+            "opaque-code",
+            f"This runs code that only exists at run time ({analysis.opaque[0]} of a computed string), which the "
+            "guard cannot check when the agent runs directly on the host: run the commands themselves instead.",
+        )
+    if analysis.pipes_into_shell:
+        fetch = any(c.name in ("curl", "wget", "fetch", "nc", "ncat") for c in analysis.simple)
+        what = (
+            "Downloading code and running it unseen"
+            if fetch
+            else f"Piping text into a shell or interpreter ({analysis.pipe_detail})"
+        )
+        ctx.deny(
+            "pipe-to-shell",
+            f"{what} runs code the guards cannot review: save it to a file in the project, read it, "
+            "then run the commands you need directly.",
+        )
+    if analysis.fork_bomb:
+        ctx.deny(
+            "fork-bomb",
+            "This is a fork bomb (a function that pipes into itself in the background): it would exhaust the "
+            "machine. Do not run it.",
+        )
+    for index, cmd in enumerate(analysis.simple):
+        _check_command(cmd, index, analysis, ctx)
+    for write in analysis.writes:
+        path = resolve_path(write.path, ctx.cwd, ctx.home, write.dynamic, write.cd, write.cd_unknown, ctx.known)
+        if path is not None:
+            _check_system_write(path, write.path, ctx)
+
+
+def _check_command(cmd: Command, index: int, analysis: ShellAnalysis, ctx: _Ctx) -> None:
+    name = cmd.name
+    dynamic = cmd.dynamic_name
+    if name == "git" or (dynamic and len(cmd.argv) > 1):
+        _check_git(cmd, index, analysis, ctx)
+    if name in _DELETERS or (dynamic and any(_is_recursive_flag(a) for a in cmd.args)):
+        _check_delete(cmd, ctx)
+    if name == "find":
+        _check_find(cmd, ctx)
+    if _DISK_TOOLS.match(name):
+        ctx.deny(
+            "disk-tools",
+            f"`{name}` can destroy disks and file systems and is never needed to build software: create test "
+            "files with `truncate -s SIZE FILE` or a short script instead.",
+        )
+    if name in PRIVILEGE_WRAPPERS or name in ("setcap", "chroot", "visudo", "passwd", "usermod", "useradd"):
+        ctx.deny(
+            "privilege",
+            f"`{name}` changes privileges and Ralph loops run without them: install what you need inside the "
+            "project (a virtualenv, node_modules, a local bin directory) or leave a note for the user.",
+        )
+    if name in ("chmod", "chown", "chgrp"):
+        _check_permissions(cmd, ctx)
+    if name == "gh" and cmd.args[:2] == ["pr", "merge"]:
+        ctx.deny(
+            "git-merge-main",
+            "Merging pull requests is the user's decision: commit on your branch and leave the merge to the "
+            "user after review.",
+        )
+    _check_secrets(cmd, ctx)
+    if name == "dd":
+        for arg in cmd.args:
+            if arg.startswith("of="):
+                path = resolve_path(arg[3:], ctx.cwd, ctx.home, False, cmd.cd, cmd.cd_unknown, ctx.known)
+                if path is not None:
+                    _check_system_write(path, arg[3:], ctx)
+    if name in ("cp", "mv", "install", "ln") and len(cmd.args) >= 2 and not cmd.args[-1].startswith("-"):
+        i = len(cmd.argv) - 1
+        path = ctx.path(cmd, i)
+        if path is not None:
+            _check_system_write(path, cmd.argv[i], ctx)
+        if name == "mv":  # moving a file away removes it from where it was
+            for k in range(1, len(cmd.argv) - 1):
+                if not cmd.argv[k].startswith("-"):
+                    _check_delete_target(cmd, k, False, ctx, allow_root=False)
+
+
+# -- git ----------------------------------------------------------------------------------
+
+
+_GIT_OPTS_WITH_VALUE = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix", "--exec-path"}
+)
+
+
+def parse_git(argv: list[str]) -> tuple[str, list[str], list[str], list[str]]:
+    """(subcommand, its args, ``-c`` configs, ``-C`` dirs) of a git argv (argv[0] is git)."""
+    configs: list[str] = []
+    dirs: list[str] = []
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a in _GIT_OPTS_WITH_VALUE:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+            if a == "-c":
+                configs.append(value)
+            elif a == "-C":
+                dirs.append(value)
+            i += 2
+        elif a.startswith("-"):
+            i += 1
+        else:
+            break
+    sub = argv[i] if i < len(argv) else ""
+    return sub, argv[i + 1 :], configs, dirs
+
+
+def _short_cluster_has(args: list[str], letters: str, stop: str = "") -> str | None:
+    """The first short-option cluster in ``args`` holding one of ``letters`` (before a value-taking letter)."""
+    for a in args:
+        if a == "--":
+            return None
+        if a.startswith("-") and not a.startswith("--") and len(a) > 1:
+            for ch in a[1:]:
+                if ch in letters:
+                    return a
+                if ch in stop:
+                    break
+    return None
+
+
+def _check_git(cmd: Command, index: int, analysis: ShellAnalysis, ctx: _Ctx) -> None:
+    sub, args, configs, dirs = parse_git(cmd.argv)
+    aliases = {}
+    for config in configs:
+        key, _, value = config.partition("=")
+        if key.lower().startswith("alias."):
+            aliases[key[6:]] = value
+        if key.lower() == "core.hookspath":
+            ctx.deny("git-no-verify", _no_verify_reason())
+    if sub in aliases:
+        value = aliases[sub]
+        if value.startswith("!"):
+            if ctx.depth < 3:
+                ctx.depth += 1
+                _check_analysis(analyze(value[1:]), ctx)
+                ctx.depth -= 1
+            return
+        expanded = value.split()
+        if expanded:
+            sub, args = expanded[0], expanded[1:] + args
+    if sub in ("push", "send-pack") or (sub == "subtree" and "push" in args):
+        ctx.deny("git-push", PUSH_REASON)
+    elif sub and cmd.name == "git" and not cmd.dynamic_name and _dynamic_subcommand(cmd, sub):
+        ctx.deny("git-push", "The git subcommand is only known at run time (it could be push): " + PUSH_REASON)
+    if "--no-verify" in args or (sub == "commit" and _short_cluster_has(args, "n", stop="mFCctSu")):
+        ctx.deny("git-no-verify", _no_verify_reason())
+    if sub == "config" and any(a.lower() == "core.hookspath" for a in args[:-1]):
+        ctx.deny("git-no-verify", _no_verify_reason())
+    if sub in ("commit", "push", "merge", "rebase") and (
+        cmd.assignments.get("HUSKY") == "0" or "HUSKY_SKIP_HOOKS" in cmd.assignments or "SKIP" in cmd.assignments
+    ):
+        ctx.deny("git-no-verify", _no_verify_reason())
+    if sub in _FORCE_SUBCOMMANDS:
+        letters, longs = _FORCE_SUBCOMMANDS[sub]
+        flag = next((a for a in args if a in longs or a.startswith("--force")), None) or _short_cluster_has(
+            args, letters, stop="bBcCmo"
+        )
+        dry_run = sub == "clean" and ("--dry-run" in args or _short_cluster_has(args, "n"))
+        if flag and not dry_run:
+            ctx.deny("git-force", _force_reason(sub, flag))
+    if sub == "reset" and "--hard" in args:
+        _check_reset(args, ctx)
+    if sub == "merge" and not any(a in ("--abort", "--continue", "--quit") for a in args):
+        branch = _target_branch(cmd, index, analysis, dirs, ctx)
+        if branch in _MAIN_BRANCHES:
+            ctx.deny(
+                "git-merge-main",
+                f"Merging into {branch} is the user's decision: commit your work on a feature branch and leave "
+                f"the merge into {branch} to the user after review.",
+            )
+
+
+def _dynamic_subcommand(cmd: Command, sub: str) -> bool:
+    for i, word in enumerate(cmd.argv):
+        if i and word == sub:
+            return cmd.dynamic[i]
+    return False
+
+
+def _no_verify_reason() -> str:
+    return (
+        "Skipping git hooks (--no-verify, commit -n, core.hooksPath, HUSKY=0, SKIP=) is not allowed: run the "
+        "hooks, fix what they report, then commit normally."
+    )
+
+
+def _force_reason(sub: str, flag: str) -> str:
+    if sub == "clean":
+        return (
+            f"`git clean {flag}` deletes untracked files for good: remove the specific files you created with "
+            "`rm`, or use `git clean -n` to see what would go."
+        )
+    if sub == "branch":
+        return (
+            f"`git branch {flag}` can drop unmerged commits: leave branches in place (the user cleans them up), "
+            "or use `git branch -d` for merged ones."
+        )
+    return (
+        f"`git {sub} {flag}` throws away uncommitted changes: commit your work first, or restore single files "
+        "with `git restore <file>`."
+    )
+
+
+def _check_reset(args: list[str], ctx: _Ctx) -> None:
+    targets = [a for a in args if not a.startswith("-")]
+    target = targets[0] if targets else "HEAD"
+    loop = ctx.event.loop
+    checkpoint = loop.checkpoint if loop is not None else None
+    if checkpoint and (target == checkpoint or (len(target) >= 7 and checkpoint.startswith(target))):
+        return
+    where = f" (to its checkpoint {checkpoint[:12]})" if checkpoint else ""
+    ctx.deny(
+        "git-reset-hard",
+        f"`git reset --hard {target}` discards work; rolling back is the loop's job{where}. Restore single "
+        "files with `git restore <file>`, or fix forward and commit.",
+    )
+
+
+def _target_branch(cmd: Command, index: int, analysis: ShellAnalysis, dirs: list[str], ctx: _Ctx) -> str | None:
+    """The branch a ``git merge`` at ``index`` merges into."""
+    for earlier in reversed(analysis.simple[:index]):
+        if earlier.name != "git":
+            continue
+        sub, args, _, _ = parse_git(earlier.argv)
+        if sub in ("checkout", "switch"):
+            names = [a for a in args if not a.startswith("-")]
+            if names:
+                return names[0]
+    base = ctx.cwd
+    for step in cmd.cd:
+        base = resolve_path(step, base, ctx.home) or base
+    for d in dirs:
+        base = resolve_path(d, base, ctx.home) or base
+    return current_branch(base)
+
+
+def current_branch(start: str) -> str | None:
+    """The checked-out branch of the repository holding ``start`` (None if detached or no repo)."""
+    d = os.path.abspath(start)
+    head = None
+    for _ in range(128):
+        git = os.path.join(d, ".git")
+        if os.path.isdir(git):
+            head = os.path.join(git, "HEAD")
+            break
+        if os.path.isfile(git):
+            try:
+                with open(git, encoding="utf-8") as handle:
+                    line = handle.readline().strip()
+            except OSError:
+                return _rev_parse(start)
+            if not line.startswith("gitdir:"):
+                return _rev_parse(start)
+            head = os.path.join(d, line[7:].strip(), "HEAD")
+            break
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+    if head is None:
+        return None
+    try:
+        with open(head, encoding="utf-8") as handle:
+            ref = handle.readline().strip()
+    except OSError:
+        return _rev_parse(start)
+    if ref.startswith("ref: refs/heads/"):
+        return ref[len("ref: refs/heads/") :]
+    return None
+
+
+def _rev_parse(start: str) -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "-C", start, "rev-parse", "--abbrev-ref", "HEAD"],
+            capture_output=True, text=True, timeout=3, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    branch = out.stdout.strip()
+    return branch if out.returncode == 0 and branch and branch != "HEAD" else None
+
+
+# -- deletion -------------------------------------------------------------------------------
+
+
+def _is_recursive_flag(arg: str) -> bool:
+    return arg == "--recursive" or (arg.startswith("-") and not arg.startswith("--") and ("r" in arg or "R" in arg))
+
+
+def _check_delete(cmd: Command, ctx: _Ctx) -> None:
+    recursive = False
+    targets: list[int] = []
+    end_of_options = False
+    for i in range(1, len(cmd.argv)):
+        a = cmd.argv[i]
+        if not end_of_options and a == "--":
+            end_of_options = True
+        elif not end_of_options and a.startswith("-") and len(a) > 1:
+            recursive = recursive or _is_recursive_flag(a)
+            if a == "--no-preserve-root":
+                ctx.deny(
+                    "delete-outside-project", "`--no-preserve-root` is never needed: delete only files inside the project."
+                )
+        else:
+            targets.append(i)
+    for i in targets:
+        _check_delete_target(cmd, i, recursive, ctx, allow_root=False)
+
+
+def _check_find(cmd: Command, ctx: _Ctx) -> None:
+    args = cmd.args
+    deletes = "-delete" in args
+    for i, a in enumerate(args):
+        if a in ("-exec", "-execdir", "-ok", "-okdir") and i + 1 < len(args):
+            deletes = deletes or os.path.basename(args[i + 1]) in _DELETERS
+    if not deletes:
+        return
+    roots = []
+    for i in range(1, len(cmd.argv)):
+        a = cmd.argv[i]
+        if a.startswith("-") or a in ("(", "!"):
+            break
+        roots.append(i)
+    for i in roots:  # no roots: find searches "."
+        _check_delete_target(cmd, i, True, ctx, allow_root=True)
+
+
+def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow_root: bool) -> None:
+    text = cmd.argv[i]
+    shown = " ".join(cmd.argv)
+    glob = cmd.glob[i]
+    base_text = text
+    if glob:
+        kept = []
+        for part in text.split("/"):
+            if any(ch in part for ch in "*?["):
+                break
+            kept.append(part)
+        base_text = "/".join(kept) or ("/" if text.startswith("/") else ".")
+    path = ctx.path(cmd, i, base_text)
+    if path is None:
+        if recursive:
+            ctx.deny(
+                "delete-outside-project",
+                f"`{shown}`: {text} is only known at run time, so the guard cannot check that it is inside the "
+                "project. Delete a literal path inside the project instead.",
+            )
+        return
+    if ctx.in_project(path):
+        if ctx.is_project_root(path) and not glob and not allow_root:
+            ctx.deny("delete-outside-project", f"`{shown}` would delete the whole project: delete only the files you mean.")
+        elif _under(path, os.path.join(ctx.project, ".git")) or _under(path, os.path.join(ctx.project_real, ".git")):
+            ctx.deny(
+                "delete-outside-project",
+                f"`{shown}` would destroy the git history and the loop's checkpoints: leave .git alone.",
+            )
+        return
+    if ctx.in_temp(path, strictly=True) or (ctx.in_temp(path, strictly=False) and not glob and not recursive):
+        return
+    ctx.deny(
+        "delete-outside-project",
+        f"`{shown}` deletes {path}, outside the project {ctx.project}: only delete files inside the project "
+        "(scratch files under /tmp are fine).",
+    )
+
+
+# -- privileges, secrets, system files --------------------------------------------------------------
+
+
+def _check_permissions(cmd: Command, ctx: _Ctx) -> None:
+    args = [i for i in range(1, len(cmd.argv)) if not cmd.argv[i].startswith("-")]
+    if not args:
+        return
+    if cmd.name == "chmod":
+        mode = cmd.argv[args[0]]
+        if re.fullmatch(r"[2467][0-7]{3}", mode) or re.search(r"[+=][rwxXt]*s", mode):
+            ctx.deny(
+                "privilege",
+                f"`chmod {mode}` sets a setuid/setgid bit: not needed for building software; use plain permissions.",
+            )
+    for i in args[1:]:
+        path = ctx.path(cmd, i)
+        if path is None or (not ctx.in_project(path) and not ctx.in_temp(path)):
+            ctx.deny(
+                "privilege",
+                f"`{cmd.name}` on {cmd.argv[i]} changes files outside the project: only change permissions of "
+                "files inside the project.",
+            )
+            return
+
+
+def _secret_reason(path: str) -> str:
+    return (
+        f"{path} holds credentials: do not read it. Ask the user for what you need, or use the documented "
+        "example configuration (e.g. .env.example)."
+    )
+
+
+def _check_secrets(cmd: Command, ctx: _Ctx) -> None:
+    name = cmd.name
+    if name in ("printenv", "env", "set", "export", "declare", "typeset", "compgen"):
+        dumps = (
+            (name in ("printenv", "env") and not any(a for a in cmd.args if not a.startswith("-")))
+            or (name == "set" and not cmd.args)
+            or (name in ("export", "declare", "typeset") and (not cmd.args or cmd.args[0] in ("-p", "-x", "-px")))
+            or (name == "compgen" and "-v" in cmd.args)
+        )
+        to_file = any(
+            op.lstrip("0123456789") in (">", ">>", ">|", "&>", "&>>") and not op.startswith("2") and target != "/dev/null"
+            for op, target in cmd.redirects
+        )
+        analysis = ctx.analysis
+        leaves = analysis is not None and (
+            any(c.name in _NETWORK_TOOLS for c in analysis.simple)
+            or any(w.path != "/dev/null" for w in analysis.writes)
+        )
+        outward = to_file or (cmd.piped_out and leaves)
+        if dumps and outward:
+            ctx.deny(
+                "read-secrets",
+                "Piping or writing out the whole environment leaks credentials: print only the variables you "
+                'need (e.g. `echo "$PATH"`).',
+            )
+        return
+    candidates: list[tuple[str, bool]] = []
+    for op, target in cmd.redirects:
+        if op.lstrip("0123456789") in ("<", "<>"):
+            candidates.append((target, False))
+    if name not in _NOT_READING:
+        for i in range(1, len(cmd.argv) - (1 if name in _DEST_LAST else 0)):
+            arg = cmd.argv[i]
+            if arg.startswith("-") and "=" not in arg and "@" not in arg:
+                continue
+            if "@" in arg:
+                arg = arg.split("@", 1)[1]
+            elif arg.startswith("-") or (arg.count("=") == 1 and not arg.startswith("/")):
+                arg = arg.split("=", 1)[1]
+            candidates.append((arg, cmd.dynamic[i]))
+    for text, dynamic in candidates:
+        path = resolve_path(text, ctx.cwd, ctx.home, dynamic, cmd.cd, cmd.cd_unknown, ctx.known) if text else None
+        if is_secret_path(path or text):
+            ctx.deny("read-secrets", _secret_reason(text))
+            return
+
+
+def _check_system_write(path: str, shown: str, ctx: _Ctx) -> None:
+    if ctx.in_project(path) or ctx.in_temp(path, strictly=False) or path in _HARMLESS_DEVICES:
+        return
+    if path.startswith(("/dev/fd/", "/dev/shm/", "/proc/self/fd/", "/tmp/", "/var/tmp/")):
+        return
+    home = os.path.normpath(ctx.home)
+    dotfile = _under(path, home) and path != home and path[len(home) + 1 :].startswith(".")
+    if dotfile or any(_under(path, d) for d in _SYSTEM_DIRS):
+        ctx.deny(
+            "write-system-files",
+            f"Writing {shown} changes the machine outside the project: keep changes inside the project "
+            "(a local config file, a virtualenv) or leave a note for the user.",
+        )

@@ -1,0 +1,184 @@
+"""Guard: files the agent must not change while a Ralph loop runs.
+
+Only during a loop (``event.loop`` set).  Protected: ``event.loop.protected_paths``
+(the ``.ralph-active`` marker, ``prd.md`` and ``prompt.md`` -- read-only during
+the loop --, the hook configuration), ``.ralph-active`` in the project,
+``prd.md``/``prompt.md`` in the ralph directory, every ``.claude/settings*``
+file of the project, and everything under the run directory.
+
+Denied: ``Write``/``Edit``/``MultiEdit``/``NotebookEdit`` of those paths, and Bash
+commands that write them: output redirections and ``tee``, the destination of
+``cp``/``mv``/``install``/``ln``/``rsync``, ``sed -i``/``perl -i`` files,
+``truncate``, ``dd of=``, ``git checkout``/``git restore`` of the file, and
+``rm``/``mv``/``unlink``/``shred`` of the path or a directory holding it.
+Paths are compared resolved (relative to the call's cwd, symlinks followed);
+glob patterns (``rm .ralph/*``) are matched against the protected paths.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+
+from ralph import hookimpl
+from ralph.contracts import Denial, HookEvent
+from ralph_plugins.guards.shell import Command, analyze, resolve_path
+
+RULE = "protected-file"
+EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path", "NotebookEdit": "notebook_path"}
+_REMOVERS = frozenset({"rm", "unlink", "shred", "srm", "rmdir"})
+_COPIERS = frozenset({"cp", "install", "ln", "rsync", "scp"})
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class _Protected:
+    def __init__(self, event: HookEvent) -> None:
+        loop = event.loop
+        assert loop is not None
+        project = os.path.normpath(str(event.project_dir))
+        cwd = event.payload.get("cwd")
+        self.cwd = os.path.normpath(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else project
+        self.home = (event.environ or {}).get("HOME") or os.path.expanduser("~")
+        files = [
+            *loop.protected_paths,
+            os.path.join(project, ".ralph-active"),
+            os.path.join(str(loop.ralph_dir), "prd.md"),
+            os.path.join(str(loop.ralph_dir), "prompt.md"),
+        ]
+        self.files: set[str] = set()
+        for f in files:
+            p = os.path.normpath(os.path.join(project, str(f)))
+            self.files.update((p, os.path.realpath(p)))
+        run_dir = os.path.normpath(os.path.join(project, str(loop.run_dir)))
+        self.dirs = {run_dir, os.path.realpath(run_dir)}
+        claude = os.path.join(project, ".claude")
+        self.claude_dirs = {claude, os.path.realpath(claude)}
+
+    def hit(self, path: str, remove: bool = False, glob: bool = False) -> bool:
+        """Does writing (or, with ``remove``, deleting/moving) ``path`` touch a protected file?"""
+        for p in {path, os.path.realpath(path)}:
+            if any(_under(p, d) or (remove and _under(d, p)) for d in self.dirs):
+                return True
+            if any(p == f or (remove and _under(f, p)) for f in self.files):
+                return True
+            if os.path.dirname(p) in self.claude_dirs and os.path.basename(p).startswith("settings"):
+                return True
+            if remove and any(_under(c, p) for c in self.claude_dirs):
+                return True
+            if glob:
+                targets = [*self.files, *self.dirs, *(os.path.join(c, "settings.json") for c in self.claude_dirs)]
+                if any(fnmatch.fnmatchcase(t, p) or (remove and fnmatch.fnmatchcase(t, p + "/*")) for t in targets):
+                    return True
+        return False
+
+    def resolve(self, text: str, dynamic: bool, cd: list[str], cd_unknown: bool) -> str | None:
+        return resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown)
+
+
+def _deny(shown: str) -> list[Denial]:
+    return [
+        Denial(
+            RULE,
+            f"{shown} is protected while the Ralph loop runs (the loop's marker, prd.md/prompt.md, the hook "
+            "configuration or the run directory): leave it unchanged; put notes and questions for the user in "
+            "progress.txt instead.",
+        )
+    ]
+
+
+@hookimpl
+def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
+    if event.loop is None:
+        return []
+    tool = event.tool_name
+    if tool in EDIT_TOOLS:
+        raw = event.tool_input.get(EDIT_TOOLS[tool])
+        if not isinstance(raw, str) or not raw:
+            return []
+        prot = _Protected(event)
+        path = prot.resolve(raw, False, [], False)
+        return _deny(raw) if path is not None and prot.hit(path) else []
+    if tool != "Bash":
+        return []
+    command = event.tool_input.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return []
+    analysis = analyze(command)
+    prot = _Protected(event)
+    for write in analysis.writes:
+        path = prot.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
+        if path is not None and prot.hit(path, glob=write.glob):
+            return _deny(write.path)
+    for cmd in analysis.simple:
+        for text, dynamic, glob, remove in _targets(cmd):
+            path = prot.resolve(text, dynamic, cmd.cd, cmd.cd_unknown)
+            if path is not None and prot.hit(path, remove=remove, glob=glob):
+                return _deny(text)
+    return []
+
+
+def _operands(cmd: Command, value_options: frozenset[str] = frozenset()) -> list[int]:
+    out: list[int] = []
+    end = skip = False
+    for i in range(1, len(cmd.argv)):
+        a = cmd.argv[i]
+        if skip:
+            skip = False
+        elif not end and a == "--":
+            end = True
+        elif not end and a.startswith("-") and len(a) > 1:
+            skip = a in value_options
+        else:
+            out.append(i)
+    return out
+
+
+def _targets(cmd: Command) -> list[tuple[str, bool, bool, bool]]:
+    """(path text, dynamic, glob, is-a-removal) of the paths ``cmd`` writes, moves or deletes."""
+    name = cmd.name
+    argv = cmd.argv
+
+    def at(indices: list[int], remove: bool) -> list[tuple[str, bool, bool, bool]]:
+        return [(argv[i], cmd.dynamic[i], cmd.glob[i], remove) for i in indices]
+
+    if name in _REMOVERS:
+        return at(_operands(cmd), True)
+    if name == "truncate":
+        return at(_operands(cmd, frozenset({"-s", "--size", "-r", "--reference"})), False)
+    if name == "dd":
+        return [(a[3:], False, False, False) for a in cmd.args if a.startswith("of=")]
+    if name in _COPIERS or name == "mv":
+        target_dir = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-t", "--target-directory")), None)
+        ops = _operands(cmd, frozenset({"-t", "--target-directory", "-S", "--suffix", "-m", "--mode", "-o", "-g", "-e"}))
+        dest: int | None = None
+        sources = ops
+        if target_dir is None and len(ops) >= 2:
+            dest, sources = ops[-1], ops[:-1]
+        out = at([dest], False) if dest is not None else []
+        if name == "mv":
+            out += at(sources, True)
+        where = target_dir if target_dir is not None else (argv[dest] if dest is not None else None)
+        for i in sources:  # a copy into a directory: the file it creates there
+            base = os.path.basename(argv[i].rstrip("/"))
+            if where is not None and base:
+                dynamic = cmd.dynamic[i] or (dest is not None and cmd.dynamic[dest])
+                out.append((os.path.join(where, base), dynamic, cmd.glob[i], False))
+        return out
+    if name in ("sed", "gsed", "perl") and any(
+        a == "--in-place" or a.startswith("--in-place=") or (a.startswith("-") and not a.startswith("--") and "i" in a)
+        for a in cmd.args
+    ):
+        ops = _operands(cmd, frozenset({"-e", "-f", "--expression", "--file", "-l"}))
+        explicit = any(a in ("-e", "-f", "--expression", "--file") or a.startswith("--expression=") for a in cmd.args)
+        return at(ops if explicit else ops[1:], False)
+    if name == "git":
+        from ralph_plugins.guards.dangerous_commands import parse_git
+
+        sub, args, _, _ = parse_git(argv)
+        if sub in ("checkout", "restore"):
+            offset = len(argv) - len(args)
+            return at([offset + k for k, a in enumerate(args) if not a.startswith("-")], False)
+    return []
