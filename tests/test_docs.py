@@ -26,3 +26,32 @@ def test_every_hookspec_has_a_docstring_and_a_reference_entry() -> None:
     for name in hook_names():
         assert (getattr(hookspecs, name).__doc__ or "").strip(), f"{name} has no docstring"
         assert f"## `{name}(" in reference
+
+
+def test_readme_config_example_is_valid(tmp_path) -> None:
+    import re
+
+    from ralph.config import load_config
+    from ralph.plugins import PluginHost
+
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```toml\n(.*?)```", readme, re.S)
+    assert block, "README has no toml example"
+    (tmp_path / "pyproject.toml").write_text(block.group(1))
+    config, sections, source = load_config(tmp_path, {}, PluginHost(environ={}).config_sections(), environ={})
+    assert source == tmp_path / "pyproject.toml"
+    assert config.max_iterations == 30 and config.on_usage_limit == "wait"
+    assert sections["docker-sandbox"].network == "allowlist"
+
+
+def test_readme_commands_exist() -> None:
+    import re
+
+    from click.testing import CliRunner
+
+    from ralph.cli import cli
+
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    for name in sorted(set(re.findall(r"`ralph ([a-z]+)", readme))):
+        result = CliRunner().invoke(cli, [name, "--help"])
+        assert result.exit_code == 0, f"`ralph {name}` in README.md is not a command: {result.output}"
