@@ -117,6 +117,8 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
 @click.option("--dry-run", is_flag=True, help="Show the mode, story and rendered prompt; run nothing.")
 @click.option("-q", "--quiet", "output", flag_value="quiet", help="Only status lines and the summary.")
 @click.option("-v", "--verbose", "output", flag_value="verbose", help="Also tool results and raw events.")
+@click.option("--parallel", is_flag=True, help="Run every .ralph/PRD-N/ folder (or, with --groups, story group) in its own git worktree, concurrently; never merges.")
+@click.option("--groups", is_flag=True, help="With --parallel: split one task list into independent story groups (dependsOn components).")
 @handles_errors
 def run(
     project_dir: Path,
@@ -137,6 +139,8 @@ def run(
     timeout_multiplier: float | None,
     dry_run: bool,
     output: str | None,
+    parallel: bool = False,
+    groups: bool = False,
 ) -> None:
     """Run the loop until every story is implemented, reviewed and approved.
 
@@ -146,6 +150,17 @@ def run(
     """
     from ralph.errors import UsageError
     from ralph.session import open_session
+
+    # -- ralph run --parallel (ralph/parallel.py): one child `ralph run` per worktree --
+    if parallel or groups:
+        if not parallel:
+            raise UsageError("--groups goes with --parallel (ralph run --parallel --groups)")
+        from ralph.parallel import passthrough_args, run_parallel
+
+        ctx = click.get_current_context()
+        child_args = passthrough_args(ctx, {"project_dir", "ralph_dir", "prd", "parallel", "groups", "dry_run"})
+        sys.exit(run_parallel(project_dir, child_args, groups=groups, ralph_dir=ralph_dir, prd=prd, dry_run=dry_run))
+    # -- end of --parallel --
 
     if runner and sandbox and runner != sandbox:
         raise UsageError(f"--runner {runner} contradicts --{'no-' if sandbox == 'direct' else ''}sandbox")

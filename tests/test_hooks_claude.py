@@ -143,3 +143,30 @@ def test_exported_bundle_guards_an_interactive_session(tmp_path, scripted_model,
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
     assert "push" in server.requests[1].text.lower()
+
+
+def test_edit_of_an_unread_file_is_denied_by_read_before_edit(project, scripted_model, claude_binary, claude_agent_env) -> None:
+    target = project.path / "notes.md"
+    target.write_text("original\n")
+    project.commit_all("notes")
+    edit = Turn([tool("Edit", {"file_path": str(target), "old_string": "original", "new_string": "changed"})])
+    script = IterationScript({1: [edit, Turn([text("ok")])], **finish_story()})
+    server = scripted_model(script)
+    result = run_loop(project, server.url, claude_agent_env)
+    assert result.returncode == 0, result.stderr
+    assert target.read_text() == "original\n"
+    denials = [e for e in project.events("hook") if e["event"] == "PreToolUse" and e["tool"] == "Edit"]
+    assert denials and "read-before-edit" in json.dumps(denials[0]["output"])
+
+
+def test_deleting_outside_the_project_is_denied(project, scripted_model, claude_binary, claude_agent_env, tmp_path) -> None:
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "data.txt").write_text("keep")
+    script = IterationScript({1: [bash(f"rm -rf {outside}"), Turn([text("ok")])], **finish_story()})
+    server = scripted_model(script)
+    result = run_loop(project, server.url, claude_agent_env)
+    assert result.returncode == 0, result.stderr
+    assert (outside / "data.txt").read_text() == "keep"
+    after = requests_after(server, script, 1)[1]
+    assert "delete-outside-project" in after
