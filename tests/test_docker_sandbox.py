@@ -476,3 +476,29 @@ def test_stop_checks_reach_the_loop_from_inside_the_sandbox(
     assert any("stray-file.txt" in t for t in feedback), [e.get("text", "")[:200] for e in project.events("agent_event")]
     # and the model saw the loop's answer in its next request
     assert any("stray-file.txt" in r.text for r in server.requests[1:])
+
+
+@pytest.mark.real_claude
+def test_guards_answer_inside_the_sandbox_as_in_direct_mode(
+    sandbox_project: RalphProject, gateway: str, claude_binary: Path, claude_agent_env: Any
+) -> None:
+    """PreToolUse guards reach the loop from the container: a git push and a prd.md overwrite are denied."""
+    project = sandbox_project
+    project.write_stories([story("US-001")])
+    configure(project, network="allowlist", env=CLAUDE_TEST_ENV)
+    prd_before = (project.ralph_dir / "prd.md").read_bytes()
+    script = IterationScript(
+        {1: [bash("touch PUSHED && git push origin main"), bash("echo hacked > ralph/prd.md"), Turn([text("done")])]}
+    )
+    with ScriptedModelServer(script, host=gateway) as server:
+        result = project.run(
+            "run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "60", "-n", "1",
+            env=claude_agent_env(server.url), timeout=180,
+        )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert not (project.path / "PUSHED").exists()
+    assert (project.ralph_dir / "prd.md").read_bytes() == prd_before
+    denied = [e for e in project.events("hook") if e["event"] == "PreToolUse"]
+    rules = " ".join(str(e["output"]) for e in denied)
+    assert "git-push" in rules and "protected-file" in rules
+    assert any("git-push" in r.text for r in server.requests[1:])

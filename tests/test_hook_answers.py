@@ -1,0 +1,79 @@
+"""The hook answer logic: output formats the CLI honours, the Stop block limit, fail-open."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ralph.contracts import Violation
+from ralph.hook import STOP_BLOCK_LIMIT, HookContext, answer
+from ralph.plugins import PluginHost
+from ralph.sessions import MemorySession
+
+
+def context(tmp_path: Path, violations: list[Violation] | None) -> HookContext:
+    checks = None if violations is None else (lambda: list(violations))
+    return HookContext(PluginHost(environ={}), tmp_path, MemorySession(), tmp_path, None, checks)
+
+
+def test_stop_blocks_with_the_checks_then_lets_the_loop_have_the_last_word(tmp_path: Path) -> None:
+    ctx = context(tmp_path, [Violation("git-clean", "There are uncommitted changes: x.txt")])
+    first = answer({"hook_event_name": "Stop", "stop_hook_active": False}, ctx, {})
+    assert first["decision"] == "block" and "[git-clean] There are uncommitted changes: x.txt" in first["reason"]
+    outputs = [answer({"hook_event_name": "Stop", "stop_hook_active": True}, ctx, {}) for _ in range(STOP_BLOCK_LIMIT)]
+    assert [o.get("decision") for o in outputs] == ["block"] * (STOP_BLOCK_LIMIT - 1) + [None]
+    assert "the loop will validate" in outputs[-1]["systemMessage"]
+
+
+def test_stop_without_checks_or_violations_allows(tmp_path: Path) -> None:
+    assert answer({"hook_event_name": "Stop"}, context(tmp_path, None), {}) == {}
+    assert answer({"hook_event_name": "Stop"}, context(tmp_path, []), {}) == {}
+
+
+def test_pretooluse_denial_format(tmp_path: Path) -> None:
+    payload = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "git push"},
+               "session_id": "s", "cwd": str(tmp_path)}
+    output = answer(payload, context(tmp_path, None), {})
+    specific = output["hookSpecificOutput"]
+    assert specific["hookEventName"] == "PreToolUse" and specific["permissionDecision"] == "deny"
+    assert "[git-push]" in specific["permissionDecisionReason"]
+
+
+def test_client_is_fail_open_and_prints_json_when_the_loop_is_gone(tmp_path: Path) -> None:
+    client = Path(__file__).resolve().parent.parent / "ralph" / "hook_client.py"
+    result = subprocess.run(
+        [sys.executable, "-S", "-P", str(client)],
+        input=json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}}),
+        capture_output=True, text=True, env={"RALPH_HOOK_SOCKET": str(tmp_path / "no-such.sock"), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == {}
+    assert "action allowed" in result.stderr
+
+
+def test_client_answers_in_process_without_a_loop(tmp_path: Path) -> None:
+    client = Path(__file__).resolve().parent.parent / "ralph" / "hook_client.py"
+    payload = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "git push --force"},
+               "session_id": "s", "cwd": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RALPH_STATE_DIR": str(tmp_path / "state"),
+           "CLAUDE_PROJECT_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-S", "-P", str(client)], input=json.dumps(payload),
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+@pytest.mark.real_claude
+def test_exported_bundle_passes_claude_plugin_validate(tmp_path: Path, claude_binary: Path) -> None:
+    from ralph.bundle import export_bundle
+
+    export_bundle(tmp_path / "bundle")
+    for target in (tmp_path / "bundle" / "ralph", tmp_path / "bundle"):
+        result = subprocess.run([str(claude_binary), "plugin", "validate", "."], cwd=target, capture_output=True,
+                                text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Validation passed" in result.stdout
