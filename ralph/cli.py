@@ -311,8 +311,9 @@ def _register_command_modules() -> None:
     """Commands defined in their own modules (each imports only click at import time)."""
     from ralph.cli_lifecycle import COMMANDS
     from ralph.cli_sandbox import doctor, sandbox
+    from ralph.cli_worktrees import worktrees
 
-    for command in (*COMMANDS, sandbox, doctor):
+    for command in (*COMMANDS, sandbox, doctor, worktrees):
         cli.add_command(command)
 
 

@@ -245,9 +245,12 @@ class Loop:
 
     def _prepare_repository(self) -> None:
         """Keep the marker out of git, deal with the user's uncommitted work and earlier state."""
-        from ralph.gitutil import dirty_paths, git_dir as find_git_dir, stash_user_work
+        from ralph.gitutil import dirty_paths, git, git_dir as find_git_dir, stash_user_work
 
-        exclude = find_git_dir(self.project_dir) / "info" / "exclude"
+        # git reads info/exclude from the common dir only (a worktree's own git dir is ignored)
+        common = git(self.project_dir, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
+        base = Path(common.stdout.strip()) if common.returncode == 0 else find_git_dir(self.project_dir)
+        exclude = base / "info" / "exclude"
         exclude.parent.mkdir(parents=True, exist_ok=True)
         existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
         if MARKER_NAME not in existing.split():

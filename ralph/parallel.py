@@ -212,7 +212,10 @@ def plan_units(project_dir: Path, groups: bool = False, ralph_dir: str | None = 
     tasks_path = store.path(source)
     tasks = load_task_list(store, tasks_path)
     components = story_groups(tasks.userStories)
-    rel = source.resolve().relative_to(project_dir).as_posix()
+    try:
+        rel = source.resolve().relative_to(project_dir).as_posix()
+    except ValueError:
+        raise UsageError(f"{source} is outside the project {project_dir}; a worktree only holds the project") from None
     if len(components) < 2:
         what = (
             f"{len(tasks.userStories)} stor{'y' if len(tasks.userStories) == 1 else 'ies'} forming one group"
@@ -342,10 +345,18 @@ def _write_group_tasks(project_dir: Path, unit: Unit) -> None:
     session = open_session(project_dir, {"ralph_dir": unit.ralph_dir})
     store = choose_store(session.settings, session.host)
     tasks_path = store.path(session.settings.ralph_dir)
+    raw = tasks_path.read_text(encoding="utf-8")
     tasks = load_task_list(store, tasks_path)
     keep = set(unit.stories)
     subset = tasks.model_copy(update={"userStories": [s for s in tasks.userStories if s.id in keep]})
-    atomic_write_text(tasks_path, store.render(subset, None))
+    text = store.render(subset, raw)  # keeps the file's formatting where the store can ...
+    try:
+        same = store.parse(text, tasks_path).model_dump(mode="json") == subset.model_dump(mode="json")
+    except Exception:  # noqa: BLE001 - any doubt: write it afresh
+        same = False
+    if not same:  # ... else the list written afresh
+        text = store.render(subset, None)
+    atomic_write_text(tasks_path, text)
     rel = tasks_path.relative_to(project_dir).as_posix()
     _git(project_dir, "add", "--", rel)
     message = f"ralph: story group {unit.name} ({', '.join(unit.stories)}): task list holds only these stories"
@@ -368,8 +379,10 @@ def passthrough_args(ctx: Any, skip: set[str]) -> list[str]:
 
     args: list[str] = []
     seen: set[str] = set()
-    for name, value in ctx.params.items():
-        if name in skip or name in seen or value is None or value is False:
+    for param in ctx.command.params:  # the command's order, not the command line's
+        name = param.name
+        value = ctx.params.get(name)
+        if name is None or name in skip or name in seen or value is None or value is False:
             continue
         seen.add(name)
         options = [p for p in ctx.command.params if isinstance(p, click.Option) and p.name == name]
@@ -388,7 +401,7 @@ def passthrough_args(ctx: Any, skip: set[str]) -> list[str]:
 class _Pump(threading.Thread):
     """Copy a child's stream to ours, each line prefixed with ``[unit]``."""
 
-    def __init__(self, prefix: str, source: Any, target: TextIO, lock: threading.Lock) -> None:
+    def __init__(self, prefix: str, source: Any, target: TextIO, lock: Any) -> None:
         super().__init__(daemon=True)
         self.prefix, self.source, self.target, self.lock = prefix, source, target, lock
 
@@ -465,7 +478,7 @@ def run_parallel(
 
 
 def _run_children(worktrees: list[Worktree], run_args: list[str], out: TextIO, err: TextIO) -> int:
-    lock = threading.Lock()
+    lock = threading.RLock()  # the signal handler may run (even nested) while the main thread writes
     children: list[_Child] = []
     interrupts = {"count": 0}
 
