@@ -212,19 +212,24 @@ class Loop:
 
     # -- the run -------------------------------------------------------------------------
 
-    def run(self, dry_run: bool = False) -> RunResult:
-        tasks = self.preflight()
-        if dry_run:
-            raise RuntimeError("use Loop.dry_run() for --dry-run")
+    def run(self) -> RunResult:
+        """Lock the project, iterate until done, and always clean up (marker, lock, runner)."""
+        self.preflight()
         lock = ProjectLock(git_dir(self.project_dir))
         lock.acquire()
         previous_handlers = self._install_signal_handlers()
         try:
             self._prepare_repository()
+            # read again: stashing the user's work may have changed the task list on disk
+            raw, tasks, error = self.read_tasks()
+            if tasks is None:
+                raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
+            self._last_good_raw = raw
         except BaseException:
             self._restore_signal_handlers(previous_handlers)
             lock.release()
             raise
+        self.started = time.monotonic()
         self.run_dir = new_run_dir(self.project_dir, self.config.state_dir)
         from ralph.hookserver import HookServer
 
@@ -232,6 +237,18 @@ class Loop:
         try:
             self.runner.prepare(self.project_dir)
             return self._iterate(tasks)
+        except RalphError:
+            raise
+        except Exception as exc:  # fail-closed: stop with a clear error, keep the evidence
+            import traceback
+
+            trace = traceback.format_exc()
+            (self.run_dir / "crash.txt").write_text(trace, encoding="utf-8")
+            self.emit("loop_crashed", error=f"{type(exc).__name__}: {exc}", traceback=trace[-4000:])
+            raise RalphError(
+                f"the loop stopped on an internal error: {type(exc).__name__}: {exc} (traceback in "
+                f"{self.run_dir / 'crash.txt'}; the project is as the last iteration left it)"
+            ) from exc
         finally:
             self._restore_signal_handlers(previous_handlers)
             try:
