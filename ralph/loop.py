@@ -664,8 +664,8 @@ class Loop:
         return before
 
     def _note_in_progress(self, record: IterationRecord, message: str, subject: str = "loop repaired the task list") -> None:
-        """Record the loop's own change in progress.txt and commit exactly those files."""
-        progress = self.ralph_dir / "progress.txt"
+        """Record the loop's own change in the progress log and commit exactly those files."""
+        progress = progress_log(self.ralph_dir)
         stamp = time.strftime("%Y-%m-%d %H:%M")
         with progress.open("a", encoding="utf-8") as handle:
             handle.write(f"\n[ralph loop {stamp}] iteration {record.number}: {message}\n")
@@ -868,6 +868,12 @@ class Loop:
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         self.emit("run_finished", **summary)
         return result
+
+
+def progress_log(ralph_dir: Path) -> Path:
+    """``progress.txt`` (seed 000), or ``progress.md`` where a PRD folder uses seed 001's name."""
+    text, markdown = ralph_dir / "progress.txt", ralph_dir / "progress.md"
+    return markdown if markdown.is_file() and not text.is_file() else text
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

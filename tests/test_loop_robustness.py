@@ -269,3 +269,22 @@ def test_a_crashing_validator_stops_the_loop_with_a_clear_error(project, tmp_pat
     # the lock is free: the next run starts
     again = run(project, replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path), "--resume")
     assert again.returncode == 0, again.stderr
+
+
+def test_a_prd_folder_with_progress_md_gets_the_loop_notes_there(ralph_project, tmp_path) -> None:
+    prd = ralph_project.path / ".ralph" / "PRD-1"
+    prd.mkdir(parents=True)
+    for name in ("prompt.md", "prd.md"):
+        (prd / name).write_text((ralph_project.ralph_dir / name).read_text())
+    (prd / "progress.md").write_text("# Progress\n")
+    data = ralph_project.tasks()
+    data["userStories"] = [story("US-001")]
+    (prd / "tasks.json").write_text(json.dumps(data, indent=2) + "\n")
+    ralph_project.commit_all("prd 1")
+    cheat = [{"set": {"story": "US-001", "fields": {"reviewStatus": "approved", "passes": True, "notes": "x"}}},
+             {"commit": "cheat"}, {"say": "done"}]
+    result = ralph_project.run("run", "--runner", "direct", "--agent", "replay", "--prd", "1", "-n", "1",
+                               env=replay(ralph_project, {1: cheat}, tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert "undid illegal review-field changes" in (prd / "progress.md").read_text()
+    assert not (prd / "progress.txt").exists()

@@ -28,7 +28,9 @@ def ralph_validate(context: ValidationContext) -> list[Violation]:
     if not lines:
         return []
     shown = "\n".join(f"  {line}" for line in lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
-    progress = context.tasks_path.parent / "progress.txt"
+    from ralph.loop import progress_log
+
+    progress = progress_log(context.tasks_path.parent)
     try:
         progress = progress.relative_to(context.project_dir)
     except ValueError:
