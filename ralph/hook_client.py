@@ -7,7 +7,10 @@ has python3 but not ralph's dependencies.
 - During ``ralph run`` (``RALPH_HOOK_SOCKET`` set) it forwards the event to the
   running loop over a Unix socket; the loop answers with its trusted snapshot
   and all loaded plugins.
-- Without a loop it imports ralph and runs the same checks in-process.
+- Without a loop it asks ralph's per-user hook helper (``ralph.hookdaemon``),
+  which keeps plugins loaded between calls; when none answers it imports
+  ralph, runs the same checks in-process, and starts the helper for the next
+  calls (``RALPH_HOOK_DAEMON=0`` turns the helper off).
 
 It always prints valid JSON and exits 0.  Any failure allows the action
 (fail-open): a broken hook must never wedge the agent; the loop validates on
@@ -22,9 +25,21 @@ import socket
 import sys
 
 SOCKET_ENV = "RALPH_HOOK_SOCKET"
+HELPER_ENV = "RALPH_HOOK_DAEMON"
 TIMEOUT_SECONDS = 55.0
-# Environment the loop may need to see from the agent's side.
-FORWARDED_ENV = ("CLAUDE_CONTEXT_WINDOW", "CLAUDE_PROJECT_DIR", "CLAUDE_PLUGIN_ROOT")
+# Environment the answering side needs to see from the agent's side.
+FORWARDED_ENV = (
+    "CLAUDE_CONTEXT_WINDOW",
+    "CLAUDE_PROJECT_DIR",
+    "CLAUDE_PLUGIN_ROOT",
+    "HOME",
+    "TMPDIR",
+    "RALPH_DISABLE_PLUGINS",
+    "RALPH_DISABLE_PLUGIN_AUTOLOAD",
+)
+# Environment that changes what a helper would answer: one helper per combination.
+HELPER_KEY_ENV = ("PYTHONPATH", "RALPH_DISABLE_PLUGINS", "RALPH_DISABLE_PLUGIN_AUTOLOAD", "RALPH_STATE_DIR",
+                  "XDG_STATE_HOME", "HOME")
 
 
 def ask_loop(path: str, request: dict) -> dict:
@@ -54,16 +69,56 @@ def in_process(payload: dict, environ: dict) -> dict:
     return handle_without_loop(payload, environ)
 
 
+def helper_socket(environ: dict) -> str:
+    """The per-user helper's socket: a private directory, one socket per interpreter and environment."""
+    import zlib
+
+    key = "\0".join([sys.executable, *(environ.get(name, "") for name in HELPER_KEY_ENV)])
+    base = environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    directory = os.path.join(base, f"ralph-hooks-{os.getuid()}")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.stat(directory)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(f"{directory} is not private to this user")
+    return os.path.join(directory, f"{zlib.crc32(key.encode()):08x}.sock")
+
+
+def start_helper(path: str, environ: dict) -> None:
+    """Start the hook helper in the background (it needs site-packages: no -S)."""
+    import subprocess
+
+    subprocess.Popen(
+        [sys.executable, "-P", "-m", "ralph.hookdaemon", path],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env=environ,
+    )
+
+
 def respond(raw: str, environ: dict) -> dict:
     payload = json.loads(raw or "{}")
+    request = {"payload": payload, "env": {key: environ[key] for key in FORWARDED_ENV if key in environ}}
     socket_path = environ.get(SOCKET_ENV)
     if socket_path:
-        env = {key: environ[key] for key in FORWARDED_ENV if key in environ}
-        answer = ask_loop(socket_path, {"payload": payload, "env": env})
+        answer = ask_loop(socket_path, request)
         if answer.get("error"):
             sys.stderr.write(f"ralph hook: the loop reported an error: {answer['error']}\n")
         return answer.get("output") or {}
-    return in_process(payload, environ)
+    if environ.get(HELPER_ENV, "1") == "0":
+        return in_process(payload, environ)
+    path = helper_socket(environ)
+    try:
+        answer = ask_loop(path, request)
+    except OSError:  # no helper yet (or a dead one): answer here, and start one for the next calls
+        output = in_process(payload, environ)
+        start_helper(path, environ)
+        return output
+    if answer.get("error"):
+        sys.stderr.write(f"ralph hook: the hook helper reported an error: {answer['error']}\n")
+    return answer.get("output") or {}
 
 
 def main() -> int:

@@ -39,17 +39,24 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 class HookServer:
     """Serve ``respond(request) -> output`` on a Unix socket in a background thread."""
 
-    def __init__(self, respond: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    def __init__(self, respond: Callable[[dict[str, Any]], dict[str, Any]], path: Path | None = None) -> None:
+        """Serve in a fresh private temp directory, or at ``path`` (whose directory the caller owns)."""
         self.respond = respond
         self.errors: list[str] = []
-        self.directory = Path(tempfile.mkdtemp(prefix="ralph-hook-"))
-        # Containers run the agent as the host user; the directory must be reachable
-        # for it, and only the socket is inside.
-        os.chmod(self.directory, 0o755)
-        self.path = self.directory / "hook.sock"
+        self._own_directory = path is None
+        if path is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="ralph-hook-"))
+            # Containers run the agent as the host user; the directory must be reachable
+            # for it, and only the socket is inside.
+            os.chmod(self.directory, 0o755)
+            self.path = self.directory / "hook.sock"
+        else:
+            self.directory, self.path = path.parent, path
+            _remove_stale_socket(path)
         self._server = _UnixServer(str(self.path), _Handler)
         self._server.owner = self  # type: ignore[attr-defined]
-        os.chmod(self.path, 0o666)
+        if self._own_directory:
+            os.chmod(self.path, 0o666)
         self._thread = threading.Thread(target=self._server.serve_forever, name="ralph-hook-server", daemon=True)
 
     def start(self) -> HookServer:
@@ -59,4 +66,25 @@ class HookServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        else:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """Remove a socket file nobody answers on (left by a killed server); keep a live one."""
+    import socket
+
+    if not path.exists():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()
+            return
+    raise OSError(f"a server already answers on {path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,7 @@ def test_client_answers_in_process_without_a_loop(tmp_path: Path) -> None:
     payload = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "git push --force"},
                "session_id": "s", "cwd": str(tmp_path)}
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RALPH_STATE_DIR": str(tmp_path / "state"),
-           "CLAUDE_PROJECT_DIR": str(tmp_path)}
+           "CLAUDE_PROJECT_DIR": str(tmp_path), "RALPH_HOOK_DAEMON": "0"}
     result = subprocess.run([sys.executable, "-S", "-P", str(client)], input=json.dumps(payload),
                             capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -77,3 +78,36 @@ def test_exported_bundle_passes_claude_plugin_validate(tmp_path: Path, claude_bi
                                 text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "Validation passed" in result.stdout
+
+
+def test_outside_a_loop_the_hook_helper_answers_later_calls_and_exits_when_idle(tmp_path: Path) -> None:
+    import time
+
+    client = Path(__file__).resolve().parent.parent / "ralph" / "hook_client.py"
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RALPH_STATE_DIR": str(tmp_path / "state"),
+           "CLAUDE_PROJECT_DIR": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime), "RALPH_HOOK_DAEMON_IDLE": "3"}
+    push = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "git push"},
+            "session_id": "s", "cwd": str(tmp_path)}
+
+    def call(payload: dict) -> dict:
+        result = subprocess.run([sys.executable, "-S", "-P", str(client)], input=json.dumps(payload),
+                                capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    first = call(push)  # in-process; starts the helper
+    sockets = list((runtime / f"ralph-hooks-{os.getuid()}").glob("*.sock"))
+    deadline = time.monotonic() + 20
+    while not sockets and time.monotonic() < deadline:
+        time.sleep(0.1)
+        sockets = list((runtime / f"ralph-hooks-{os.getuid()}").glob("*.sock"))
+    assert len(sockets) == 1, "the hook helper did not start"
+    second = call(push)  # answered by the helper
+    assert first == second and second["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert call({**push, "tool_input": {"command": "git status"}}) == {}
+    deadline = time.monotonic() + 20
+    while sockets[0].exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not sockets[0].exists(), "the idle helper did not exit"

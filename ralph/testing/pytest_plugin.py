@@ -62,7 +62,8 @@ def claude_agent_env(tmp_path: Path) -> Callable[[str], dict[str, str]]:
     def make(url: str) -> dict[str, str]:
         home = tmp_path / "home"
         home.mkdir(exist_ok=True)
-        return claude_env(url, home)
+        # hook helpers started by hooks outside a loop should not outlive the test for long
+        return {**claude_env(url, home), "RALPH_HOOK_DAEMON_IDLE": "5"}
 
     return make
 
