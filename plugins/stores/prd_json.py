@@ -49,12 +49,9 @@ class PrdJsonStore(TaskStore):
         from ralph.planning import story_id_problem
         from ralph.tasks import parse_tasks
 
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise TaskListError(
-                f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-            ) from None
+        from ralph_plugins.stores.tasks_json import decode_json
+
+        data = decode_json(raw, source)
         if not isinstance(data, dict):
             raise TaskListError(f"{source}: (top level): must be a JSON object with `userStories`")
         stories = data.get("userStories")
@@ -86,8 +83,8 @@ class PrdJsonStore(TaskStore):
         wanted = _merge_top(old, new)
         try:
             return patch_json_text(previous_raw, wanted)
-        except _ScanError:  # pragma: no cover - json.loads accepted it, the scanner should too
-            return json.dumps(wanted, indent=_indent_unit(previous_raw), ensure_ascii=False) + "\n"
+        except JsonScanError:  # pragma: no cover - json.loads accepted it, the scanner should too
+            return json.dumps(wanted, indent=indent_unit(previous_raw), ensure_ascii=False) + "\n"
 
 
 # -- what the file should hold ---------------------------------------------------------
@@ -152,7 +149,7 @@ def _same(a: Any, b: Any) -> bool:
 # -- a JSON scanner that keeps positions -------------------------------------------------
 
 
-class _ScanError(ValueError):
+class JsonScanError(ValueError):
     pass
 
 
@@ -177,7 +174,7 @@ def _skip(text: str, i: int) -> int:
 def _scan(text: str, i: int) -> _Node:
     i = _skip(text, i)
     if i >= len(text):
-        raise _ScanError("unexpected end")
+        raise JsonScanError("unexpected end")
     char = text[i]
     if char in "{[":
         closing = "}" if char == "{" else "]"
@@ -190,11 +187,11 @@ def _scan(text: str, i: int) -> _Node:
             j = _skip(text, j)
             if node.kind == "object":
                 if text[j] != '"':
-                    raise _ScanError(f"expected a key at {j}")
+                    raise JsonScanError(f"expected a key at {j}")
                 key, after = scanstring(text, j + 1)
                 colon = _skip(text, after)
                 if text[colon] != ":":
-                    raise _ScanError(f"expected ':' at {colon}")
+                    raise JsonScanError(f"expected ':' at {colon}")
                 value = _scan(text, colon + 1)
                 node.members.append((key, j, value))
             else:
@@ -207,13 +204,13 @@ def _scan(text: str, i: int) -> _Node:
             if text[j] == closing:
                 node.end = j + 1
                 return node
-            raise _ScanError(f"expected ',' or {closing!r} at {j}")
+            raise JsonScanError(f"expected ',' or {closing!r} at {j}")
     if char == '"':
         _, end = scanstring(text, i + 1)
         return _Node("scalar", i, end)
     match = _SCALAR.match(text, i)
     if not match:
-        raise _ScanError(f"unexpected {char!r} at {i}")
+        raise JsonScanError(f"unexpected {char!r} at {i}")
     return _Node("scalar", i, match.end())
 
 
@@ -224,7 +221,7 @@ def _line_of_story_field(raw: str, index: int, key: str) -> str:
         stories = next(v for k, _, v in reversed(root.members) if k == "userStories")
         story = stories.items[index]
         offset = next(start for k, start, _ in reversed(story.members) if k == key)
-    except (StopIteration, IndexError, _ScanError):
+    except (StopIteration, IndexError, JsonScanError):
         return ""
     return str(raw.count("\n", 0, offset) + 1)
 
@@ -238,7 +235,8 @@ class _Style:
     newline: str
 
 
-def _indent_unit(raw: str) -> int:
+def indent_unit(raw: str) -> int:
+    """The indentation the file already uses (2 when it cannot be told)."""
     for line in raw.splitlines()[1:]:
         stripped = line.lstrip(" \t")
         if stripped and len(stripped) != len(line):
@@ -269,8 +267,8 @@ def patch_json_text(raw: str, wanted: Any) -> str:
     """
     root = _scan(raw, 0)
     if _skip(raw, root.end) != len(raw):
-        raise _ScanError("trailing data")
-    style = _Style(_indent_unit(raw) if "\n" in raw.strip() else None, "\r\n" if "\r\n" in raw else "\n")
+        raise JsonScanError("trailing data")
+    style = _Style(indent_unit(raw) if "\n" in raw.strip() else None, "\r\n" if "\r\n" in raw else "\n")
     edits: list[tuple[int, int, str]] = []
     _patch(raw, root, json.loads(raw), wanted, style, edits)
     # Apply from the end.  At one offset a replacement is applied before the insertions

@@ -14,15 +14,6 @@ if TYPE_CHECKING:
     from ralph.tasks import TaskList
 
 
-def _indent_of(raw: str) -> int:
-    """The indentation the file already uses (2 when it cannot be told)."""
-    for line in raw.splitlines()[1:]:
-        stripped = line.lstrip(" ")
-        if stripped and len(stripped) != len(line):
-            return len(line) - len(stripped)
-    return 2
-
-
 class TasksJsonStore(TaskStore):
     """Reads and writes ``<ralph dir>/tasks.json``."""
 
@@ -35,32 +26,34 @@ class TasksJsonStore(TaskStore):
     def parse(self, raw: str, source: Path) -> TaskList:
         from ralph.tasks import parse_tasks
 
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise TaskListError(
-                f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-            ) from None
-        return parse_tasks(data, str(source))
+        return parse_tasks(decode_json(raw, source), str(source))
 
     def render(self, tasks: TaskList, previous_raw: str | None) -> str:
         """Write back the model, changing only the values that differ (formatting, key order
         and unknown keys stay byte for byte)."""
         new = tasks.model_dump(mode="json", exclude_unset=True)
-        if previous_raw is None:
-            return json.dumps(new, indent=2, ensure_ascii=False) + "\n"
-        from ralph_plugins.stores.prd_json import patch_json_text
-
         try:
-            return patch_json_text(previous_raw, _merge(json.loads(previous_raw), new))
-        except Exception:  # the previous text is not JSON we can patch: fall back to re-serialising
-            pass
-        try:
-            old = json.loads(previous_raw)
+            old = json.loads(previous_raw) if previous_raw is not None else None
         except json.JSONDecodeError:
             old = None
-        merged = _merge(old, new) if isinstance(old, dict) else new
-        return json.dumps(merged, indent=_indent_of(previous_raw), ensure_ascii=False) + "\n"
+        if not isinstance(old, dict):
+            return json.dumps(new, indent=2, ensure_ascii=False) + "\n"
+        merged = _merge(old, new)
+        from ralph_plugins.stores.prd_json import JsonScanError, indent_unit, patch_json_text
+
+        assert previous_raw is not None
+        try:
+            return patch_json_text(previous_raw, merged)
+        except JsonScanError:  # text json accepts but the patcher cannot scan: re-serialise instead
+            return json.dumps(merged, indent=indent_unit(previous_raw), ensure_ascii=False) + "\n"
+
+
+def decode_json(raw: str, source: Path) -> Any:
+    """``json.loads`` with an error naming the file, line and column."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise TaskListError(f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
 def _merge(old: Any, new: Any) -> Any:
