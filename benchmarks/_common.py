@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import sys
 import time
 from typing import Any, Callable, Iterable, Sequence

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ralph.errors import UsageError
 from ralph.fsutil import atomic_write_text

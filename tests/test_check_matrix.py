@@ -18,6 +18,7 @@ from ralph.config import RalphConfig
 from ralph.contracts import ValidationContext, Violation
 from ralph.errors import TaskListError
 from ralph.plugins import PluginHost
+from ralph.testing.project import story as base_story
 from ralph.settings import Settings
 from ralph.tasks import TaskList, parse_tasks
 from ralph_plugins.policies.review import ReviewPolicy
@@ -27,22 +28,8 @@ SOURCE = "ralph/tasks.json"
 
 
 def story(sid: str = "US-001", **fields: Any) -> dict[str, Any]:
-    """One story as seed 000 §8 writes it, at its initial state unless overridden."""
-    data: dict[str, Any] = {
-        "id": sid,
-        "title": f"Story {sid}",
-        "description": "",
-        "acceptanceCriteria": ["it works"],
-        "priority": 1,
-        "passes": False,
-        "reviewStatus": None,
-        "reviewCount": 0,
-        "reviewFeedback": "",
-        "notes": "",
-        "dependsOn": [],
-    }
-    data.update(fields)
-    return data
+    """One seed 000 §8 story at its initial state unless overridden."""
+    return base_story(sid, **{"acceptanceCriteria": ["it works"], **fields})
 
 
 def task_data(*stories: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,6 @@ Through real git repositories, the real CLI process and the replay agent
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any

@@ -8,7 +8,6 @@ in real git repositories.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ralph.testing.project import RalphProject, story
+from ralph.testing.project import RalphProject, process_alive, story, wait_for
 
 
 def replay(project: RalphProject, iterations: dict[int, list[dict[str, Any]]], tmp_path: Path) -> dict[str, str]:
@@ -133,7 +132,7 @@ def test_second_run_is_refused_by_the_lock(project, tmp_path) -> None:
     env = replay(project, {1: [{"sleep": 30}]}, tmp_path)
     first = project.start("run", "--runner", "direct", "--agent", "replay", env=env)
     try:
-        _wait_for(lambda: (project.path / ".ralph-active").exists())
+        wait_for(lambda: (project.path / ".ralph-active").exists())
         second = run(project, env)
         assert second.returncode == 2
         assert f"another `ralph run` is active in this project (pid {first.pid}" in second.stderr
@@ -146,14 +145,14 @@ def test_sigint_stops_agent_releases_lock_removes_marker(project, tmp_path) -> N
     pid_file = tmp_path / "agent.pid"
     env = replay(project, {1: [{"run": f"echo $PPID > {pid_file}; sleep 60"}]}, tmp_path)
     proc = project.start("run", "--runner", "direct", "--agent", "replay", env=env)
-    _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
     agent_pid = int(pid_file.read_text())
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
     assert "SIGINT received" in stderr
     assert not (project.path / ".ralph-active").exists()
-    assert not _alive(agent_pid)
+    assert not process_alive(agent_pid)
     # the lock is free again: a new run starts (and completes), resuming the interrupted run's state
     result = run(project, replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path), "--resume")
     assert result.returncode == 0, result.stderr
@@ -162,7 +161,7 @@ def test_sigint_stops_agent_releases_lock_removes_marker(project, tmp_path) -> N
 def test_sigterm_also_cleans_up(project, tmp_path) -> None:
     env = replay(project, {1: [{"sleep": 60}]}, tmp_path)
     proc = project.start("run", "--runner", "direct", "--agent", "replay", env=env)
-    _wait_for(lambda: (project.path / ".ralph-active").exists())
+    wait_for(lambda: (project.path / ".ralph-active").exists())
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     assert proc.returncode == 130
@@ -228,26 +227,6 @@ def test_status_reads_the_last_run(project, tmp_path) -> None:
     assert "US-001" in status.stdout and "approved" in status.stdout
     assert (project.run_dirs()[-1] / "iteration-001.agent.jsonl").read_text().count('"type": "result"') == 1
 
-
-def _wait_for(condition: Any, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "State:\tZ" not in status
 
 
 def test_a_crashing_validator_stops_the_loop_with_a_clear_error(project, tmp_path) -> None:

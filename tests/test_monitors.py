@@ -20,7 +20,7 @@ import pytest
 from ralph.contracts import LoopView
 from ralph.plugins import PluginHost
 from ralph.testing.hooks import MemorySession, make_event
-from ralph_plugins.monitors import context_monitor, test_failures
+from ralph_plugins.monitors import context_monitor
 from ralph_plugins.monitors.test_failures import detect, is_test_command, latest_failure
 
 NOTICE_TEXT = "Be mindful of remaining space. Plan to finish your current task within this session."

@@ -15,19 +15,16 @@ nothing in the script names a unit or a story.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ralph.testing.project import RalphProject, story
+from ralph.testing.project import RalphProject, process_alive, story, wait_for
 
 UNIT_AGENT = '''\
 import json, os, pathlib, subprocess, sys, time
@@ -237,7 +234,7 @@ def test_sigint_stops_every_child(two_prds: RalphProject, tmp_path: Path) -> Non
     holds.mkdir()
     proc = project.start("run", "--parallel", *RUN_OPTIONS, env=agent_env(tmp_path, UNIT_AGENT_HOLD=str(holds)))
     try:
-        _wait_for(lambda: {p.name for p in holds.iterdir()} == {"PRD-1.pids", "PRD-2.pids"}, timeout=60)
+        wait_for(lambda: {p.name for p in holds.iterdir()} == {"PRD-1.pids", "PRD-2.pids"}, timeout=60)
     except AssertionError:
         proc.kill()
         raise AssertionError(proc.communicate()) from None
@@ -250,7 +247,7 @@ def test_sigint_stops_every_child(two_prds: RalphProject, tmp_path: Path) -> Non
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stdout + stderr
     assert "[PRD-1]" in stderr and "[PRD-2]" in stderr and "SIGINT" in stderr
-    _wait_for(lambda: not any(_alive(pid) for pid in below_parent), timeout=20)
+    wait_for(lambda: not any(process_alive(pid) for pid in below_parent), timeout=20)
     for unit in ("PRD-1", "PRD-2"):
         summary = json.loads((run_dirs_of(project, worktree(project, unit))[-1] / "summary.json").read_text())
         assert summary["reason"] == "interrupted"
@@ -283,24 +280,3 @@ def test_story_groups_are_dependson_components() -> None:
         ("US-006", ["US-099"]),
     ]]
     assert story_groups(stories) == [["US-001", "US-004", "US-005"], ["US-002", "US-003"], ["US-006"]]
-
-
-def _wait_for(condition: Any, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "State:\tZ" not in status

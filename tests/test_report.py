@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ralph.report import build_report, render_html, render_text, review_analytics
+from ralph.report import build_report, render_text, review_analytics
 from ralph.testing.project import RalphProject, story
 
 LIFECYCLE = (

@@ -12,6 +12,7 @@ from ralph.config import RalphConfig
 from ralph.errors import TaskListError
 from ralph.settings import Settings
 from ralph.tasks import TaskList, parse_tasks, structural_problems
+from ralph.testing.project import story as base_story
 from ralph_plugins.policies.review import ReviewPolicy
 from ralph_plugins.stores.tasks_json import TasksJsonStore
 
@@ -20,21 +21,7 @@ SOURCE = "ralph/tasks.json"
 
 def story(sid: str = "US-001", **fields: Any) -> dict[str, Any]:
     """One seed 000 §8 story at its initial state unless overridden."""
-    data: dict[str, Any] = {
-        "id": sid,
-        "title": f"Story {sid}",
-        "description": "",
-        "acceptanceCriteria": ["it works"],
-        "priority": 1,
-        "passes": False,
-        "reviewStatus": None,
-        "reviewCount": 0,
-        "reviewFeedback": "",
-        "notes": "",
-        "dependsOn": [],
-    }
-    data.update(fields)
-    return data
+    return base_story(sid, **{"acceptanceCriteria": ["it works"], **fields})
 
 
 def task_data(*stories: dict[str, Any]) -> dict[str, Any]:
