@@ -399,7 +399,7 @@ class Loop:
             untracked_before = untracked_files(self.project_dir)
             self.keeper.before_iteration(selection, checkpoint)
             feedback = self.keeper.story_context(selection) + feedback
-            tasks = self._one_iteration(record, selection, tasks, feedback)
+            tasks = self._one_iteration(record, selection, tasks, feedback, checkpoint)
             if record.usage_limit and not self.cancel.is_set():
                 stop = self._usage_limit(record)
                 if stop is not None:
@@ -498,12 +498,17 @@ class Loop:
         return self._finish(EXIT_EXHAUSTED, f"no story can be selected: {blocked_reason(tasks, waiting)}", tasks)
 
     def _one_iteration(
-        self, record: IterationRecord, selection: Selection, tasks: TaskList, feedback: list[str]
+        self,
+        record: IterationRecord,
+        selection: Selection,
+        tasks: TaskList,
+        feedback: list[str],
+        checkpoint: str | None,
     ) -> TaskList:
         assert self.run_dir is not None
         before = tasks  # never mutated: the post-iteration state is a fresh parse
         before_raw = self._last_good_raw
-        self.current = (selection, before, head(self.project_dir))
+        self.current = (selection, before, checkpoint)
         self._write_state(record, selection, before)
         prompt = self.render(record.number, selection, tasks, feedback)
         (self.run_dir / f"iteration-{record.number:03d}.prompt.md").write_text(prompt, encoding="utf-8")
