@@ -78,6 +78,15 @@ def gateway(docker_client: Any) -> str:
 
 
 def containers_of(client: Any, project: Path) -> list[Any]:
+    """The project's sandbox containers (retried: docker-py inspects each listed container, and one
+    removed between the listing and its inspect raises NotFound)."""
+    import docker.errors
+
+    for _ in range(5):
+        try:
+            return client.containers.list(all=True, filters={"label": ["ralph.sandbox=1", f"ralph.project={project}"]})
+        except docker.errors.NotFound:
+            time.sleep(0.1)
     return client.containers.list(all=True, filters={"label": ["ralph.sandbox=1", f"ralph.project={project}"]})
 
 

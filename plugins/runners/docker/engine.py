@@ -77,10 +77,12 @@ def sweep(client: Any, project_dir: Path | None = None) -> list[str]:
     """Remove ralph's containers and networks (of one project, or all); returns their names."""
     filters = [f"{LABEL}=1"] + ([f"{LABEL_PROJECT}={project_dir}"] if project_dir is not None else [])
     removed = []
-    for container in client.containers.list(all=True, filters={"label": filters}):
+    # sparse: no per-container inspect, so a container vanishing meanwhile cannot fail the listing
+    for container in client.containers.list(all=True, sparse=True, filters={"label": filters}):
         try:
             container.remove(force=True)
-            removed.append(container.name)
+            # sparse listings carry "Names" (["/name"]), not "Name"
+            removed.append((container.attrs.get("Names") or [container.short_id])[0].lstrip("/"))
         except docker.errors.NotFound:
             pass
     for network in client.networks.list(filters={"label": filters}):
