@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, int_arg, ms, open_task_list, percentile, table  # noqa: E402
 
-from ralph.hookwiring import hook_command  # noqa: E402
+from ralph.hooks.wiring import hook_command  # noqa: E402
 
 EVENTS = {
     "SessionStart": {"source": "startup"},
@@ -46,7 +46,7 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAM
 
 
 def make_project(root: Path, stories: int) -> Path:
-    from ralph.initproject import init_project
+    from ralph.lifecycle.init import init_project
 
     project = root / "project"
     project.mkdir()
@@ -81,10 +81,10 @@ def main(argv: list[str]) -> None:
         root = Path(tmp)
         os.environ["RALPH_STATE_DIR"] = str(root / "state")
         project = make_project(root, stories)
-        from ralph.hookserver import HookServer
-        from ralph.loop import IterationRecord
-        from ralph.rundir import new_run_dir
-        from ralph.session import open_session
+        from ralph.hooks.server import HookServer
+        from ralph.loop.engine import IterationRecord
+        from ralph.loop.rundir import new_run_dir
+        from ralph.cli.session import open_session
 
         with open(os.devnull, "w") as null:
             saved = sys.stdout, sys.stderr

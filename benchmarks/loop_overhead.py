@@ -1,6 +1,6 @@
 """The loop's own work per iteration (everything but the agent), for 10 / 1,000 / 10,000 stories.
 
-For each size a temporary git repository is scaffolded with ``ralph.initproject.init_project``,
+For each size a temporary git repository is scaffolded with ``ralph.lifecycle.init.init_project``,
 its ``tasks.json`` replaced by N generated stories (all open, valid per the seed schema) and
 committed.  Then the real ``Loop`` runs K iterations through ``open_session(...).build_loop().run()``
 with
@@ -59,10 +59,10 @@ from _common import header, int_arg, list_arg, ms, open_task_list, repeat, table
 
 from ralph import hookimpl  # noqa: E402
 from ralph.contracts import Availability, LoopEvent, ProcessOutcome, ProcessSpec, Runner  # noqa: E402
-from ralph.initproject import init_project  # noqa: E402
-from ralph.loop import IterationRecord  # noqa: E402
-from ralph.plugins import PluginHost  # noqa: E402
-from ralph.session import open_session  # noqa: E402
+from ralph.lifecycle.init import init_project  # noqa: E402
+from ralph.loop.engine import IterationRecord  # noqa: E402
+from ralph.plugin.manager import PluginHost  # noqa: E402
+from ralph.cli.session import open_session  # noqa: E402
 
 SIZES = [10, 1_000, 10_000]
 DEFAULT_ITERATIONS = {10: 30, 1_000: 30, 10_000: 10}

@@ -2,8 +2,8 @@
 
 Spawns the installed ``ralph`` console script (the one next to ``sys.executable``)
 N times and prints min / median / p90 wall time.  For scale it also times a bare
-``python -c pass`` and ``python -c "import ralph.cli"``.  Then runs
-``python -X importtime -c "import ralph.cli"`` and prints the 10 imports with the
+``python -c pass`` and ``python -c "import ralph.cli.main"``.  Then runs
+``python -X importtime -c "import ralph.cli.main"`` and prints the 10 imports with the
 largest cumulative time.
 
     python benchmarks/startup.py [--runs 20]
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> None:
     script = ralph_script()
     cases = [
         ("ralph --help", [str(script), "--help"]),
-        ("python -c 'import ralph.cli'", [sys.executable, "-c", "import ralph.cli"]),
+        ("python -c 'import ralph.cli.main'", [sys.executable, "-c", "import ralph.cli.main"]),
         ("python -c pass (interpreter floor)", [sys.executable, "-c", "pass"]),
     ]
     rows = [("command", "min ms", "median ms", "p90 ms")]
@@ -93,8 +93,8 @@ def main(argv: list[str]) -> None:
     )
 
     print()
-    print("top 10 imports by cumulative time (python -X importtime -c 'import ralph.cli', one run):")
-    imports = import_times("ralph.cli")
+    print("top 10 imports by cumulative time (python -X importtime -c 'import ralph.cli.main', one run):")
+    imports = import_times("ralph.cli.main")
     top = sorted(imports, key=lambda row: row[1], reverse=True)[:10]
     table(
         [("module", "cumulative ms", "self ms", "imported by")]

@@ -11,14 +11,14 @@ from pathlib import Path
 
 HEADER = """# Hook reference
 
-Generated from `ralph/hookspecs.py` by `docs/generate_hooks_md.py`; do not edit by hand.
+Generated from `ralph/plugin/hookspecs.py` by `docs/generate_hooks_md.py`; do not edit by hand.
 Implement a hook with `@ralph.hookimpl` in a module registered under the `ralph` entry-point
 group (see CONTRIBUTING.md, "Writing a plugin").
 """
 
 
 def render() -> str:
-    from ralph import hookspecs
+    from ralph.plugin import hookspecs
 
     parts = [HEADER]
     for name, func in inspect.getmembers(hookspecs, inspect.isfunction):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 if TYPE_CHECKING:
-    from ralph.plugins import Registry
+    from ralph.plugin.manager import Registry
     from ralph.settings import Settings
     from ralph.tasks import TaskList
 
@@ -157,7 +157,7 @@ class Runner(ABC):
     def hook_command(self) -> str | None:
         """The command the agent runs for ralph's hooks where this runner runs it.
 
-        None means the host's own (``<python> -S -P .../ralph/hook_client.py``).  A
+        None means the host's own (``<python> -S -P .../ralph/hooks/client.py``).  A
         container or remote runner returns what works inside its environment; the
         hook reaches the loop over the socket named by ``RALPH_HOOK_SOCKET``, which
         the runner must make reachable.

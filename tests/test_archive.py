@@ -14,7 +14,7 @@ from ralph.templates import render, template_text
 from ralph.testing.project import RalphProject, story
 
 LIFECYCLE = (
-    "from ralph.cli import cli; from ralph.cli_lifecycle import COMMANDS; "
+    "from ralph.cli.main import cli; from ralph.cli.lifecycle import COMMANDS; "
     "[cli.add_command(c) for c in COMMANDS if c.name not in cli.commands]; cli(prog_name='ralph')"
 )
 TODAY = date.today().isoformat()
@@ -113,7 +113,7 @@ def test_refuses_when_nothing_is_completed(ralph_project: RalphProject) -> None:
 
 def test_refuses_while_a_run_holds_the_lock(ralph_project: RalphProject) -> None:
     from ralph.gitutil import git_dir
-    from ralph.lock import ProjectLock
+    from ralph.loop.lock import ProjectLock
 
     ralph_project.write_stories([story("US-001", passes=True, reviewStatus="approved", reviewCount=1, notes="n")])
     lock = ProjectLock(git_dir(ralph_project.path))
@@ -144,7 +144,7 @@ def test_label_partial_completion_and_name_collision(ralph_project: RalphProject
 
 @pytest.mark.parametrize("filename", ["prd.json", "plan.md"])
 def test_archive_keeps_the_task_format(ralph_project: RalphProject, filename: str) -> None:
-    from ralph.plugins import PluginHost
+    from ralph.plugin.manager import PluginHost
 
     ralph_project.tasks_path.unlink()
     path = ralph_project.ralph_dir / filename

@@ -17,7 +17,7 @@ import pytest
 from ralph.config import RalphConfig
 from ralph.contracts import ValidationContext, Violation
 from ralph.errors import TaskListError
-from ralph.plugins import PluginHost
+from ralph.plugin.manager import PluginHost
 from ralph.testing.project import story as base_story
 from ralph.settings import Settings
 from ralph.tasks import TaskList, parse_tasks

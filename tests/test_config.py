@@ -8,7 +8,7 @@ import pytest
 
 from ralph.config import DEFAULT_MAX_ITERATIONS, RalphConfig, load_config
 from ralph.errors import ConfigError
-from ralph.plugins import PluginHost
+from ralph.plugin.manager import PluginHost
 from ralph_plugins.agents.claude_config import ClaudeConfig
 
 

@@ -14,7 +14,7 @@ from ralph.testing.project import GIT_IDENTITY
 def run_demo(tmp_path, agent: str) -> subprocess.CompletedProcess[str]:
     env = {**__import__("os").environ, **GIT_IDENTITY, "RALPH_STATE_DIR": str(tmp_path / "state")}
     return subprocess.run(
-        [sys.executable, "-P", "-m", "ralph.cli", "demo", "--agent", agent, "--dir", str(tmp_path / "demo")],
+        [sys.executable, "-P", "-m", "ralph.cli.main", "demo", "--agent", agent, "--dir", str(tmp_path / "demo")],
         capture_output=True,
         text=True,
         env=env,

@@ -27,7 +27,7 @@ from ralph.testing.requirements import require
 
 pytestmark = pytest.mark.slow
 
-SANDBOX_CLI = [sys.executable, "-P", "-m", "ralph.cli_sandbox"]
+SANDBOX_CLI = [sys.executable, "-P", "-m", "ralph.cli.sandbox"]
 IMAGE = "ralph-sandbox:latest"
 CLAUDE_TEST_ENV = ["CLAUDE_CODE_MAX_RETRIES", "API_TIMEOUT_MS"]
 

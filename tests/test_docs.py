@@ -19,8 +19,8 @@ def test_hook_reference_is_up_to_date() -> None:
 
 
 def test_every_hookspec_has_a_docstring_and_a_reference_entry() -> None:
-    from ralph.plugins import hook_names
-    from ralph import hookspecs
+    from ralph.plugin.manager import hook_names
+    from ralph.plugin import hookspecs
 
     reference = (DOCS / "hooks.md").read_text(encoding="utf-8")
     for name in hook_names():
@@ -32,7 +32,7 @@ def test_readme_config_example_is_valid(tmp_path) -> None:
     import re
 
     from ralph.config import load_config
-    from ralph.plugins import PluginHost
+    from ralph.plugin.manager import PluginHost
 
     readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
     block = re.search(r"```toml\n(.*?)```", readme, re.S)
@@ -49,7 +49,7 @@ def test_readme_commands_exist() -> None:
 
     from click.testing import CliRunner
 
-    from ralph.cli import cli
+    from ralph.cli.main import cli
 
     readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
     for name in sorted(set(re.findall(r"`ralph ([a-z]+)", readme))):

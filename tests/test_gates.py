@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ralph.storystate import StoryState, error_hash, normalize, truncate
+from ralph.loop.storystate import StoryState, error_hash, normalize, truncate
 from ralph.testing.project import RalphProject, story
 
 # -- unit: the state file and escalation ----------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 
 from ralph import hookimpl
 from ralph.contracts import Denial, HookEvent, LoopView
-from ralph.plugins import PluginHost
+from ralph.plugin.manager import PluginHost
 from ralph.testing.hooks import MemorySession, make_event
 from ralph_plugins.guards.shell import analyze
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ralph.contracts import Violation
-from ralph.hook import STOP_BLOCK_LIMIT, HookContext, answer
-from ralph.plugins import PluginHost
-from ralph.sessions import MemorySession
+from ralph.hooks.answers import STOP_BLOCK_LIMIT, HookContext, answer
+from ralph.plugin.manager import PluginHost
+from ralph.hooks.sessionstore import MemorySession
 
 
 def context(tmp_path: Path, violations: list[Violation] | None) -> HookContext:
@@ -45,7 +45,7 @@ def test_pretooluse_denial_format(tmp_path: Path) -> None:
 
 
 def test_client_is_fail_open_and_prints_json_when_the_loop_is_gone(tmp_path: Path) -> None:
-    client = Path(__file__).resolve().parent.parent / "ralph" / "hook_client.py"
+    client = Path(__file__).resolve().parent.parent / "ralph" / "hooks" / "client.py"
     result = subprocess.run(
         [sys.executable, "-S", "-P", str(client)],
         input=json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}}),
@@ -57,7 +57,7 @@ def test_client_is_fail_open_and_prints_json_when_the_loop_is_gone(tmp_path: Pat
 
 
 def test_client_answers_in_process_without_a_loop(tmp_path: Path) -> None:
-    client = Path(__file__).resolve().parent.parent / "ralph" / "hook_client.py"
+    client = Path(__file__).resolve().parent.parent / "ralph" / "hooks" / "client.py"
     payload = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "git push --force"},
                "session_id": "s", "cwd": str(tmp_path)}
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RALPH_STATE_DIR": str(tmp_path / "state"),
@@ -70,7 +70,7 @@ def test_client_answers_in_process_without_a_loop(tmp_path: Path) -> None:
 
 @pytest.mark.real_claude
 def test_exported_bundle_passes_claude_plugin_validate(tmp_path: Path, claude_binary: Path) -> None:
-    from ralph.bundle import export_bundle
+    from ralph.hooks.bundle import export_bundle
 
     export_bundle(tmp_path / "bundle")
     for target in (tmp_path / "bundle" / "ralph", tmp_path / "bundle"):
@@ -83,7 +83,7 @@ def test_exported_bundle_passes_claude_plugin_validate(tmp_path: Path, claude_bi
 def test_outside_a_loop_the_hook_helper_answers_later_calls_and_exits_when_idle(tmp_path: Path) -> None:
     import time
 
-    client = Path(__file__).resolve().parent.parent / "ralph" / "hook_client.py"
+    client = Path(__file__).resolve().parent.parent / "ralph" / "hooks" / "client.py"
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RALPH_STATE_DIR": str(tmp_path / "state"),

@@ -124,7 +124,7 @@ def test_a_hook_that_crashes_lets_the_tool_run(project, scripted_model, claude_b
 
 
 def test_exported_bundle_guards_an_interactive_session(tmp_path, scripted_model, claude_binary, claude_agent_env) -> None:
-    from ralph.bundle import export_bundle
+    from ralph.hooks.bundle import export_bundle
 
     export_bundle(tmp_path / "bundle")
     work = tmp_path / "work"

@@ -18,7 +18,7 @@ import pytest
 
 from ralph.errors import UsageError
 from ralph.fsutil import atomic_write_text
-from ralph.initproject import InitResult, init_project, slugify
+from ralph.lifecycle.init import InitResult, init_project, slugify
 from ralph.templates import render, template_text
 
 DAY = date(2024, 5, 17)

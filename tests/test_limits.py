@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ralph.testing.project import RalphProject, story
-from ralph.usagelimit import reset_time
+from ralph.loop.usagelimit import reset_time
 
 
 def replay(tmp_path: Path, iterations: dict[int, list[dict[str, Any]]]) -> dict[str, str]:

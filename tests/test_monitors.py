@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ralph.contracts import LoopView
-from ralph.plugins import PluginHost
+from ralph.plugin.manager import PluginHost
 from ralph.testing.hooks import MemorySession, make_event
 from ralph_plugins.monitors import context_monitor
 from ralph_plugins.monitors.test_failures import detect, is_test_command, latest_failure

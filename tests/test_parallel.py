@@ -83,12 +83,12 @@ def worktree(project: RalphProject, unit: str) -> Path:
 
 def worktrees_cmd(project: RalphProject, *args: str) -> subprocess.CompletedProcess[str]:
     """``ralph worktrees ARGS`` (through the module until the command is registered on the group)."""
-    from ralph.cli import cli
+    from ralph.cli.main import cli
 
     if "worktrees" in cli.commands:
         return project.run("worktrees", *args)
     return subprocess.run(
-        [sys.executable, "-P", "-c", "from ralph.cli_worktrees import worktrees; worktrees(prog_name='ralph worktrees')", *args],
+        [sys.executable, "-P", "-c", "from ralph.cli.worktrees import worktrees; worktrees(prog_name='ralph worktrees')", *args],
         cwd=project.path, env=project.process_env(), capture_output=True, text=True, timeout=60,
     )
 
@@ -98,7 +98,7 @@ def changed_on_branch(project: RalphProject, branch: str) -> set[str]:
 
 
 def run_dirs_of(project: RalphProject, path: Path) -> list[Path]:
-    from ralph.rundir import runs_dir
+    from ralph.loop.rundir import runs_dir
 
     parent = runs_dir(path, str(project.state_dir))
     return sorted(parent.iterdir()) if parent.is_dir() else []
@@ -256,8 +256,8 @@ def test_sigint_stops_every_child(two_prds: RalphProject, tmp_path: Path) -> Non
 def test_children_get_the_users_run_options() -> None:
     import click
 
-    from ralph.cli import run
-    from ralph.parallel import passthrough_args
+    from ralph.cli.main import run
+    from ralph.lifecycle.parallel import passthrough_args
 
     args = ["--parallel", "--no-sandbox", "--agent", "replay", "-n", "3", "-q", "--resume", "--skip-review",
             "--max-cost", "2.5", "--dry-run", "-d", "/x"]
@@ -272,7 +272,7 @@ def test_children_get_the_users_run_options() -> None:
 
 
 def test_story_groups_are_dependson_components() -> None:
-    from ralph.parallel import story_groups
+    from ralph.lifecycle.parallel import story_groups
     from ralph.tasks import Story
 
     stories = [Story.model_validate(story(i, dependsOn=deps)) for i, deps in [

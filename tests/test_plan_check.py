@@ -1,7 +1,7 @@
 """``ralph plan --check`` on broken task lists, ``--prd N``, and the ``ralph plan`` launcher.
 
 The CLI runs as a real process in a real git project (the lifecycle commands are
-added to the main group the way ralph/cli.py registers them).
+added to the main group the way ralph/cli/main.py registers them).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from ralph.errors import UsageError
-from ralph.planning import check_task_list, find_cycles, plan_command, plan_mode, prd_dir, prd_is_template, story_id_problem
+from ralph.lifecycle.plan import check_task_list, find_cycles, plan_command, plan_mode, prd_dir, prd_is_template, story_id_problem
 from ralph.testing.project import RalphProject, story
 
 LIFECYCLE = (
-    "from ralph.cli import cli; from ralph.cli_lifecycle import COMMANDS; "
+    "from ralph.cli.main import cli; from ralph.cli.lifecycle import COMMANDS; "
     "[cli.add_command(c) for c in COMMANDS if c.name not in cli.commands]; cli(prog_name='ralph')"
 )
 

@@ -1,8 +1,8 @@
-"""The plugin manager (ralph/plugins.py) and the ``ralph plugins`` / ``ralph --help`` commands.
+"""The plugin manager (ralph/plugin/manager.py) and the ``ralph plugins`` / ``ralph --help`` commands.
 
 Third-party plugins are fake distributions: a ``fake_dist-1.0.dist-info`` directory with
 ``METADATA`` and ``entry_points.txt`` plus the plugin modules, written into a temporary
-directory that is put on ``sys.path`` (where ``ralph.entrypoints`` finds them, exactly as it
+directory that is put on ``sys.path`` (where ``ralph.plugin.entrypoints`` finds them, exactly as it
 finds installed distributions).  The fake modules are removed from ``sys.modules`` afterwards.
 """
 
@@ -19,10 +19,11 @@ import pluggy
 import pytest
 from click.testing import CliRunner
 
-from ralph import hookimpl, hookspecs
-from ralph.cli import ROLE_OF_HOOK, cli
+from ralph import hookimpl
+from ralph.plugin import hookspecs
+from ralph.cli.main import ROLE_OF_HOOK, cli
 from ralph.errors import PluginError
-from ralph.plugins import DISABLE_ENV, NO_AUTOLOAD_ENV, OWN_DISTRIBUTION, PluginHost, hook_names
+from ralph.plugin.manager import DISABLE_ENV, NO_AUTOLOAD_ENV, OWN_DISTRIBUTION, PluginHost, hook_names
 
 # -- fake plugin modules ----------------------------------------------------------------
 

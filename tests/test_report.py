@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from ralph.report import build_report, render_text, review_analytics
+from ralph.lifecycle.report import build_report, render_text, review_analytics
 from ralph.testing.project import RalphProject, story
 
 LIFECYCLE = (
-    "from ralph.cli import cli; from ralph.cli_lifecycle import COMMANDS; "
+    "from ralph.cli.main import cli; from ralph.cli.lifecycle import COMMANDS; "
     "[cli.add_command(c) for c in COMMANDS if c.name not in cli.commands]; cli(prog_name='ralph')"
 )
 

@@ -296,7 +296,7 @@ def test_tasks_json_keeps_hand_formatting() -> None:
 
 
 def test_every_store_is_registered_and_detected(tmp_path: Path) -> None:
-    from ralph.plugins import PluginHost
+    from ralph.plugin.manager import PluginHost
 
     host = PluginHost()
     assert {"tasks-json", "prd-json", "plan-md"} <= set(host.stores.names())

@@ -109,7 +109,7 @@ class ConsoleView:
         self.stdout.write("\n" + render_summary(data) + "\n")
         report = data.get("report") or {}
         if report.get("failed") or report.get("quality_warnings"):
-            from ralph.runreport import render_markdown
+            from ralph.loop.runreport import render_markdown
 
             self.stdout.write("\n" + render_markdown(report))
         if data.get("stash"):

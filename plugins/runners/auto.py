@@ -9,7 +9,7 @@ from ralph import hookimpl
 from ralph.contracts import Availability, ProcessOutcome, ProcessSpec, Runner
 
 if TYPE_CHECKING:
-    from ralph.plugins import Registry
+    from ralph.plugin.manager import Registry
 
 PREFERRED = ("docker-sandbox",)
 

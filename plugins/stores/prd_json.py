@@ -46,7 +46,7 @@ class PrdJsonStore(TaskStore):
         return ralph_dir / self.filename
 
     def parse(self, raw: str, source: Path) -> TaskList:
-        from ralph.planning import story_id_problem
+        from ralph.lifecycle.plan import story_id_problem
         from ralph.tasks import parse_tasks
 
         from ralph_plugins.stores.tasks_json import decode_json

@@ -28,7 +28,7 @@ def ralph_validate(context: ValidationContext) -> list[Violation]:
     if not lines:
         return []
     shown = "\n".join(f"  {line}" for line in lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
-    from ralph.loop import progress_log
+    from ralph.loop.engine import progress_log
 
     progress = progress_log(context.tasks_path.parent)
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph.contracts import HookEvent, LoopView, SessionStore
-from ralph.sessions import MemorySession
+from ralph.hooks.sessionstore import MemorySession
 
 __all__ = ["MemorySession", "make_event"]
 

@@ -64,7 +64,7 @@ def process_alive(pid: int) -> bool:
 def ralph_command() -> list[str]:
     """How to start the ralph CLI of this interpreter as a real process."""
     # -P: the project has a ralph/ directory that would shadow the package from the cwd
-    return [sys.executable, "-P", "-m", "ralph.cli"]
+    return [sys.executable, "-P", "-m", "ralph.cli.main"]
 
 
 @dataclass
@@ -133,13 +133,13 @@ class RalphProject:
         )
 
     def run_dirs(self) -> list[Path]:
-        from ralph.rundir import runs_dir
+        from ralph.loop.rundir import runs_dir
 
         parent = runs_dir(self.path, str(self.state_dir))
         return sorted(p for p in parent.iterdir()) if parent.is_dir() else []
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
-        from ralph.rundir import read_events
+        from ralph.loop.rundir import read_events
 
         runs = self.run_dirs()
         events = read_events(runs[-1]) if runs else []
@@ -151,7 +151,7 @@ class RalphProject:
 
 def make_project(root: Path, name: str = "demo") -> RalphProject:
     """``git init`` + ``ralph init --name NAME`` + a first commit, under ``root``."""
-    from ralph.initproject import init_project
+    from ralph.lifecycle.init import init_project
 
     path = root / "project"
     path.mkdir(parents=True)

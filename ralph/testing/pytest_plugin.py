@@ -73,7 +73,7 @@ def ralph_cli() -> Callable[..., Any]:
     """``result = ralph_cli("run", "--dry-run", env={...})`` through click's CliRunner."""
     from click.testing import CliRunner
 
-    from ralph.cli import cli
+    from ralph.cli.main import cli
 
     def invoke(*args: str, env: dict[str, str] | None = None) -> Any:
         return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)

@@ -17,7 +17,7 @@ LABEL_RECIPE = "ralph.recipe"
 IN_CONTAINER_LIB = "/opt/ralph/lib"
 IN_CONTAINER_BIN = "/opt/ralph/bin"
 IN_CONTAINER_HOME = "/home/agent"
-HOOK_CLIENT = f"{IN_CONTAINER_LIB}/ralph/hook_client.py"
+HOOK_CLIENT = f"{IN_CONTAINER_LIB}/ralph/hooks/client.py"
 PROXY_PORT = 3128
 PROXY_ALIAS = "ralph-proxy"
 

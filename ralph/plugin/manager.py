@@ -18,7 +18,7 @@ from typing import Any, Iterable, TypeVar
 
 import pluggy
 
-from ralph import hookspecs
+from ralph.plugin import hookspecs
 from ralph.contracts import Agent, Gate, LoopEvent, Policy, Runner, TaskStore, ValidationContext, Violation
 from ralph.errors import PluginError
 
@@ -111,7 +111,7 @@ class PluginHost:
 
     def _load_entry_points(self, disabled: set[str], only_own: bool) -> None:
         seen: set[str] = set()
-        from ralph.entrypoints import entry_points, normalize
+        from ralph.plugin.entrypoints import entry_points, normalize
 
         for ep in entry_points(ENTRY_POINT_GROUP):
             dist, version = ep.dist, ep.version

@@ -34,10 +34,10 @@ from ralph.contracts import (
 from ralph.errors import RalphError, TaskListError, UsageError
 from ralph.fsutil import atomic_write_text
 from ralph.gitutil import commit_paths, git_dir, head
-from ralph.lock import ProjectLock
-from ralph.plugins import PluginHost
-from ralph.prompt import relative_dir, render_prompt
-from ralph.rundir import new_run_dir
+from ralph.loop.lock import ProjectLock
+from ralph.plugin.manager import PluginHost
+from ralph.loop.prompt import relative_dir, render_prompt
+from ralph.loop.rundir import new_run_dir
 from ralph.settings import Settings
 from ralph.tasks import REVIEW_FIELDS, TaskList
 
@@ -124,7 +124,7 @@ class Loop:
         self._soft_warned = False
         self.story_cost: dict[str, float] = {}
         self.context_overflows: dict[str, int] = {}
-        from ralph.gating import GateKeeper
+        from ralph.loop.gates import GateKeeper
 
         self.keeper = GateKeeper(self)
         self.sessions: dict[str, Any] = {}
@@ -231,7 +231,7 @@ class Loop:
             raise
         self.started = time.monotonic()
         self.run_dir = new_run_dir(self.project_dir, self.config.state_dir)
-        from ralph.hookserver import HookServer
+        from ralph.hooks.server import HookServer
 
         self.hook_server = HookServer(self.answer_hook).start()
         try:
@@ -434,7 +434,7 @@ class Loop:
         """Wait for the agent's usage limit to reset, or return the reason to stop with a resume hint."""
         import datetime as dt
 
-        from ralph.usagelimit import reset_time
+        from ralph.loop.usagelimit import reset_time
 
         message = record.usage_limit or ""
         now = dt.datetime.now().astimezone()
@@ -766,7 +766,7 @@ class Loop:
     def _hook_settings(self) -> Path | None:
         """A Claude Code settings file in the run directory (outside the project) wiring ralph's hooks."""
         assert self.run_dir is not None
-        from ralph.hookwiring import write_hook_settings
+        from ralph.hooks.wiring import write_hook_settings
 
         return write_hook_settings(self.run_dir, self.runner.hook_command())
 
@@ -795,8 +795,8 @@ class Loop:
 
     def answer_hook(self, request: dict[str, Any]) -> dict[str, Any]:
         """Answer one agent-side hook call with the loop's trusted state and plugins."""
-        from ralph.hook import HookContext, answer
-        from ralph.sessions import MemorySession
+        from ralph.hooks.answers import HookContext, answer
+        from ralph.hooks.sessionstore import MemorySession
 
         payload = request.get("payload") or {}
         session_id = str(payload.get("session_id") or "")
@@ -861,7 +861,7 @@ class Loop:
             "stories": stories,
             "records": [record.__dict__ for record in self.records],
         }
-        from ralph.runreport import build_report, render_markdown
+        from ralph.loop.runreport import build_report, render_markdown
 
         report = build_report(tasks, self.keeper, reason, exit_code)
         summary["report"] = report
@@ -905,7 +905,7 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
 
 def choose_store(settings: Settings, host: PluginHost) -> TaskStore:
     """The configured store, else the one whose file is present (tasks.json first), else tasks.json."""
-    from ralph.planning import store_for
+    from ralph.lifecycle.plan import store_for
 
     if not host.stores.names():
         raise RalphError("no task store plugin is loaded (is ralph-trustloop installed correctly?)")

@@ -1,13 +1,13 @@
 """The agent-side hook entry point Claude Code runs for every hook event.
 
 Standard library only and runnable as a plain file (``python3 -S -P
-hook_client.py``), so it starts fast and works inside a sandbox image that
+hooks/client.py``), so it starts fast and works inside a sandbox image that
 has python3 but not ralph's dependencies.
 
 - During ``ralph run`` (``RALPH_HOOK_SOCKET`` set) it forwards the event to the
   running loop over a Unix socket; the loop answers with its trusted snapshot
   and all loaded plugins.
-- Without a loop it asks ralph's per-user hook helper (``ralph.hookdaemon``),
+- Without a loop it asks ralph's per-user hook helper (``ralph.hooks.daemon``),
   which keeps plugins loaded between calls; when none answers it imports
   ralph, runs the same checks in-process, and starts the helper for the next
   calls (``RALPH_HOOK_DAEMON=0`` turns the helper off).
@@ -64,7 +64,7 @@ def in_process(payload: dict, environ: dict) -> dict:
         import site
 
         site.main()
-    from ralph.hook import handle_without_loop
+    from ralph.hooks.answers import handle_without_loop
 
     return handle_without_loop(payload, environ)
 
@@ -88,7 +88,7 @@ def start_helper(path: str, environ: dict) -> None:
     import subprocess
 
     subprocess.Popen(
-        [sys.executable, "-P", "-m", "ralph.hookdaemon", path],
+        [sys.executable, "-P", "-m", "ralph.hooks.daemon", path],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -416,7 +416,7 @@ def run_plan_session(
     import subprocess
     import tempfile
 
-    from ralph.bundle import PLUGIN_DIR, export_bundle
+    from ralph.hooks.bundle import PLUGIN_DIR, export_bundle
     from ralph.errors import UnavailableError
     from ralph_plugins.agents.claude import resolve_binary
 

@@ -56,7 +56,7 @@ def export_bundle(dest: Path, force: bool = False, python: str | None = None) ->
     if plugin_root.exists() and any(plugin_root.iterdir()) and not force:
         raise UsageError(f"{plugin_root} already exists; use --force to overwrite the bundle's files")
     tokens = {"VERSION": __version__, "HOOK_COMMAND": bundle_hook_command(python)}
-    client = Path(__file__).with_name("hook_client.py").read_text(encoding="utf-8")
+    client = Path(__file__).with_name("client.py").read_text(encoding="utf-8")
     outputs = {
         dest / ".claude-plugin" / "marketplace.json": _json("marketplace.json", tokens),
         plugin_root / ".claude-plugin" / "plugin.json": _json(".claude-plugin/plugin.json", tokens),

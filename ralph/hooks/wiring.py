@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 from ralph.fsutil import atomic_write_text
-from ralph.hook import EVENTS
+from ralph.hooks.answers import EVENTS
 
 
 def hook_client_path() -> Path:
-    return Path(__file__).with_name("hook_client.py")
+    return Path(__file__).with_name("client.py")
 
 
 def hook_command() -> str:

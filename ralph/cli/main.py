@@ -77,7 +77,7 @@ project_dir_option = click.option(
 @handles_errors
 def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> None:
     """Scaffold a Ralph loop in a project: prd.md, tasks.json, progress.txt, prompt.md."""
-    from ralph.initproject import init_project
+    from ralph.lifecycle.init import init_project
 
     result = init_project(project_dir.resolve(), name=name, ralph_dir=ralph_dir, force=force)
     for path in result.files_written:
@@ -149,13 +149,13 @@ def run(
     validates the task list itself and undoes illegal review transitions.
     """
     from ralph.errors import UsageError
-    from ralph.session import open_session
+    from ralph.cli.session import open_session
 
-    # -- ralph run --parallel (ralph/parallel.py): one child `ralph run` per worktree --
+    # -- ralph run --parallel (ralph/lifecycle/parallel.py): one child `ralph run` per worktree --
     if parallel or groups:
         if not parallel:
             raise UsageError("--groups goes with --parallel (ralph run --parallel --groups)")
-        from ralph.parallel import passthrough_args, run_parallel
+        from ralph.lifecycle.parallel import passthrough_args, run_parallel
 
         ctx = click.get_current_context()
         child_args = passthrough_args(ctx, {"project_dir", "ralph_dir", "prd", "parallel", "groups", "dry_run"})
@@ -169,7 +169,7 @@ def run(
     if prd is not None:
         if ralph_dir:
             raise UsageError("--prd and --ralph-dir both name the ralph directory; give one")
-        from ralph.planning import prd_dir
+        from ralph.lifecycle.plan import prd_dir
 
         ralph_dir = str(prd_dir(project_dir.resolve(), prd, must_exist=True))
     overrides = {
@@ -217,7 +217,7 @@ def _print_dry_run(loop: Any) -> None:
 @handles_errors
 def status(project_dir: Path, as_json: bool) -> None:
     """Show what the last `ralph run` in this project did (or is doing)."""
-    from ralph.status import show_status
+    from ralph.lifecycle.status import show_status
 
     click.echo(show_status(project_dir.resolve(), as_json=as_json))
 
@@ -234,7 +234,7 @@ def demo(directory: Path | None, agent: str) -> None:
     loop's own checks.  Uses the real Claude Code CLI when installed (pip
     install claude-agent-sdk), else the replay agent.
     """
-    from ralph.demo import run_demo
+    from ralph.lifecycle.demo import run_demo
 
     sys.exit(run_demo(directory, agent, click.echo))
 
@@ -243,7 +243,7 @@ def demo(directory: Path | None, agent: str) -> None:
 @handles_errors
 def plugins() -> None:
     """List every plugin: name, what it provides, distribution and version."""
-    from ralph.plugins import PluginHost
+    from ralph.plugin.manager import PluginHost
 
     host = PluginHost()
     provided: dict[str, list[str]] = {}
@@ -281,7 +281,7 @@ def plugin_export(directory: Path, force: bool) -> None:
       /plugin install ralph@ralph-marketplace
     or for one session: claude --plugin-dir DIRECTORY/ralph
     """
-    from ralph.bundle import export_bundle
+    from ralph.hooks.bundle import export_bundle
 
     for path in export_bundle(directory.resolve(), force=force):
         click.echo(f"wrote {path}")
@@ -309,9 +309,9 @@ def _roles(host: Any, plugin_name: str) -> list[str]:
 
 def _register_command_modules() -> None:
     """Commands defined in their own modules (each imports only click at import time)."""
-    from ralph.cli_lifecycle import COMMANDS
-    from ralph.cli_sandbox import doctor, sandbox
-    from ralph.cli_worktrees import worktrees
+    from ralph.cli.lifecycle import COMMANDS
+    from ralph.cli.sandbox import doctor, sandbox
+    from ralph.cli.worktrees import worktrees
 
     for command in (*COMMANDS, sandbox, doctor, worktrees):
         cli.add_command(command)

@@ -1,7 +1,7 @@
 """``ralph report``: what a run (or the current task list) cost, per story, and whether reviews paid off.
 
 Data come from the run directories the loop writes (``events.jsonl``, ``summary.json``;
-see :mod:`ralph.rundir`) and from the task list:
+see :mod:`ralph.loop.rundir`) and from the task list:
 
 - per iteration: mode, story, start, seconds, cost, timed out, exit code, violations,
   gate failures;
@@ -145,7 +145,7 @@ def _read_summary(run_dir: Path) -> dict[str, Any] | None:
 
 def run_iterations(run_dir: Path, offset: float = 0.0) -> list[IterationRow]:
     """The iterations of one run, from its event log (its summary when there is no log)."""
-    from ralph.rundir import read_events
+    from ralph.loop.rundir import read_events
 
     rows: dict[int, IterationRow] = {}
     clock = offset
@@ -470,7 +470,7 @@ def project_report(
     - ``all_runs``: the current task list with every run of the project laid end to end.
     """
     from ralph.errors import UsageError
-    from ralph.rundir import latest_run, runs_dir
+    from ralph.loop.rundir import latest_run, runs_dir
 
     parent = runs_dir(project_dir, state_dir)
     title = f"ralph report: {tasks.project if tasks is not None and tasks.project else project_dir.name}"

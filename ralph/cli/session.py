@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ralph.plugins import PluginHost
+from ralph.plugin.manager import PluginHost
 from ralph.settings import Settings
 
 
@@ -19,7 +19,7 @@ class Session:
     settings: Settings
 
     def build_loop(self):  # type: ignore[no-untyped-def]
-        from ralph.loop import build_loop
+        from ralph.loop.engine import build_loop
 
         config = self.settings.config
         return build_loop(self.settings, self.host, config.runner, config.agent, config.policy)

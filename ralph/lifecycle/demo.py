@@ -89,7 +89,7 @@ def demo_steps() -> dict[int, tuple[list[str], str]]:
 
 def prepare_project(path: Path) -> None:
     """A git repository with ``ralph init`` done and the one-story task list."""
-    from ralph.initproject import init_project
+    from ralph.lifecycle.init import init_project
 
     path.mkdir(parents=True, exist_ok=True)
     if any(path.iterdir()):
@@ -117,7 +117,7 @@ def demo_environment(home: Path) -> dict[str, str]:
 
 def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     """Run the demo loop; returns the loop's exit code."""
-    from ralph.session import open_session
+    from ralph.cli.session import open_session
 
     from ralph_plugins.agents.claude import resolve_binary
 

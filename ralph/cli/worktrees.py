@@ -1,6 +1,6 @@
 """``ralph worktrees``: list and clean the worktrees of ``ralph run --parallel``.
 
-Only click is imported here; the command imports :mod:`ralph.parallel` when it runs.
+Only click is imported here; the command imports :mod:`ralph.lifecycle.parallel` when it runs.
 Register it on the main group with ``cli.add_command(worktrees)``.
 """
 
@@ -44,7 +44,7 @@ def worktrees(project_dir: Path, clean: bool, force: bool, delete_branches: bool
     when it is merged.  ralph never merges or pushes these branches.
     """
     from ralph.errors import RalphError, UsageError
-    from ralph.parallel import clean_worktrees, format_worktrees, list_worktrees
+    from ralph.lifecycle.parallel import clean_worktrees, format_worktrees, list_worktrees
 
     try:
         if not clean:

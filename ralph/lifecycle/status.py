@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ralph.rundir import latest_run, read_events
+from ralph.loop.rundir import latest_run, read_events
 
 
 def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None = None) -> str:
     from ralph.gitutil import git_dir
-    from ralph.lock import ProjectLock
+    from ralph.loop.lock import ProjectLock
 
     running = ProjectLock(git_dir(project_dir)).is_held()
     run_dir = latest_run(project_dir, state_dir)

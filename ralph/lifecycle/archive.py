@@ -54,10 +54,10 @@ def archive_project(
 ) -> ArchiveResult:
     """Archive the loop in ``ralph_dir`` (see the module docstring)."""
     from ralph.gitutil import commit_paths, git_dir, head
-    from ralph.initproject import slugify
-    from ralph.lock import ProjectLock
+    from ralph.lifecycle.init import slugify
+    from ralph.loop.lock import ProjectLock
     from ralph.errors import TaskListError
-    from ralph.planning import load_task_list
+    from ralph.lifecycle.plan import load_task_list
 
     project_dir = project_dir.resolve()
     ralph_dir = ralph_dir.resolve()
@@ -184,7 +184,7 @@ def _last_run_line(project_dir: Path, tasks: TaskList) -> str | None:
     """The latest run, when it ran this task list (same story ids)."""
     import json
 
-    from ralph.rundir import latest_run
+    from ralph.loop.rundir import latest_run
 
     run = latest_run(project_dir)
     if run is None or not (run / "summary.json").is_file():
@@ -202,7 +202,7 @@ def _last_run_line(project_dir: Path, tasks: TaskList) -> str | None:
 
 
 def render_summary(tasks: TaskList, started: str | None, today: date, review_cap: int, last_run: str | None) -> str:
-    from ralph.report import review_analytics
+    from ralph.lifecycle.report import review_analytics
 
     done = sum(1 for s in tasks.userStories if s.passes)
     lines = [

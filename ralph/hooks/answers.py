@@ -2,7 +2,7 @@
 
 Used by the loop's hook server (trusted state in memory) and, with no loop
 running, in-process by the hook client (the plugin used interactively).
-``python -m ralph.hook`` / ``ralph-hook`` is the same client.
+``python -m ralph.hooks.answers`` / ``ralph-hook`` is the same client.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ the loop validates after the iteration anyway and has the last word."""
 class HookContext:
     """What answering a hook needs: plugins, session memory and (in a loop) trusted state."""
 
-    host: Any  # ralph.plugins.PluginHost
+    host: Any  # ralph.plugin.manager.PluginHost
     project_dir: Path
     session: SessionStore
     state_dir: Path
@@ -102,9 +102,9 @@ def _stop(payload: dict[str, Any], context: HookContext) -> dict[str, Any]:
 
 def handle_without_loop(payload: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Answer with the same plugins in-process; Stop checks only when ``.ralph-active`` exists."""
-    from ralph.plugins import PluginHost
-    from ralph.rundir import project_key, state_root
-    from ralph.sessions import FileSession
+    from ralph.plugin.manager import PluginHost
+    from ralph.loop.rundir import project_key, state_root
+    from ralph.hooks.sessionstore import FileSession
 
     project_dir = Path(environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd") or os.getcwd())
     state_dir = state_root() / "projects" / project_key(project_dir) / "hooks"
@@ -170,8 +170,8 @@ def _marker_stop_checks(project_dir: Path, host: Any) -> Callable[[], list[Viola
 
 
 def main() -> int:
-    """``ralph-hook``: the same client Claude Code runs (see ralph.hook_client)."""
-    from ralph.hook_client import main as client_main
+    """``ralph-hook``: the same client Claude Code runs (see ralph.hooks.client)."""
+    from ralph.hooks.client import main as client_main
 
     return client_main()
 

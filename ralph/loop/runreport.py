@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ralph.gating import GateKeeper
+    from ralph.loop.gates import GateKeeper
     from ralph.tasks import TaskList
 
 

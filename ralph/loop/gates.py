@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ralph.contracts import Gate, GateContext, GateResult, Selection
-from ralph.storystate import StoryState, truncate
+from ralph.loop.storystate import StoryState, truncate
 
 if TYPE_CHECKING:
-    from ralph.loop import IterationRecord, Loop
+    from ralph.loop.engine import IterationRecord, Loop
     from ralph.tasks import TaskList
 
 GATED_MODES = ("implement", "review-fix")
@@ -56,7 +56,7 @@ class GateKeeper:
     """Runs gates for a loop and keeps each story's state file."""
 
     def __init__(self, loop: Loop) -> None:
-        from ralph.rundir import state_root, project_key
+        from ralph.loop.rundir import state_root, project_key
 
         self.loop = loop
         self.config = loop.config
@@ -370,7 +370,7 @@ class GateKeeper:
 
     def forget(self, story_id: str) -> None:
         """The story was approved: its state file goes to the run directory (seed: deleted on success)."""
-        from ralph.storystate import state_path
+        from ralph.loop.storystate import state_path
 
         self.states.pop(story_id, None)
 

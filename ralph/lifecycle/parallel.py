@@ -168,7 +168,7 @@ def _safe(name: str) -> str:
 
 
 def _prd_units(project_dir: Path) -> list[Unit]:
-    from ralph.planning import PRD_ROOT
+    from ralph.lifecycle.plan import PRD_ROOT
 
     root = project_dir / PRD_ROOT
     found = [p for p in root.glob("PRD-*") if p.is_dir() and _PRD_NAME.fullmatch(p.name)] if root.is_dir() else []
@@ -187,7 +187,7 @@ def plan_units(project_dir: Path, groups: bool = False, ralph_dir: str | None = 
             )
         units = _prd_units(project_dir)
         if len(units) < 2:
-            from ralph.planning import PRD_ROOT
+            from ralph.lifecycle.plan import PRD_ROOT
 
             what = f"only {units[0].ralph_dir}" if units else f"no PRD-N folder under {project_dir / PRD_ROOT}"
             hint = f"; run it alone with `ralph run --prd {units[0].name[4:]}`" if units else ""
@@ -198,9 +198,9 @@ def plan_units(project_dir: Path, groups: bool = False, ralph_dir: str | None = 
         return units
     if ralph_dir and prd:
         raise UsageError("--prd and --ralph-dir both name the ralph directory; give one")
-    from ralph.loop import choose_store
-    from ralph.planning import load_task_list, prd_dir
-    from ralph.session import open_session
+    from ralph.loop.engine import choose_store
+    from ralph.lifecycle.plan import load_task_list, prd_dir
+    from ralph.cli.session import open_session
 
     if prd is not None:
         ralph_dir = str(prd_dir(project_dir, prd, must_exist=True))
@@ -275,7 +275,7 @@ def _exclude_marker(project_dir: Path) -> None:
     Git reads ``info/exclude`` only from the common directory, while the loop adds the
     marker to its own (per-worktree) git directory's, which git ignores in a worktree.
     """
-    from ralph.loop import MARKER_NAME
+    from ralph.loop.engine import MARKER_NAME
 
     exclude = common_dir(project_dir) / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
@@ -338,9 +338,9 @@ def _write_group_tasks(project_dir: Path, unit: Unit) -> None:
     """Write the group's task list (only its stories) and commit it on the unit's branch."""
     from ralph.fsutil import atomic_write_text
     from ralph.gitutil import identity_args
-    from ralph.loop import choose_store
-    from ralph.planning import load_task_list
-    from ralph.session import open_session
+    from ralph.loop.engine import choose_store
+    from ralph.lifecycle.plan import load_task_list
+    from ralph.cli.session import open_session
 
     session = open_session(project_dir, {"ralph_dir": unit.ralph_dir})
     store = choose_store(session.settings, session.host)
@@ -508,7 +508,7 @@ def _run_children(worktrees: list[Worktree], run_args: list[str], out: TextIO, e
     try:
         for wt in worktrees:
             argv = [
-                sys.executable, "-P", "-m", "ralph.cli", "run",
+                sys.executable, "-P", "-m", "ralph.cli.main", "run",
                 "--project-dir", str(wt.project_dir),
                 "--ralph-dir", wt.unit.ralph_dir,
                 *run_args,
@@ -599,7 +599,7 @@ class WorktreeInfo:
 
 
 def _last_run(project_dir: Path, running: bool) -> tuple[str, int | None, Path | None]:
-    from ralph.rundir import latest_run
+    from ralph.loop.rundir import latest_run
 
     run_dir = latest_run(project_dir)
     if running:
@@ -617,7 +617,7 @@ def _last_run(project_dir: Path, running: bool) -> tuple[str, int | None, Path |
 def list_worktrees(project_dir: Path) -> list[WorktreeInfo]:
     """ralph's worktrees of the repository containing ``project_dir``."""
     from ralph.gitutil import dirty_paths
-    from ralph.lock import ProjectLock
+    from ralph.loop.lock import ProjectLock
 
     project_dir = project_dir.resolve()
     _toplevel(project_dir)

@@ -55,8 +55,8 @@ def _location_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def _session(project_dir: Path, ralph_dir: str | None, prd: str | None) -> Any:
     """(session, ralph directory) honouring --prd and --ralph-dir."""
     from ralph.errors import UsageError
-    from ralph.planning import prd_dir
-    from ralph.session import open_session
+    from ralph.lifecycle.plan import prd_dir
+    from ralph.cli.session import open_session
 
     project_dir = project_dir.resolve()
     if prd is not None and ralph_dir is not None:
@@ -68,7 +68,7 @@ def _session(project_dir: Path, ralph_dir: str | None, prd: str | None) -> Any:
 
 
 def _store(session: Any, ralph_dir: Path, name: str | None = None, file: Path | None = None) -> Any:
-    from ralph.planning import store_for
+    from ralph.lifecycle.plan import store_for
 
     return store_for(ralph_dir, session.host, name or session.settings.config.task_store, file)
 
@@ -105,7 +105,7 @@ def plan(
     """
     session, rdir = _session(project_dir, ralph_dir, prd)
     if check:
-        from ralph.planning import check_task_list, load_task_list
+        from ralph.lifecycle.plan import check_task_list, load_task_list
 
         store = _store(session, rdir, store_name, file)
         path = file.resolve() if file is not None else store.path(rdir)
@@ -119,7 +119,7 @@ def plan(
         warnings = len(problems) - errors
         click.echo(f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}")
         sys.exit(1 if errors else 0)
-    from ralph.planning import run_plan_session
+    from ralph.lifecycle.plan import run_plan_session
 
     binary = getattr(session.settings.section("claude"), "binary", None)
     sys.exit(run_plan_session(session.settings.project_dir, rdir, model, binary, click.echo, dry_run=print_command))
@@ -140,7 +140,7 @@ def archive(project_dir: Path, ralph_dir: str | None, prd: str | None, label: st
     date range, branch, review analytics), writes fresh templates (prompt.md is kept
     as it is) and commits.  Refuses when no story is complete.
     """
-    from ralph.archive import archive_project, describe
+    from ralph.lifecycle.archive import archive_project, describe
 
     session, rdir = _session(project_dir, ralph_dir, prd)
     store = _store(session, rdir)
@@ -169,8 +169,8 @@ def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str |
     """
     from ralph.errors import RalphError
     from ralph.fsutil import atomic_write_text
-    from ralph.planning import load_task_list
-    from ralph.report import project_report, render_html, render_text
+    from ralph.lifecycle.plan import load_task_list
+    from ralph.lifecycle.report import project_report, render_html, render_text
 
     if run and all_runs:
         from ralph.errors import UsageError

@@ -1,7 +1,7 @@
 """``ralph sandbox build|clean`` and ``ralph doctor`` (stdlib + click at import time).
 
-Registered in ralph/cli.py (``cli.add_command(sandbox)``, ``cli.add_command(doctor)``);
-also runnable alone: ``python -P -m ralph.cli_sandbox sandbox build --offline-base``.
+Registered in ralph/cli/main.py (``cli.add_command(sandbox)``, ``cli.add_command(doctor)``);
+also runnable alone: ``python -P -m ralph.cli.sandbox sandbox build --offline-base``.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def doctor(project_dir: Path) -> None:
 
 def _diagnose(project_dir: Path) -> list[tuple[bool | None, str, str]]:
     from ralph.errors import RalphError
-    from ralph.session import open_session
+    from ralph.cli.session import open_session
 
     out: list[tuple[bool | None, str, str]] = []
     try:
@@ -141,7 +141,7 @@ def _diagnose(project_dir: Path) -> list[tuple[bool | None, str, str]]:
 
 @click.group()
 def _main() -> None:
-    """Standalone entry point (until these commands are registered in ralph.cli)."""
+    """Standalone entry point (until these commands are registered in ralph.cli.main)."""
 
 
 _main.add_command(sandbox)

@@ -7,7 +7,7 @@ socket in a private directory (~20 ms, as inside a loop).  It answers exactly
 as the in-process path does, exits after a quiet spell, and exits as soon as
 ralph's installed files change (so an upgrade is never served by old code).
 
-Run as ``python -P -m ralph.hookdaemon SOCKET``.  ``RALPH_HOOK_DAEMON=0``
+Run as ``python -P -m ralph.hooks.daemon SOCKET``.  ``RALPH_HOOK_DAEMON=0``
 disables it.
 """
 
@@ -42,8 +42,8 @@ def _code_stamp() -> float:
 
 def serve(socket_path: Path, idle_seconds: float) -> None:
     """Answer hook requests on ``socket_path`` until idle for ``idle_seconds`` or the code changes."""
-    from ralph.hook import handle_without_loop
-    from ralph.hookserver import HookServer
+    from ralph.hooks.answers import handle_without_loop
+    from ralph.hooks.server import HookServer
 
     stamp = _code_stamp()
     last = [time.monotonic()]
@@ -69,7 +69,7 @@ def serve(socket_path: Path, idle_seconds: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -P -m ralph.hookdaemon SOCKET\n")
+        sys.stderr.write("usage: python -P -m ralph.hooks.daemon SOCKET\n")
         return 2
     try:
         idle = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_SECONDS)

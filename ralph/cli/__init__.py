@@ -1,0 +1,1 @@
+"""The click command line (imports lazily: keep `ralph --help` fast)."""

@@ -1,0 +1,1 @@
+"""What happens around loops: init, plan, archive, report, parallel loops, demo, status."""

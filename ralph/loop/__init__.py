@@ -1,0 +1,1 @@
+"""The trusted loop: engine, gates, story state, prompts, run directory, lock."""

@@ -1,0 +1,1 @@
+"""The plugin manager: hookspecs, entry points, registries."""
