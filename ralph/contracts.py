@@ -68,6 +68,9 @@ class AgentInvocation:
     """Extra environment the loop wants the agent to see (RALPH_* variables)."""
     purpose: str = "iteration"
     """``iteration`` for a loop iteration; a gate's name for an extra call (``quality``)."""
+    mode: str | None = None
+    """The iteration's mode (``implement``, ``review``, ``review-fix``), so an agent can offer
+    each mode only the tools it needs; None for extra calls."""
 
 
 @dataclass

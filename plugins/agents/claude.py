@@ -149,6 +149,7 @@ class ClaudeAgent(Agent):
             argv += ["--model", invocation.model]
         if invocation.hook_settings is not None:
             argv += ["--settings", str(invocation.hook_settings)]
+        argv += self.tool_args(invocation)
         argv += [str(arg) for arg in self._config_value("extra_args", [])]
 
         # Claude Code refuses --dangerously-skip-permissions as root unless told it is sandboxed.
@@ -158,6 +159,34 @@ class ClaudeAgent(Agent):
                 env[var] = os.environ[var]
         env.update(invocation.env)
         return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir, program="claude")
+
+    def tools_for(self, key: str | None) -> list[str] | None:
+        """The built-in tools offered for ``key`` (a mode, or an extra call's purpose); None: the CLI's set.
+
+        ``[tool.ralph.claude] tools`` maps keys to tool names; see
+        :data:`ralph_plugins.agents.claude_config.DEFAULT_TOOLS`.
+        """
+        if not key:
+            return None
+        from .claude_config import DEFAULT_TOOLS
+
+        table = self._config_value("tools", None) or DEFAULT_TOOLS
+        names = table.get(key)
+        if names is None or names == ["default"]:
+            return None
+        return list(names)
+
+    def tool_args(self, invocation: AgentInvocation) -> list[str]:
+        """``--tools A,B`` (the CLI refuses every other built-in tool) and ``--disallowedTools``."""
+        key = invocation.mode or (invocation.purpose if invocation.purpose != "iteration" else None)
+        args: list[str] = []
+        names = self.tools_for(key)
+        if names is not None:
+            args += ["--tools", ",".join(names)]  # "" offers no built-in tool at all
+        denied = [str(rule) for rule in self._config_value("disallowed_tools", [])]
+        if denied:
+            args += ["--disallowedTools", *denied]
+        return args
 
     def parse_line(self, line: str) -> list[AgentEvent]:
         """Parse one stream-json line (see :mod:`ralph_plugins.agents.streamjson`)."""

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_TOOLS: dict[str, list[str]] = {
+    "implement": ["Bash", "Read", "Edit", "Write"],
+    "review-fix": ["Bash", "Read", "Edit", "Write"],
+    # A review writes only the task list and the progress log (Edit, restricted to the ralph
+    # directory by the review-scope guard) and commits them (Bash); it creates no files.
+    "review": ["Bash", "Read", "Edit"],
+    # the quality gate's extra call: read and run, change nothing
+    "quality": ["Bash", "Read"],
+}
+"""Claude Code built-in tools offered per iteration mode, or per extra call's purpose (``--tools``):
+the CLI refuses every other built-in tool.  A mode or purpose not listed gets the CLI's own set."""
 
 
 class ClaudeConfig(BaseModel):
@@ -15,3 +27,23 @@ class ClaudeConfig(BaseModel):
     env_passthrough: list[str] = Field(
         default_factory=list, description="environment variables passed through to claude when set"
     )
+    tools: dict[str, list[str]] = Field(
+        default_factory=lambda: {mode: list(names) for mode, names in DEFAULT_TOOLS.items()},
+        description=(
+            "built-in tools per mode (implement, review, review-fix) or extra call (quality), passed as "
+            '--tools; ["default"] keeps the CLI\'s own set; keys you set replace only those entries'
+        ),
+    )
+    disallowed_tools: list[str] = Field(
+        default_factory=list,
+        description='permission rules the CLI denies in every mode (--disallowedTools), e.g. "Bash(git push:*)"',
+    )
+
+    @field_validator("tools")
+    @classmethod
+    def _merge_defaults(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for mode, names in value.items():
+            for name in names:
+                if not name or not name.replace("_", "").isalnum():
+                    raise ValueError(f"tools.{mode}: {name!r} is not a tool name (e.g. \"Bash\", \"Read\")")
+        return {**{mode: list(names) for mode, names in DEFAULT_TOOLS.items()}, **value}

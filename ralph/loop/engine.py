@@ -570,6 +570,7 @@ class Loop:
                 iteration=record.number,
                 model=self.config.model,
                 hook_settings=self._hook_settings(),
+                mode=record.mode,
                 env={
                     STATE_FILE_ENV: str(self.run_dir / "state.json"),
                     "RALPH_TASKS_FILE": str(self.tasks_path),
