@@ -104,7 +104,7 @@ def git(cwd: Path, *args: str) -> None:
 
 
 def make_project(root: Path, stories: list[dict[str, Any]]) -> Path:
-    from ralph.initproject import init_project
+    from ralph.lifecycle.init import init_project
 
     project = root / "project"
     project.mkdir()
@@ -149,7 +149,7 @@ def through_cli(root: Path) -> int:
     with ScriptedModelServer(script) as server:
         env = {**os.environ, **GIT_ENV, **claude_env(server.url, home), "RALPH_STATE_DIR": str(state),
                "RALPH_HOOK_DAEMON_IDLE": "5"}  # fmt: skip
-        command = [sys.executable, "-P", "-m", "ralph.cli", "run", "--runner", "direct", "--agent", "claude",
+        command = [sys.executable, "-P", "-m", "ralph", "run", "--runner", "direct", "--agent", "claude",
                    "--timeout", "180", "-n", "10", "-q"]  # fmt: skip
         result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=900)
         requests = server.requests
@@ -232,12 +232,12 @@ def progress_entries(count: int) -> str:
 
 def render_modes(root: Path, name: str, data: dict[str, Any], progress_extra: str) -> dict[str, int]:
     from ralph.contracts import Selection
-    from ralph.session import open_session
+    from ralph.cli.session import open_session
 
     project = root / name
     project.mkdir()
     git(project, "init", "-q", "-b", "main")
-    from ralph.initproject import init_project
+    from ralph.lifecycle.init import init_project
 
     init_project(project, name="bench")
     (project / "ralph" / "tasks.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
