@@ -71,6 +71,9 @@ class AgentInvocation:
     mode: str | None = None
     """The iteration's mode (``implement``, ``review``, ``review-fix``), so an agent can offer
     each mode only the tools it needs; None for extra calls."""
+    sandboxed: bool = False
+    """True when the runner isolates the agent (a container): an agent may then turn
+    its own sandbox off, since the runner is the boundary."""
 
 
 @dataclass

@@ -98,7 +98,8 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
 @click.option("--runner", help="Where the agent runs: direct, auto, docker-sandbox ...  [default: auto]")
 @click.option("--sandbox", "sandbox", flag_value="docker-sandbox", help="Alias of --runner docker-sandbox.")
 @click.option("--no-sandbox", "sandbox", flag_value="direct", help="Alias of --runner direct.")
-@click.option("--agent", help="Agent CLI plugin: claude, replay ...  [default: claude]")
+@click.option("--agent", help="Agent CLI plugin: claude, codex, replay ...  [default: claude]")
+@click.option("--review-agent", help="Agent CLI plugin of review iterations (e.g. codex).  [default: --agent]")
 @click.option("--policy", help="Mode policy: review or skip-review.  [default: review]")
 @click.option("--skip-review", is_flag=True, help="No review cycle: implement iterations set passes=true.")
 @click.option("--review-cap", type=click.IntRange(min=1), help="Reviews per story before auto-approval.  [default: 5]")
@@ -129,6 +130,7 @@ def run(
     runner: str | None,
     sandbox: str | None,
     agent: str | None,
+    review_agent: str | None,
     policy: str | None,
     skip_review: bool,
     review_cap: int | None,
@@ -178,6 +180,7 @@ def run(
         "model": model,
         "runner": runner or sandbox,
         "agent": agent,
+        "review_agent": review_agent,
         "policy": "skip-review" if skip_review else policy,
         "review_cap": review_cap,
         "timeout": timeout,
@@ -199,7 +202,7 @@ def run(
 def _print_dry_run(loop: Any) -> None:
     selection, prompt, tasks = loop.dry_run()
     click.echo(f"runner:  {loop.runner.name}" + (f" (fallback: {loop.runner.fallback_reason})" if loop.runner.fallback_reason else ""))
-    click.echo(f"agent:   {loop.agent.name}")
+    click.echo(f"agent:   {loop.agent.name}" + (f" (reviews: {loop.review_agent.name})" if loop.review_agent is not loop.agent else ""))
     click.echo(f"policy:  {loop.policy.name}")
     if selection is None:
         state = "complete" if loop.policy.is_complete(tasks) else "no story can be selected"

@@ -71,6 +71,8 @@ class IterationRecord:
     undone: list[str] = field(default_factory=list)
     usage_limit: str | None = None
     context_overflow: bool = False
+    agent: str = ""
+    model: str | None = None
 
 
 @dataclass
@@ -102,6 +104,8 @@ class Loop:
         self.host = host
         self.runner = runner
         self.agent = agent
+        self.review_agent: Agent = agent
+        """The agent of review iterations (``review_agent`` in config; the same agent by default)."""
         self.policy = policy
         self.store = store
         self.config = settings.config
@@ -178,11 +182,12 @@ class Loop:
         if problems:
             lines = "\n".join(f"{self.tasks_path}: {v.message}" for v in problems)
             raise TaskListError(f"{lines}\n(the file was left untouched; fix it and run again)")
-        unavailable = self.agent.availability()
-        if not unavailable.ok:
-            from ralph.errors import UnavailableError
+        for agent in {id(a): a for a in (self.agent, self.review_agent)}.values():
+            unavailable = agent.availability()
+            if not unavailable.ok:
+                from ralph.errors import UnavailableError
 
-            raise UnavailableError(f"agent {self.agent.name!r} cannot run: {unavailable.reason}")
+                raise UnavailableError(f"agent {agent.name!r} cannot run: {unavailable.reason}")
         self._last_good_raw = raw
         return tasks
 
@@ -366,6 +371,7 @@ class Loop:
             run_dir=str(self.run_dir),
             runner=runner_label,
             agent=self.agent.name,
+            review_agent=self.review_agent.name,
             policy=self.policy.name,
             max_iterations=config.max_iterations,
             review_cap=config.review_cap,
@@ -393,6 +399,8 @@ class Loop:
                 return self._finish_unselectable(tasks)
             iteration += 1
             record = IterationRecord(iteration, selection.mode, selection.story_id)
+            agent = self.agent_for(selection.mode)
+            record.agent, record.model = agent.name, self.model_for(selection.mode, agent)
             self.records.append(record)
             iteration_started = time.time()
             checkpoint = head(self.project_dir)
@@ -520,6 +528,8 @@ class Loop:
             story=selection.story_id,
             reason=selection.reason,
             cost_so_far=round(self.cost, 6),
+            agent=record.agent,
+            model=record.model,
         )
         started = time.monotonic()
         texts = self._run_agent(record, prompt)
@@ -554,6 +564,8 @@ class Loop:
             promise=record.promise,
             violations=len(record.violations),
             undone=record.undone,
+            agent=record.agent,
+            model=record.model,
         )
         return after
 
@@ -562,13 +574,15 @@ class Loop:
         assert self.run_dir is not None
         raw_path = self.run_dir / f"iteration-{record.number:03d}.agent.jsonl"
         retries = 0
+        agent = self.agent_for(record.mode)
         while True:
             invocation = AgentInvocation(
                 prompt=prompt,
                 project_dir=self.project_dir,
                 run_dir=self.run_dir,
                 iteration=record.number,
-                model=self.config.model,
+                model=self.model_for(record.mode, agent, explicit_only=True),
+                sandboxed=self.runner.name != "direct",
                 hook_settings=self._hook_settings(),
                 mode=record.mode,
                 env={
@@ -578,13 +592,13 @@ class Loop:
                     "RALPH_HOOK_SOCKET": str(self.hook_server.path),
                 },
             )
-            spec = self.agent.process(invocation)
+            spec = agent.process(invocation)
             texts: list[str] = []
             with raw_path.open("a", encoding="utf-8") as raw_out:
 
                 def on_line(line: str) -> None:
                     raw_out.write(line + "\n")
-                    for event in self.agent.parse_line(line):
+                    for event in agent.parse_line(line):
                         self._on_agent_event(record, event, texts)
 
                 try:
@@ -592,7 +606,7 @@ class Loop:
                 except FileNotFoundError as exc:
                     from ralph.errors import UnavailableError
 
-                    raise UnavailableError(f"agent {self.agent.name!r} could not start: {exc}") from None
+                    raise UnavailableError(f"agent {agent.name!r} could not start: {exc}") from None
             record.exit_code = outcome.exit_code
             record.timed_out = outcome.timed_out
             if outcome.timed_out:
@@ -686,28 +700,52 @@ class Loop:
         self._last_good_raw = self.write_tasks(tasks, self._last_good_raw)
         self._note_in_progress(record, message, subject=message.split(";")[0][:72])
 
-    def ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
+    def ask_agent(
+        self, prompt: str, label: str, timeout: float | None, agent: Agent | None = None, model: str | None = None
+    ) -> str:
         """One extra agent call (a gate's review); its raw output goes to the run directory."""
         assert self.run_dir is not None
+        agent = agent or self.agent
         invocation = AgentInvocation(
             prompt=prompt,
             project_dir=self.project_dir,
             run_dir=self.run_dir,
             iteration=int(label.split(".")[0]),
-            model=self.config.model,
+            model=model if model is not None else (self.config.model if agent is self.agent else None),
             hook_settings=self._hook_settings(),
             env={"RALPH_RUN_DIR": str(self.run_dir), "RALPH_HOOK_SOCKET": str(self.hook_server.path)},
             purpose=label.split(".", 1)[-1],
+            sandboxed=self.runner.name != "direct",
         )
         texts: list[str] = []
         with (self.run_dir / f"iteration-{label}.agent.jsonl").open("a", encoding="utf-8") as raw_out:
 
             def on_line(line: str) -> None:
                 raw_out.write(line + "\n")
-                texts.extend(e.text for e in self.agent.parse_line(line) if e.kind == "text")
+                texts.extend(e.text for e in agent.parse_line(line) if e.kind == "text")
 
-            self.runner.run(self.agent.process(invocation), on_line, timeout or self.iteration_timeout(), self.cancel)
+            self.runner.run(agent.process(invocation), on_line, timeout or self.iteration_timeout(), self.cancel)
         return "\n".join(texts)
+
+    # -- per-mode agents and models -----------------------------------------------------
+
+    def agent_for(self, mode: str) -> Agent:
+        """The review agent for review iterations, the (implement) agent otherwise."""
+        return self.review_agent if mode == "review" else self.agent
+
+    def model_for(self, mode: str, agent: Agent, explicit_only: bool = False) -> str | None:
+        """``review_model`` / ``implement_model``, else ``model`` for the main agent, else the agent's own default.
+
+        ``explicit_only`` leaves out the agent's own default (the agent applies it itself).
+        """
+        config = self.config
+        chosen = config.review_model if mode == "review" else config.implement_model
+        if chosen is None and agent is self.agent:
+            chosen = config.model
+        if chosen is None and not explicit_only:
+            default = getattr(agent, "default_model", None)
+            chosen = default() if callable(default) else None
+        return chosen
 
     def _feedback_for_next(self, record: IterationRecord) -> list[str]:
         feedback = [f"Iteration {record.number} ({record.mode}): {message}" for message in record.violations]
@@ -901,7 +939,11 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
     agent = host.agents.get(agent_name)(settings)
     policy = host.policies.get(policy_name)(settings)
     store = choose_store(settings, host)
-    return Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store)
+    loop = Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store)
+    review_name = settings.config.review_agent
+    if review_name and review_name != agent.name:
+        loop.review_agent = host.agents.get(review_name)(settings)
+    return loop
 
 
 def choose_store(settings: Settings, host: PluginHost) -> TaskStore:

@@ -1,0 +1,293 @@
+"""The ``codex`` agent: the OpenAI Codex CLI, run non-interactively (``codex exec --json``).
+
+What ralph passes, all from outside the project (the agent cannot edit it):
+
+* ``CODEX_HOME`` = a private directory in the run directory (inside ralph's
+  container: a directory on the container's tmpfs, since the run directory is
+  mounted read-only there and Codex writes its session files into its home);
+  a user's ``auth.json`` is copied in so a ``codex login`` keeps working;
+* ralph's hooks on every event it answers, as ``-c hooks.<Event>=[...]``
+  overrides, with ``--dangerously-bypass-hook-trust`` (Codex skips hooks it was
+  not told to trust, and ralph wrote these itself);
+* a model provider for ``[tool.ralph.codex] base_url`` (or ``$RALPH_CODEX_BASE_URL``)
+  speaking the Responses API;
+* Codex's own ``workspace-write`` sandbox in direct mode, with the repository's
+  git directory added as a writable root (the agent commits); inside ralph's
+  container Codex's sandbox is off and the container is the boundary.
+
+The prompt goes on stdin (``codex exec ... -``).  Output parsing lives in
+:mod:`ralph_plugins.agents.codex_events`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from ralph import hookimpl
+from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, ProcessSpec
+
+if TYPE_CHECKING:
+    from ralph.settings import Settings
+
+__all__ = ["BASE_URL_ENV", "BINARY_ENV_VAR", "CodexAgent", "bundled_binary", "resolve_binary", "toml_value"]
+
+BINARY_ENV_VAR = "RALPH_CODEX_BINARY"
+BASE_URL_ENV = "RALPH_CODEX_BASE_URL"
+DIALECT_ENV = "RALPH_HOOK_DIALECT"
+PROVIDER_ID = "ralph"
+IN_CONTAINER_HOME = "/tmp/ralph-codex-home"
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
+_WHEEL_PACKAGE = "codex_cli_bin"
+_NOT_FOUND = (
+    "codex CLI not found: set [tool.ralph.codex] binary, set RALPH_CODEX_BINARY, "
+    "put codex on PATH, or pip install openai-codex-cli-bin (it bundles the CLI)"
+)
+
+
+def bundled_binary() -> Path | None:
+    """The CLI inside an installed openai-codex-cli-bin wheel (``codex_cli_bin/bin/codex``)."""
+    try:
+        spec = importlib.util.find_spec(_WHEEL_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        for name in ("codex", "codex.exe"):
+            candidate = Path(location) / "bin" / name
+            if _is_executable(candidate):
+                return candidate
+    return None
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _lookup(value: str, base_dir: Path | None) -> Path | None:
+    if os.sep in value or (os.altsep and os.altsep in value):
+        path = Path(value).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        return path if _is_executable(path) else None
+    found = shutil.which(value)
+    return Path(found) if found else None
+
+
+def _resolve(
+    configured: str | None, environ: Mapping[str, str], base_dir: Path | None
+) -> tuple[Path | None, str, str]:
+    """(path, source, reason when not found).  Explicit choices never fall back silently."""
+    if configured:
+        path = _lookup(configured, base_dir)
+        if path is None:
+            return None, "config", f"[tool.ralph.codex] binary = {configured!r} is not an executable file"
+        return path, "config", ""
+    from_env = environ.get(BINARY_ENV_VAR, "")
+    if from_env:
+        path = _lookup(from_env, base_dir)
+        if path is None:
+            return None, "env", f"{BINARY_ENV_VAR}={from_env!r} is not an executable file"
+        return path, "env", ""
+    on_path = shutil.which("codex", path=environ.get("PATH"))
+    if on_path:
+        return Path(on_path), "path", ""
+    bundled = bundled_binary()
+    if bundled is not None:
+        return bundled, "openai-codex-cli-bin", ""
+    return None, "none", _NOT_FOUND
+
+
+def resolve_binary(
+    configured: str | None = None, environ: Mapping[str, str] | None = None, base_dir: Path | None = None
+) -> tuple[Path | None, str]:
+    """Find the codex executable: ``(path or None, source)``.
+
+    Order: ``configured``, ``$RALPH_CODEX_BINARY``, ``codex`` on PATH, the CLI in
+    the openai-codex-cli-bin wheel.  ``source`` is ``config``, ``env``, ``path``,
+    ``openai-codex-cli-bin`` or ``none``.
+    """
+    path, source, _ = _resolve(configured, os.environ if environ is None else environ, base_dir)
+    return path, source
+
+
+def toml_value(value: Any) -> str:
+    """``value`` as an inline TOML value (what ``codex -c key=value`` parses)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot express {type(value).__name__} in TOML")
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def hook_commands(settings_file: Path | None) -> dict[str, str]:
+    """Event -> command from ralph's hook wiring file (the same one Claude Code gets)."""
+    if settings_file is None:
+        return {}
+    try:
+        hooks = json.loads(settings_file.read_text(encoding="utf-8")).get("hooks", {})
+    except (OSError, ValueError):
+        return {}
+    commands = {}
+    for event in HOOK_EVENTS:
+        for group in hooks.get(event) or []:
+            for entry in group.get("hooks") or []:
+                if entry.get("type") == "command" and entry.get("command"):
+                    commands[event] = str(entry["command"])
+    return commands
+
+
+def _git_dirs(project_dir: Path) -> list[str]:
+    """The repository's git directories (a worktree has two), for Codex's writable roots."""
+    found: list[str] = []
+    for flag in ("--git-dir", "--git-common-dir"):
+        result = subprocess.run(
+            ["git", "rev-parse", "--path-format=absolute", flag],
+            cwd=project_dir, capture_output=True, text=True, check=False,
+        )
+        value = result.stdout.strip()
+        if result.returncode == 0 and value and value not in found:
+            found.append(value)
+    return found
+
+
+class CodexAgent(Agent):
+    """The OpenAI Codex CLI, run with ``codex exec --json`` and ralph's hooks."""
+
+    name = "codex"
+    description = "OpenAI Codex CLI (codex exec --json)"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self._resolved: tuple[Path | None, str, str] | None = None
+
+    def _config_value(self, key: str, default: Any) -> Any:
+        section = self.settings.section("codex") if self.settings is not None else None
+        value = getattr(section, key, None) if section is not None else None
+        return default if value is None else value
+
+    def _resolution(self) -> tuple[Path | None, str, str]:
+        if self._resolved is None:
+            base_dir = getattr(self.settings, "project_dir", None)
+            self._resolved = _resolve(self._config_value("binary", None), os.environ, base_dir)
+        return self._resolved
+
+    def resolve_binary(self) -> tuple[Path | None, str]:
+        """The executable this agent runs and where it was found (see :func:`resolve_binary`)."""
+        path, source, _ = self._resolution()
+        return path, source
+
+    def availability(self) -> Availability:
+        """Available when a codex executable was found; otherwise say what was tried."""
+        path, _, reason = self._resolution()
+        return Availability.yes() if path is not None else Availability.no(reason)
+
+    def default_model(self) -> str | None:
+        """``[tool.ralph.codex] model``: used when no per-mode model or ``--model`` applies."""
+        return self._config_value("model", None)
+
+    def _overrides(self, invocation: AgentInvocation, sandboxed: bool) -> list[tuple[str, Any]]:
+        overrides: list[tuple[str, Any]] = []
+        base_url = self._config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
+        if base_url:
+            retries = int(self._config_value("retries", 1))
+            overrides.append(("model_provider", PROVIDER_ID))
+            overrides.append((
+                f"model_providers.{PROVIDER_ID}",
+                {
+                    "name": "ralph-configured endpoint",
+                    "base_url": base_url,
+                    "wire_api": "responses",
+                    "env_key": self._config_value("api_key_env", "OPENAI_API_KEY"),
+                    "request_max_retries": retries,
+                    "stream_max_retries": retries,
+                },
+            ))
+        for event, command in hook_commands(invocation.hook_settings).items():
+            overrides.append((f"hooks.{event}", [{"hooks": [{"type": "command", "command": command, "timeout": 60}]}]))
+        if not sandboxed and self._config_value("sandbox", "workspace-write") == "workspace-write":
+            overrides.append(("sandbox_workspace_write.writable_roots", _git_dirs(invocation.project_dir)))
+        overrides.extend((str(k), v) for k, v in dict(self._config_value("config", {})).items())
+        return overrides
+
+    def process(self, invocation: AgentInvocation) -> ProcessSpec:
+        """``codex exec --json [sandbox flags] [-m MODEL] -c ... -`` with the prompt on stdin."""
+        path, _, reason = self._resolution()
+        if path is None:
+            raise RuntimeError(reason)
+        sandboxed = bool(getattr(invocation, "sandboxed", False))
+        argv = [str(path), "exec", "--json", "--color", "never", "-C", str(invocation.project_dir)]
+        if sandboxed:
+            argv.append("--dangerously-bypass-approvals-and-sandbox")
+        else:
+            argv += ["-s", str(self._config_value("sandbox", "workspace-write"))]
+        hooks = hook_commands(invocation.hook_settings)
+        if hooks:
+            argv.append("--dangerously-bypass-hook-trust")
+        model = invocation.model or self.default_model()
+        if model:
+            argv += ["-m", model]
+        for key, value in self._overrides(invocation, sandboxed):
+            argv += ["-c", f"{key}={toml_value(value)}"]
+        argv += [str(arg) for arg in self._config_value("extra_args", [])]
+        argv.append("-")  # the prompt comes on stdin: no argv length limit, not visible in ps
+
+        home = IN_CONTAINER_HOME if sandboxed else str(self._private_home(invocation.run_dir))
+        env = {"CODEX_HOME": home, DIALECT_ENV: "codex"}
+        for var in ("OPENAI_API_KEY", self._config_value("api_key_env", "OPENAI_API_KEY"), BASE_URL_ENV):
+            if var in os.environ:
+                env[var] = os.environ[var]
+        for var in self._config_value("env_passthrough", []):
+            if var in os.environ:
+                env[var] = os.environ[var]
+        env.update(invocation.env)
+        return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir, stdin=invocation.prompt, program="codex")
+
+    def _private_home(self, run_dir: Path) -> Path:
+        """``<run dir>/codex-home``: Codex's state for this run, with the user's login copied in."""
+        home = run_dir / "codex-home"
+        if not home.is_dir():
+            home.mkdir(parents=True, exist_ok=True)
+            os.chmod(home, 0o700)
+            user_home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+            auth = user_home / "auth.json"
+            if auth.is_file() and user_home.resolve() != home.resolve():
+                shutil.copyfile(auth, home / "auth.json")
+                os.chmod(home / "auth.json", 0o600)
+        return home
+
+    def parse_line(self, line: str) -> list[AgentEvent]:
+        """Parse one ``codex exec --json`` line (see :mod:`ralph_plugins.agents.codex_events`)."""
+        from ralph_plugins.agents import codex_events
+
+        return codex_events.parse_line(line)
+
+
+@hookimpl
+def ralph_register_agents(register: Callable[[type[Agent]], None]) -> None:
+    """Register the ``codex`` agent."""
+    register(CodexAgent)
+
+
+@hookimpl
+def ralph_config_sections() -> dict[str, type]:
+    """The ``[tool.ralph.codex]`` section."""
+    from .codex_config import CodexConfig
+
+    return {"codex": CodexConfig}
