@@ -74,6 +74,9 @@ class AgentInvocation:
     sandboxed: bool = False
     """True when the runner isolates the agent (a container): an agent may then turn
     its own sandbox off, since the runner is the boundary."""
+    read_only: bool = False
+    """The session must not change the project (a reviewer gate): agents that can enforce
+    it (a read-only sandbox, disallowed edit tools) do; the loop undoes changes anyway."""
 
 
 @dataclass
@@ -397,6 +400,13 @@ class GateContext:
     """Run the agent once more with a prompt (through the same runner); returns its text."""
     checkpoint: str | None = None
     """The commit recorded before the iteration (for diffs)."""
+    story_start: str | None = None
+    """The commit recorded when the story's first implement iteration started (the story's whole diff)."""
+    prd_path: Path | None = None
+    """The run's PRD (``prd.md``), as the loop read it."""
+    ask_reviewer: Callable[[str, str | None, str | None], tuple[str, str]] | None = None
+    """``ask_reviewer(prompt, agent_name, model) -> (answer, "agent/model")``: a fresh, read-only
+    session of any agent plugin (None: the loop's review agent); changes it makes are undone."""
 
 
 @dataclass
@@ -411,6 +421,8 @@ class GateResult:
     soft_timeout_exceeded: bool = False
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    """Structured details for the event log and the report (a reviewer's verdict ...)."""
 
 
 class Gate(ABC):

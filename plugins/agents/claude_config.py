@@ -12,6 +12,8 @@ DEFAULT_TOOLS: dict[str, list[str]] = {
     "review": ["Bash", "Read", "Edit"],
     # the quality gate's extra call: read and run, change nothing
     "quality": ["Bash", "Read"],
+    # the spec gate's reviewer: read and run, change nothing (the loop undoes any change anyway)
+    "spec": ["Bash", "Read"],
 }
 """Claude Code built-in tools offered per iteration mode, or per extra call's purpose (``--tools``):
 the CLI refuses every other built-in tool.  A mode or purpose not listed gets the CLI's own set."""

@@ -221,7 +221,8 @@ class CodexAgent(Agent):
             ))
         for event, command in hook_commands(invocation.hook_settings).items():
             overrides.append((f"hooks.{event}", [{"hooks": [{"type": "command", "command": command, "timeout": 60}]}]))
-        if not sandboxed and self._config_value("sandbox", "workspace-write") == "workspace-write":
+        writable = not sandboxed and not getattr(invocation, "read_only", False)
+        if writable and self._config_value("sandbox", "workspace-write") == "workspace-write":
             overrides.append(("sandbox_workspace_write.writable_roots", _git_dirs(invocation.project_dir)))
         overrides.extend((str(k), v) for k, v in dict(self._config_value("config", {})).items())
         return overrides
@@ -235,6 +236,8 @@ class CodexAgent(Agent):
         argv = [str(path), "exec", "--json", "--color", "never", "-C", str(invocation.project_dir)]
         if sandboxed:
             argv.append("--dangerously-bypass-approvals-and-sandbox")
+        elif getattr(invocation, "read_only", False):
+            argv += ["-s", "read-only"]  # a reviewer: Codex's own sandbox stops every write
         else:
             argv += ["-s", str(self._config_value("sandbox", "workspace-write"))]
         hooks = hook_commands(invocation.hook_settings)

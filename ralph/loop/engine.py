@@ -106,6 +106,7 @@ class Loop:
         self.agent = agent
         self.review_agent: Agent = agent
         """The agent of review iterations (``review_agent`` in config; the same agent by default)."""
+        self._extra_agents: dict[str, Agent] = {}
         self.policy = policy
         self.store = store
         self.config = settings.config
@@ -700,8 +701,38 @@ class Loop:
         self._last_good_raw = self.write_tasks(tasks, self._last_good_raw)
         self._note_in_progress(record, message, subject=message.split(";")[0][:72])
 
+    def ask_reviewer(
+        self, prompt: str, label: str, timeout: float | None, agent_name: str | None, model: str | None
+    ) -> tuple[str, str]:
+        """A fresh, read-only session of ``agent_name`` (default: the review agent) for a gate.
+
+        Returns (answer text, "agent" or "agent/model").
+        """
+        if agent_name is None or agent_name == self.review_agent.name:
+            agent = self.review_agent
+        elif agent_name == self.agent.name:
+            agent = self.agent
+        else:
+            agent = self._extra_agents.get(agent_name) or self.host.agents.get(agent_name)(self.settings)
+            self._extra_agents[agent_name] = agent
+            available = agent.availability()
+            if not available.ok:
+                from ralph.errors import UnavailableError
+
+                raise UnavailableError(f"agent {agent.name!r} (the {label.split('.', 1)[-1]} gate's) cannot run: {available.reason}")
+        chosen = model or self.model_for("review", agent, explicit_only=True)
+        answer = self.ask_agent(prompt, label, timeout, agent=agent, model=chosen, read_only=True)
+        shown = chosen or self.model_for("review", agent)
+        return answer, agent.name + (f"/{shown}" if shown else "")
+
     def ask_agent(
-        self, prompt: str, label: str, timeout: float | None, agent: Agent | None = None, model: str | None = None
+        self,
+        prompt: str,
+        label: str,
+        timeout: float | None,
+        agent: Agent | None = None,
+        model: str | None = None,
+        read_only: bool = False,
     ) -> str:
         """One extra agent call (a gate's review); its raw output goes to the run directory."""
         assert self.run_dir is not None
@@ -716,6 +747,7 @@ class Loop:
             env={"RALPH_RUN_DIR": str(self.run_dir), "RALPH_HOOK_SOCKET": str(self.hook_server.path)},
             purpose=label.split(".", 1)[-1],
             sandboxed=self.runner.name != "direct",
+            read_only=read_only,
         )
         texts: list[str] = []
         with (self.run_dir / f"iteration-{label}.agent.jsonl").open("a", encoding="utf-8") as raw_out:

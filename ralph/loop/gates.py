@@ -67,6 +67,8 @@ class GateKeeper:
         self.failed: list[FailedStory] = []
         self.quality_warnings: dict[str, list[str]] = {}
         self.expanded_context: dict[str, str] = {}
+        self.verdicts: list[dict[str, Any]] = []
+        """Every structured verdict a gate returned (the spec reviewer's), for the report."""
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -160,9 +162,19 @@ class GateKeeper:
                     hard_timeout=hard,
                     ask_agent=lambda prompt, g=gate.name: loop.ask_agent(prompt, f"{record.number:03d}.{g}", hard),
                     checkpoint=checkpoint,
+                    story_start=state.start_commit,
+                    prd_path=loop.ralph_dir / "prd.md",
+                    ask_reviewer=lambda prompt, agent, model, g=gate.name, h=hard: loop.ask_reviewer(
+                        prompt, f"{record.number:03d}.{g}", h, agent, model
+                    ),
                 )
-                gate_result = gate.run(context)
+                gate_result = self._run_read_only(gate, context, record, story_id)
                 outcome.results.append(gate_result)
+                if gate_result.data.get("verdict"):
+                    verdict = {"iteration": record.number, "story": story_id, "gate": gate_result.gate,
+                               "passed": gate_result.passed, **gate_result.data}
+                    self.verdicts.append(verdict)
+                    loop.emit("gate_verdict", **verdict)
                 loop.emit(
                     "gate",
                     iteration=record.number,
@@ -205,6 +217,26 @@ class GateKeeper:
         if outcome.escalation == "stop":
             tasks = self._stop_story(record, story_id, state, tasks)
         return tasks, outcome
+
+    def _run_read_only(self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str) -> GateResult:
+        """Run ``gate``; whatever it (its agent session) changed in the project is undone and logged."""
+        from ralph.treeguard import TreeSnapshot
+
+        loop = self.loop
+        snapshot = TreeSnapshot.take(loop.project_dir)
+        result = gate.run(context)
+        changes = snapshot.changes()
+        if changes:
+            snapshot.restore()
+            message = (
+                f"the {gate.name} gate's session changed the project, which a gate must not do; the loop undid it: "
+                + "; ".join(changes[:20])
+            )
+            loop.emit("violation", iteration=record.number, check="gate-read-only", story=story_id, message=message)
+            loop.emit("gate_changes_undone", iteration=record.number, gate=gate.name, changes=changes[:50])
+            result.warnings.append(message)
+            result.data.setdefault("violations", []).append(message)
+        return result
 
     def _timeouts(self, gate: Gate) -> tuple[float | None, float | None]:
         soft, hard = gate.default_soft_timeout, gate.default_hard_timeout

@@ -36,6 +36,7 @@ def build_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code: in
         )
     warnings = {sid: items for sid, items in keeper.quality_warnings.items() if items}
     return {
+        "verdicts": list(getattr(keeper, "verdicts", [])),
         "exit_code": exit_code,
         "reason": reason,
         "completed": len(done),
@@ -67,6 +68,16 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"- Quality warnings: {item['quality_warnings']}",
                 f"- Working branch: {item['working_branch'] or '-'}",
             ]
+    if report.get("verdicts"):
+        lines += ["", "## Spec verdicts (independent reviewer, read by the loop)"]
+        for item in report["verdicts"]:
+            state = "met" if item.get("passed") else "NOT met"
+            why = f" — malformed: {item['malformed']}" if item.get("malformed") else ""
+            lines.append(f"- iteration {item['iteration']}, {item['story']}: {state} ({item.get('reviewer', '-')}){why}")
+            for unmet in item.get("unmet") or []:
+                lines.append(f"  - missing: {unmet.get('criterion', '')} (where: {unmet.get('where') or '-'})")
+            for violation in item.get("violations") or []:
+                lines.append(f"  - violation: {violation}")
     if report["quality_warnings"]:
         lines += ["", "## Quality warnings (logged, not blocking)"]
         for story_id, items in report["quality_warnings"].items():

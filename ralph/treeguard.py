@@ -1,0 +1,95 @@
+"""Keep a read-only agent session (a reviewer gate) from changing the project.
+
+Before the session: the HEAD commit, a commit object of the working tree's tracked
+changes (``git stash create``, which touches nothing), and the untracked files
+with their contents.  After it: if anything differs, put it all back — HEAD and
+the tracked files as they were (including the implementer's uncommitted work),
+new untracked files removed, changed or deleted untracked files restored — and
+say what was changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ralph.gitutil import git
+
+MAX_UNTRACKED_BYTES = 4 * 1024 * 1024
+"""Untracked files larger than this are not kept in memory (their change is still reported)."""
+
+
+def _untracked(project: Path) -> list[str]:
+    out = git(project, "ls-files", "-z", "--others", "--exclude-standard", check=False).stdout
+    return [p for p in out.split("\0") if p]
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+@dataclass
+class TreeSnapshot:
+    """The project as it was before a read-only session."""
+
+    project: Path
+    head: str
+    stash: str | None
+    status: str
+    untracked: dict[str, str | None] = field(default_factory=dict)
+    contents: dict[str, bytes] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls, project: Path) -> TreeSnapshot:
+        head = git(project, "rev-parse", "HEAD").stdout.strip()
+        stash = git(project, "stash", "create", check=False).stdout.strip() or None
+        status = git(project, "status", "--porcelain=v1", "-z", check=False).stdout
+        snapshot = cls(project, head, stash, status)
+        for name in _untracked(project):
+            path = project / name
+            snapshot.untracked[name] = _digest(path)
+            try:
+                if path.is_file() and path.stat().st_size <= MAX_UNTRACKED_BYTES:
+                    snapshot.contents[name] = path.read_bytes()
+            except OSError:
+                pass
+        return snapshot
+
+    def changes(self) -> list[str]:
+        """What differs now, in words (empty: nothing changed)."""
+        project = self.project
+        found: list[str] = []
+        head = git(project, "rev-parse", "HEAD").stdout.strip()
+        if head != self.head:
+            found.append(f"HEAD moved from {self.head[:10]} to {head[:10]}")
+        base = self.stash or self.head
+        tracked = git(project, "diff", "--name-only", "--no-ext-diff", base, "--", ".", check=False).stdout.split()
+        found += [f"changed {name}" for name in tracked if name not in self.untracked]
+        now = _untracked(project)
+        found += [f"created {name}" for name in now if name not in self.untracked]
+        for name, digest in self.untracked.items():
+            if name not in now:
+                found.append(f"deleted {name}")
+            elif _digest(project / name) != digest:
+                found.append(f"changed {name}")
+        return found
+
+    def restore(self) -> None:
+        """Put the project back as it was when the snapshot was taken."""
+        project = self.project
+        git(project, "reset", "-q", "--hard", self.head)
+        if self.stash:
+            git(project, "stash", "apply", "-q", self.stash, check=False)
+            # a stash apply stages nothing we want staged: leave the index as HEAD plus the work
+        for name in _untracked(project):
+            if name not in self.untracked:
+                (project / name).unlink(missing_ok=True)
+        for name, data in self.contents.items():
+            path = project / name
+            if not path.is_file() or _digest(path) != self.untracked.get(name):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
