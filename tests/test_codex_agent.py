@@ -158,3 +158,26 @@ def test_real_codex_tool_call_usage_and_recorded_requests(codex_binary: Path, tm
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
     assert requests[0].path.endswith("/responses") and requests[0].body["stream"] is True
     assert "MARKER-PROMPT" in requests[0].first_user_text and requests[1].assistant_turns == 1
+
+
+def test_codex_apply_patch_is_judged_as_its_shell_equivalent(tmp_path: Path) -> None:
+    from ralph.contracts import LoopView
+    from ralph.hooks.answers import HookContext, answer
+    from ralph.hooks.dialects import patch_as_shell
+    from ralph.hooks.sessionstore import MemorySession
+    from ralph.plugin.manager import PluginHost
+
+    patch = "*** Begin Patch\n*** Update File: ralph/prd.md\n@@\n-a\n+b\n*** Add File: new.txt\n+x\n*** End Patch\n"
+    assert patch_as_shell(patch) == ": > ralph/prd.md ; : > new.txt"
+    assert patch_as_shell("*** Update File: a b\n*** Move to: c\n") == ": > 'a b' ; mv -- 'a b' c"
+    project, run_dir = tmp_path / "p", tmp_path / "run"
+    view = LoopView(runner="direct", mode="implement", story_id="US-001", ralph_dir=project / "ralph",
+                    run_dir=run_dir, protected_paths=[project / "ralph" / "prd.md"])
+    ctx = HookContext(PluginHost(environ={}), project, MemorySession(), run_dir, view, None)
+    payload = {"hook_event_name": "PreToolUse", "tool_name": "apply_patch", "tool_input": {"command": patch},
+               "session_id": "s", "cwd": str(project), "turn_id": "t", "model": "m"}
+    denied = answer(payload, ctx, {"RALPH_HOOK_DIALECT": "codex"})
+    assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "prd.md" in denied["hookSpecificOutput"]["permissionDecisionReason"]
+    harmless = {**payload, "tool_input": {"command": "*** Begin Patch\n*** Add File: new.txt\n+x\n*** End Patch\n"}}
+    assert answer(harmless, ctx, {"RALPH_HOOK_DIALECT": "codex"}) == {}

@@ -169,3 +169,34 @@ def test_false_completion_is_not_accepted(one_story, scripted_responses, codex_b
     assert [e["iteration"] for e in one_story.events("false_completion")] == [1]
     assert len(one_story.events("iteration_started")) == 3
     assert one_story.story("US-001")["passes"] is True
+
+
+@pytest.mark.real_claude
+def test_mixed_run_claude_implements_codex_reviews(
+    one_story, scripted_model, scripted_responses, claude_binary, codex_binary, claude_agent_env, codex_agent_env
+) -> None:
+    claude_script = IterationScript({1: implement("US-001", "hello.txt", "hello")})
+    codex_script = IterationScript({2: approve("US-001", 1)})
+    claude_server = scripted_model(claude_script)
+    codex_server = scripted_responses(codex_script)
+    env = {**codex_agent_env(codex_server.url), **claude_agent_env(claude_server.url), "RALPH_REVIEW_MODEL": "scripted-reviewer"}
+    result = one_story.run("run", "--runner", "direct", "--agent", "claude", "--review-agent", "codex",
+                           "--timeout", "120", env=env)
+
+    assert result.returncode == 0, result.stderr + result.stdout
+    final = one_story.story("US-001")
+    assert (final["passes"], final["reviewStatus"]) == (True, "approved")
+    started = one_story.events("iteration_started")
+    assert [(e["mode"], e["agent"], e["model"]) for e in started] == [
+        ("implement", "claude", None), ("review", "codex", "scripted-reviewer")
+    ]
+    # each CLI talked to its own server only, about its own iteration
+    assert {claude_script.key_of(r) for r in claude_server.requests} == {1}
+    assert {codex_script.key_of(r) for r in codex_server.requests} == {2}
+    assert all(r.model == "scripted-reviewer" for r in codex_server.requests)
+    report = one_story.run("report", env=env)
+    assert report.returncode == 0, report.stderr
+    assert "#1 implement US-001 — claude (default model)" in report.stdout
+    assert "#2 review US-001 — codex (scripted-reviewer)" in report.stdout
+    status = one_story.run("status", env=env).stdout
+    assert "#2 review US-001 — codex (scripted-reviewer)" in status

@@ -35,7 +35,10 @@ class HookContext:
 
 
 def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str]) -> dict[str, Any]:
-    """The hook's JSON output for ``payload``."""
+    """The hook's JSON output for ``payload`` (another CLI's hook input is translated first)."""
+    from ralph.hooks.dialects import from_dialect
+
+    payload = from_dialect(payload, environ)
     name = str(payload.get("hook_event_name") or "")
     event = HookEvent(
         name=name,

@@ -36,6 +36,7 @@ FORWARDED_ENV = (
     "TMPDIR",
     "RALPH_DISABLE_PLUGINS",
     "RALPH_DISABLE_PLUGIN_AUTOLOAD",
+    "RALPH_HOOK_DIALECT",
 )
 # Environment that changes what a helper would answer: one helper per combination.
 HELPER_KEY_ENV = ("PYTHONPATH", "RALPH_DISABLE_PLUGINS", "RALPH_DISABLE_PLUGIN_AUTOLOAD", "RALPH_STATE_DIR",

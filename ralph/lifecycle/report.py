@@ -44,6 +44,10 @@ class IterationRow:
     violations: list[str] = field(default_factory=list)
     gate_failures: list[str] = field(default_factory=list)
     finished: bool = True
+    agent: str = ""
+    model: str | None = None
+    verdicts: list[str] = field(default_factory=list)
+    """Spec reviewers' verdicts on this iteration ("met (codex)", "NOT met (claude): ...")."""
 
     @property
     def failed(self) -> bool:
@@ -156,7 +160,8 @@ def run_iterations(run_dir: Path, offset: float = 0.0) -> list[IterationRow]:
             continue
         if kind == "iteration_started":
             start = offset + float(event.get("elapsed", clock - offset))
-            rows[number] = IterationRow(run_dir.name, number, str(event.get("mode")), event.get("story"), start, finished=False)
+            rows[number] = IterationRow(run_dir.name, number, str(event.get("mode")), event.get("story"), start, finished=False,
+                                        agent=str(event.get("agent") or ""), model=event.get("model"))
         row = rows.get(number)
         if row is None:
             continue
@@ -171,6 +176,10 @@ def run_iterations(run_dir: Path, offset: float = 0.0) -> list[IterationRow]:
             row.violations.append(f"{event.get('check')}: {event.get('message')}")
         elif kind == "gate" and event.get("passed") is False:
             row.gate_failures.append(str(event.get("gate")))
+        elif kind == "gate_verdict":
+            state = "met" if event.get("passed") else "NOT met"
+            detail = event.get("malformed") or "; ".join(str(u.get("criterion")) for u in event.get("unmet") or [])
+            row.verdicts.append(f"{event.get('gate')}: {state} ({event.get('reviewer')})" + (f": {detail}" if detail else ""))
         elif kind == "gate_failed" and not any(e for e in row.gate_failures):
             row.gate_failures.append(str(event.get("gate")))
     if rows:
@@ -312,6 +321,12 @@ def render_text(report: Report) -> str:
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         if index == 0:
             lines.append("  ".join("-" * w for w in widths))
+    if report.iterations:
+        lines += ["", "iterations (who did each):"]
+        for row in report.iterations:
+            who = f"{row.agent or '?'} ({row.model or 'default model'})"
+            lines.append(f"  {row.run} #{row.number} {row.mode} {row.story or '-'} — {who}")
+            lines += [f"      verdict {v}" for v in row.verdicts]
     lines += ["", "review analytics:"] + [f"  {line}" for line in report.analytics.lines()]
     return "\n".join(lines)
 
@@ -433,8 +448,10 @@ def render_html(report: Report) -> str:
     story_classes = ["cap" if row.auto_approved else ("ok" if row.state.startswith(("approved", "done")) else "") for row in report.stories]
     iteration_rows = [
         (
-            str(row.number), row.run, row.mode, row.story or "-", _duration(row.seconds), f"${row.cost:.4f}",
+            str(row.number), row.run, row.mode, row.story or "-", f"{row.agent or '?'} ({row.model or 'default model'})",
+            _duration(row.seconds), f"${row.cost:.4f}",
             "yes" if row.timed_out else "", "; ".join(row.violations) or "", ", ".join(row.gate_failures) or "",
+            "; ".join(row.verdicts),
         )
         for row in report.iterations
     ]
@@ -446,7 +463,7 @@ def render_html(report: Report) -> str:
         "STORIES": _table(STORY_COLUMNS, story_rows, story_classes, table_class="stories"),
         "HISTOGRAM": analytics_svg(report.analytics),
         "ANALYTICS": "".join(f"<li>{_esc(line)}</li>" for line in report.analytics.lines()),
-        "ITERATIONS": _table(("#", "run", "mode", "story", "time", "cost", "timed out", "violations", "gate failures"), iteration_rows, table_class="iterations"),
+        "ITERATIONS": _table(("#", "run", "mode", "story", "agent (model)", "time", "cost", "timed out", "violations", "gate failures", "verdicts"), iteration_rows, table_class="iterations"),
     }
     return render(template_text("report/report.html"), values)
 

@@ -29,8 +29,19 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
             f"last iteration: {last['iteration']}/{last['max_iterations']} {last['mode']} {last.get('story')} "
             f"(cost so far ${last.get('cost_so_far', 0):.4f})"
         )
+    if started:
+        lines += ["", "iterations (mode, story, agent and model):"]
+        for event in started[-30:]:
+            lines.append(f"  #{event['iteration']} {event['mode']} {event.get('story')} — {who_did(event)}")
     if summary:
         from ralph_plugins.reporters.console import render_summary
 
         lines += ["", render_summary(summary)]
     return "\n".join(lines)
+
+
+def who_did(event: dict) -> str:
+    """``agent (model)`` of an ``iteration_started`` event ("claude (default model)" when none was chosen)."""
+    agent = event.get("agent") or "?"
+    model = event.get("model")
+    return f"{agent} ({model})" if model else f"{agent} (default model)"

@@ -860,6 +860,8 @@ class Loop:
                 self.ralph_dir / "prompt.md",
                 self.project_dir / ".claude" / "settings.json",
                 self.project_dir / ".claude" / "settings.local.json",
+                self.project_dir / ".codex" / "config.toml",
+                self.project_dir / ".codex" / "hooks.json",
             ],
             checkpoint=checkpoint,
         )

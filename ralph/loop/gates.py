@@ -220,7 +220,7 @@ class GateKeeper:
 
     def _run_read_only(self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str) -> GateResult:
         """Run ``gate``; whatever it (its agent session) changed in the project is undone and logged."""
-        from ralph.treeguard import TreeSnapshot
+        from ralph.loop.treeguard import TreeSnapshot
 
         loop = self.loop
         snapshot = TreeSnapshot.take(loop.project_dir)
