@@ -70,6 +70,22 @@ def test_denied_git_push_never_runs_and_the_reason_reaches_the_model(project, sc
     assert denials and "deny" in json.dumps(denials[0]["output"])
 
 
+def test_an_opaque_command_is_denied_in_direct_mode_and_never_runs(
+    project, scripted_model, claude_binary, claude_agent_env
+) -> None:
+    marker = project.path / "RAN"
+    # the command name comes from `read`: the guard cannot know it, so direct mode denies the whole line
+    # (what it would run is harmless: `git status`)
+    command = f"touch {marker}; read -r c <<< 'git status'; $c"
+    script = IterationScript({1: [bash(command), Turn([text("ok")])], **finish_story()})
+    server = scripted_model(script)
+    result = run_loop(project, server.url, claude_agent_env)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists(), "the denied command ran"
+    after_denial = requests_after(server, script, 1)[1]
+    assert "opaque-code" in after_denial and "only known at run time" in after_denial
+
+
 def test_protected_prd_cannot_be_overwritten_during_the_loop(project, scripted_model, claude_binary, claude_agent_env) -> None:
     prd = project.ralph_dir / "prd.md"
     before = prd.read_bytes()

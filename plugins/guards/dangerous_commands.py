@@ -1,17 +1,18 @@
 """Guard: dangerous shell commands (PreToolUse on ``Bash``; secret paths also on ``Read``).
 
 Every rule has a name (shown to the agent as ``[rule]``) and a reason saying
-what to do instead.  The command line is analysed by
-:mod:`ralph_plugins.guards.shell` (quotes, ``bash -c``, ``eval``, ``$(...)``,
-wrappers, pipes into a shell), so ``r''m -rf /`` and ``bash -c "git push"``
-are seen for what they run.  Rules (see docs/guards.md):
+what to do instead.  The command line is parsed with a real bash grammar and
+analysed by :mod:`ralph_plugins.guards.shell` (quotes, ``bash -c``, ``eval``,
+``$(...)``, wrappers, pipes into a shell, git aliases), so ``r''m -rf /`` and
+``bash -c "git push"`` are seen for what they run.  Rules (see docs/guards.md):
 
 ``git-push``, ``git-merge-main``, ``git-force``, ``git-no-verify``,
 ``git-reset-hard``, ``delete-outside-project``, ``disk-tools``,
 ``fork-bomb``, ``privilege``, ``pipe-to-shell``, ``read-secrets``,
 ``write-system-files``, ``unparseable`` and ``opaque-code`` (the last two only
-when the agent runs directly on the host, where this blocklist is the only
-guard; in a sandboxed loop the container is the protection).
+when the agent runs directly on the host: there anything the analysis does not
+model is denied; in a sandboxed loop the container is the protection and the
+guards are early feedback).
 
 ``git merge`` is denied when it would merge *into* ``main``/``master``: the
 branch checked out by an earlier ``git checkout``/``git switch`` on the same
@@ -27,7 +28,11 @@ import re
 
 from ralph import hookimpl
 from ralph.contracts import Denial, HookEvent
-from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Command, ShellAnalysis, analyze, resolve_path
+from ralph_plugins.guards.git import GitView, parse_git, short_flag, view
+from ralph_plugins.guards.programs import fetches, find_roots
+from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Analysis, Command, analyze, resolve_path
+
+__all__ = ["RULES", "PUSH_REASON", "check_command", "current_branch", "is_direct", "is_secret_path", "parse_git"]
 
 RULES: dict[str, str] = {
     "git-push": "git push in any form (also via bash -c, eval, aliases, `git -C dir push`)",
@@ -70,13 +75,24 @@ _SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/l
                 "/dev", "/opt", "/var/lib", "/var/spool", "/root/.ssh")
 _HARMLESS_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"})
 _FORCE_SUBCOMMANDS = {
-    "checkout": ("f", ("--force",)),
-    "switch": ("f", ("--force", "--discard-changes")),
+    "checkout": ("fB", ("--force",)),
+    "switch": ("fC", ("--force", "--discard-changes", "--force-create")),
     "clean": ("f", ("--force",)),
-    "branch": ("fDM", ("--force",)),
+    "branch": ("fDMC", ("--force",)),
     "worktree": ("f", ("--force",)),
+    "add": ("f", ("--force",)),
+    "rm": ("f", ("--force",)),
+    "mv": ("f", ("--force",)),
+    "rebase": ("f", ("--force-rebase",)),
+    "tag": ("f", ("--force",)),
+    "fetch": ("f", ("--force",)),
+    "pull": ("f", ("--force",)),
+    "submodule": ("f", ("--force",)),
 }
-
+"""Seed 001's "git --force": the short letters and long options that force each subcommand."""
+_FORCE_STOP = {"checkout": "bco", "switch": "cd", "branch": "t", "rebase": "sXx", "tag": "muF", "add": "", "rm": "",
+               "mv": "", "fetch": "j", "pull": "sX"}
+_MAIN_REF = re.compile(r"^(refs/heads/)?(main|master)$")
 
 def is_secret_path(path: str) -> bool:
     """Does ``path`` (absolute or as typed) name a credentials file or directory?"""
@@ -111,7 +127,7 @@ class _Ctx:
         self.direct = is_direct(event)
         self.denials: dict[str, Denial] = {}
         self.depth = 0
-        self.analysis: ShellAnalysis | None = None
+        self.analysis: Analysis | None = None
 
     def deny(self, rule: str, reason: str) -> None:
         self.denials.setdefault(rule, Denial(rule, reason))
@@ -156,31 +172,30 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
 def check_command(command: str, event: HookEvent) -> list[Denial]:
     """Every rule this Bash command line breaks (one denial per rule)."""
     ctx = _Ctx(event)
-    _check_analysis(analyze(command), ctx)
+    _check_analysis(analyze(command, ctx.cwd, ctx.project, ctx.home), ctx)
     return list(ctx.denials.values())
 
 
-def _check_analysis(analysis: ShellAnalysis, ctx: _Ctx) -> None:
+def _check_analysis(analysis: Analysis, ctx: _Ctx) -> None:
     ctx.analysis = analysis
-    if analysis.unparseable is not None:
-        if ctx.direct:
-            ctx.deny(
-                "unparseable",
-                f"The guard could not parse this command ({analysis.unparseable}); running directly on the host, "
-                "ralph refuses what it cannot check. Split it into simpler commands with balanced quotes.",
-            )
-        return
-    if analysis.opaque and ctx.direct:
+    if analysis.unparseable is not None and ctx.direct:
+        ctx.deny(
+            "unparseable",
+            f"The guard could not parse this command ({analysis.unparseable}); running directly on the host, "
+            "ralph refuses what it cannot check. Split it into simpler commands with balanced quotes and plain "
+            "words (no brace expansion in the command name).",
+        )
+    if analysis.opaque and ctx.direct and "unparseable" not in ctx.denials:
+        shown = "; ".join(f"{o.construct} -- {o.advice}" for o in analysis.opaque[:3])
         ctx.deny(
             "opaque-code",
-            f"This runs code that only exists at run time ({analysis.opaque[0]} of a computed string), which the "
-            "guard cannot check when the agent runs directly on the host: run the commands themselves instead.",
+            f"This runs code the guard cannot check ({shown}). Running directly on the host, ralph refuses what it "
+            "cannot check: run the commands themselves instead.",
         )
     if analysis.pipes_into_shell:
-        fetch = any(c.name in ("curl", "wget", "fetch", "nc", "ncat") for c in analysis.simple)
         what = (
             "Downloading code and running it unseen"
-            if fetch
+            if fetches([c.name for c in analysis.simple])
             else f"Piping text into a shell or interpreter ({analysis.pipe_detail})"
         )
         ctx.deny(
@@ -200,17 +215,22 @@ def _check_analysis(analysis: ShellAnalysis, ctx: _Ctx) -> None:
         path = resolve_path(write.path, ctx.cwd, ctx.home, write.dynamic, write.cd, write.cd_unknown, ctx.known)
         if path is not None:
             _check_system_write(path, write.path, ctx)
+            if write.truncates and not write.glob:
+                _check_overwrite(path, write.path, ctx)
 
 
-def _check_command(cmd: Command, index: int, analysis: ShellAnalysis, ctx: _Ctx) -> None:
+def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> None:
     name = cmd.name
-    dynamic = cmd.dynamic_name
-    if name == "git" or (dynamic and len(cmd.argv) > 1):
+    if name == "git" and not cmd.dynamic_name:
         _check_git(cmd, index, analysis, ctx)
-    if name in _DELETERS or (dynamic and any(_is_recursive_flag(a) for a in cmd.args)):
+    if name in ("git-push", "git-send-pack", "git-http-push"):
+        ctx.deny("git-push", PUSH_REASON)
+    if name in _DELETERS:
         _check_delete(cmd, ctx)
     if name == "find":
         _check_find(cmd, ctx)
+    if name in ("truncate", "rsync", "tar"):
+        _check_destroyers(cmd, ctx)
     if _DISK_TOOLS.match(name):
         ctx.deny(
             "disk-tools",
@@ -225,6 +245,8 @@ def _check_command(cmd: Command, index: int, analysis: ShellAnalysis, ctx: _Ctx)
         )
     if name in ("chmod", "chown", "chgrp"):
         _check_permissions(cmd, ctx)
+    if name in ("docker", "podman", "nerdctl") and any(a in ("run", "create") for a in cmd.args[:3]):
+        _check_container(cmd, ctx)
     if name == "gh" and cmd.args[:2] == ["pr", "merge"]:
         ctx.deny(
             "git-merge-main",
@@ -243,81 +265,25 @@ def _check_command(cmd: Command, index: int, analysis: ShellAnalysis, ctx: _Ctx)
         path = ctx.path(cmd, i)
         if path is not None:
             _check_system_write(path, cmd.argv[i], ctx)
-        if name == "mv":  # moving a file away removes it from where it was
-            for k in range(1, len(cmd.argv) - 1):
-                if not cmd.argv[k].startswith("-"):
-                    _check_delete_target(cmd, k, False, ctx, allow_root=False)
+    if name == "mv":  # moving a file away removes it from where it was
+        operands = [k for k in range(1, len(cmd.argv)) if not cmd.argv[k].startswith("-")]
+        for k in operands[:-1]:
+            _check_delete_target(cmd, k, False, ctx, allow_root=False)
 
 
 # -- git ----------------------------------------------------------------------------------
 
 
-_GIT_OPTS_WITH_VALUE = frozenset(
-    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix", "--exec-path"}
-)
-
-
-def parse_git(argv: list[str]) -> tuple[str, list[str], list[str], list[str]]:
-    """(subcommand, its args, ``-c`` configs, ``-C`` dirs) of a git argv (argv[0] is git)."""
-    configs: list[str] = []
-    dirs: list[str] = []
-    i = 1
-    while i < len(argv):
-        a = argv[i]
-        if a in _GIT_OPTS_WITH_VALUE:
-            value = argv[i + 1] if i + 1 < len(argv) else ""
-            if a == "-c":
-                configs.append(value)
-            elif a == "-C":
-                dirs.append(value)
-            i += 2
-        elif a.startswith("-"):
-            i += 1
-        else:
-            break
-    sub = argv[i] if i < len(argv) else ""
-    return sub, argv[i + 1 :], configs, dirs
-
-
-def _short_cluster_has(args: list[str], letters: str, stop: str = "") -> str | None:
-    """The first short-option cluster in ``args`` holding one of ``letters`` (before a value-taking letter)."""
-    for a in args:
-        if a == "--":
-            return None
-        if a.startswith("-") and not a.startswith("--") and len(a) > 1:
-            for ch in a[1:]:
-                if ch in letters:
-                    return a
-                if ch in stop:
-                    break
-    return None
-
-
-def _check_git(cmd: Command, index: int, analysis: ShellAnalysis, ctx: _Ctx) -> None:
-    sub, args, configs, dirs = parse_git(cmd.argv)
-    aliases = {}
-    for config in configs:
-        key, _, value = config.partition("=")
-        if key.lower().startswith("alias."):
-            aliases[key[6:]] = value
-        if key.lower() == "core.hookspath":
-            ctx.deny("git-no-verify", _no_verify_reason())
-    if sub in aliases:
-        value = aliases[sub]
-        if value.startswith("!"):
-            if ctx.depth < 3:
-                ctx.depth += 1
-                _check_analysis(analyze(value[1:]), ctx)
-                ctx.depth -= 1
-            return
-        expanded = value.split()
-        if expanded:
-            sub, args = expanded[0], expanded[1:] + args
-    if sub in ("push", "send-pack") or (sub == "subtree" and "push" in args):
+def _check_git(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> None:
+    v: GitView = cmd.git if isinstance(cmd.git, GitView) else view(cmd.argv)
+    sub, args = v.sub, v.args
+    if v.configs.get("core.hookspath") is not None or "core.hookspath" in v.configs:
+        ctx.deny("git-no-verify", _no_verify_reason())
+    if sub in ("push", "send-pack", "http-push") or (sub in ("subtree", "lfs") and "push" in args) or (
+        sub == "svn" and "dcommit" in args
+    ) or (sub == "p4" and "submit" in args):
         ctx.deny("git-push", PUSH_REASON)
-    elif sub and cmd.name == "git" and not cmd.dynamic_name and _dynamic_subcommand(cmd, sub):
-        ctx.deny("git-push", "The git subcommand is only known at run time (it could be push): " + PUSH_REASON)
-    if "--no-verify" in args or (sub == "commit" and _short_cluster_has(args, "n", stop="mFCctSu")):
+    if "--no-verify" in args or (sub == "commit" and short_flag(args, "n", stop="mFCctSu")):
         ctx.deny("git-no-verify", _no_verify_reason())
     if sub == "config" and any(a.lower() == "core.hookspath" for a in args[:-1]):
         ctx.deny("git-no-verify", _no_verify_reason())
@@ -327,29 +293,38 @@ def _check_git(cmd: Command, index: int, analysis: ShellAnalysis, ctx: _Ctx) -> 
         ctx.deny("git-no-verify", _no_verify_reason())
     if sub in _FORCE_SUBCOMMANDS:
         letters, longs = _FORCE_SUBCOMMANDS[sub]
-        flag = next((a for a in args if a in longs or a.startswith("--force")), None) or _short_cluster_has(
-            args, letters, stop="bBcCmo"
+        flag = next((a for a in args if a in longs or a.startswith("--force")), None) or short_flag(
+            args, letters, stop=_FORCE_STOP.get(sub, "bBcCmo")
         )
-        dry_run = sub == "clean" and ("--dry-run" in args or _short_cluster_has(args, "n"))
+        dry_run = sub == "clean" and ("--dry-run" in args or short_flag(args, "n"))
         if flag and not dry_run:
             ctx.deny("git-force", _force_reason(sub, flag))
+    elif any(a.startswith("--force") for a in args) and sub not in ("push",):
+        flag = next(a for a in args if a.startswith("--force"))
+        ctx.deny("git-force", _force_reason(sub, flag))
     if sub == "reset" and "--hard" in args:
         _check_reset(args, ctx)
     if sub == "merge" and not any(a in ("--abort", "--continue", "--quit") for a in args):
-        branch = _target_branch(cmd, index, analysis, dirs, ctx)
+        branch = _target_branch(cmd, index, analysis, v.dirs, ctx)
         if branch in _MAIN_BRANCHES:
-            ctx.deny(
-                "git-merge-main",
-                f"Merging into {branch} is the user's decision: commit your work on a feature branch and leave "
-                f"the merge into {branch} to the user after review.",
-            )
+            _deny_merge(branch, ctx)
+    if sub == "update-ref":
+        refs = [a for a in args if not a.startswith("-")]
+        if refs and _MAIN_REF.match(refs[0]):
+            _deny_merge(_MAIN_REF.match(refs[0]).group(2), ctx)  # type: ignore[union-attr]
+    if sub in ("fetch", "pull"):
+        for a in args:
+            dest = a.rpartition(":")[2] if ":" in a and not a.startswith("-") else ""
+            if dest and _MAIN_REF.match(dest.lstrip("+")):
+                _deny_merge(_MAIN_REF.match(dest.lstrip("+")).group(2), ctx)  # type: ignore[union-attr]
 
 
-def _dynamic_subcommand(cmd: Command, sub: str) -> bool:
-    for i, word in enumerate(cmd.argv):
-        if i and word == sub:
-            return cmd.dynamic[i]
-    return False
+def _deny_merge(branch: str, ctx: _Ctx) -> None:
+    ctx.deny(
+        "git-merge-main",
+        f"Merging into {branch} is the user's decision: commit your work on a feature branch and leave "
+        f"the merge into {branch} to the user after review.",
+    )
 
 
 def _no_verify_reason() -> str:
@@ -369,6 +344,26 @@ def _force_reason(sub: str, flag: str) -> str:
         return (
             f"`git branch {flag}` can drop unmerged commits: leave branches in place (the user cleans them up), "
             "or use `git branch -d` for merged ones."
+        )
+    if sub == "add":
+        return (
+            f"`git add {flag}` adds files that .gitignore excludes (build output, secrets): add only the files you "
+            "mean, or leave a note for the user if one really belongs in the repository."
+        )
+    if sub in ("rm", "mv"):
+        return (
+            f"`git {sub} {flag}` overrides git's check for uncommitted changes: commit or restore the file first, then "
+            f"run `git {sub}` without {flag}."
+        )
+    if sub == "rebase":
+        return (
+            f"`git rebase {flag}` rewrites commits that need no rewriting: rebase without it, or leave the history "
+            "as it is."
+        )
+    if sub not in ("checkout", "switch", "worktree"):
+        return (
+            f"`git {sub} {flag}` forces git past its own safety check: run it without {flag} and deal with what git "
+            "reports."
         )
     return (
         f"`git {sub} {flag}` throws away uncommitted changes: commit your work first, or restore single files "
@@ -391,12 +386,13 @@ def _check_reset(args: list[str], ctx: _Ctx) -> None:
     )
 
 
-def _target_branch(cmd: Command, index: int, analysis: ShellAnalysis, dirs: list[str], ctx: _Ctx) -> str | None:
+def _target_branch(cmd: Command, index: int, analysis: Analysis, dirs: list[str], ctx: _Ctx) -> str | None:
     """The branch a ``git merge`` at ``index`` merges into."""
     for earlier in reversed(analysis.simple[:index]):
         if earlier.name != "git":
             continue
-        sub, args, _, _ = parse_git(earlier.argv)
+        v = earlier.git if isinstance(earlier.git, GitView) else view(earlier.argv)
+        sub, args = v.sub, v.args
         if sub in ("checkout", "switch"):
             names = [a for a in args if not a.startswith("-")]
             if names:
@@ -473,7 +469,7 @@ def _check_delete(cmd: Command, ctx: _Ctx) -> None:
         a = cmd.argv[i]
         if not end_of_options and a == "--":
             end_of_options = True
-        elif not end_of_options and a.startswith("-") and len(a) > 1:
+        elif not end_of_options and a.startswith("-") and len(a) > 1 and not cmd.dynamic[i]:
             recursive = recursive or _is_recursive_flag(a)
             if a == "--no-preserve-root":
                 ctx.deny(
@@ -493,17 +489,43 @@ def _check_find(cmd: Command, ctx: _Ctx) -> None:
             deletes = deletes or os.path.basename(args[i + 1]) in _DELETERS
     if not deletes:
         return
-    roots = []
-    for i in range(1, len(cmd.argv)):
-        a = cmd.argv[i]
-        if a.startswith("-") or a in ("(", "!"):
-            break
-        roots.append(i)
+    roots, follow = find_roots(cmd.argv)
     for i in roots:  # no roots: find searches "."
-        _check_delete_target(cmd, i, True, ctx, allow_root=True)
+        _check_delete_target(cmd, i, True, ctx, allow_root=True, follow=follow)
 
 
-def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow_root: bool) -> None:
+def _check_destroyers(cmd: Command, ctx: _Ctx) -> None:
+    """``truncate`` outside the project, ``rsync --delete`` into it, ``tar --remove-files`` of it."""
+    argv = cmd.argv
+    if cmd.name == "truncate":
+        skip = False
+        for i in range(1, len(argv)):
+            if skip:
+                skip = False
+            elif argv[i] in ("-s", "--size", "-r", "--reference"):
+                skip = True
+            elif not argv[i].startswith("-"):
+                _check_delete_target(cmd, i, False, ctx, allow_root=False)
+        return
+    operands = [i for i in range(1, len(argv)) if not argv[i].startswith("-")]
+    if cmd.name == "rsync":
+        if any(a.startswith("--delete") or a in ("--remove-source-files",) for a in argv) and operands:
+            if any(a.startswith("--delete") for a in argv):
+                _check_delete_target(cmd, operands[-1], True, ctx, allow_root=False)
+            if "--remove-source-files" in argv:
+                for i in operands[:-1]:
+                    _check_delete_target(cmd, i, True, ctx, allow_root=False)
+        return
+    if cmd.name == "tar" and "--remove-files" in argv:
+        archive = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-f" or (
+            a.startswith("-") and not a.startswith("--") and a.endswith("f"))), None)
+        for i in operands:
+            if argv[i] != archive:
+                _check_delete_target(cmd, i, True, ctx, allow_root=False)
+
+
+def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow_root: bool,
+                         follow: bool = False) -> None:
     text = cmd.argv[i]
     shown = " ".join(cmd.argv)
     glob = cmd.glob[i]
@@ -517,13 +539,17 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
         base_text = "/".join(kept) or ("/" if text.startswith("/") else ".")
     path = ctx.path(cmd, i, base_text)
     if path is None:
-        if recursive:
+        if recursive or text.startswith("~"):
             ctx.deny(
                 "delete-outside-project",
                 f"`{shown}`: {text} is only known at run time, so the guard cannot check that it is inside the "
                 "project. Delete a literal path inside the project instead.",
             )
         return
+    if ctx.in_project(path) and (follow or text.endswith("/")) and os.path.islink(path.rstrip("/") or "/"):
+        real = os.path.realpath(path)
+        if not ctx.in_project(real) and not ctx.in_temp(real):
+            path = real  # a symlink in the project pointing outside, followed
     if ctx.in_project(path):
         if ctx.is_project_root(path) and not glob and not allow_root:
             ctx.deny("delete-outside-project", f"`{shown}` would delete the whole project: delete only the files you mean.")
@@ -540,6 +566,20 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
         f"`{shown}` deletes {path}, outside the project {ctx.project}: only delete files inside the project "
         "(scratch files under /tmp are fine).",
     )
+
+
+def _check_overwrite(path: str, shown: str, ctx: _Ctx) -> None:
+    """A truncating redirection (``>``) onto a file outside the project destroys its content."""
+    if ctx.in_project(path) or ctx.in_temp(path, strictly=False) or path in _HARMLESS_DEVICES:
+        return
+    if path.startswith(("/dev/", "/proc/")) or "write-system-files" in ctx.denials:
+        return
+    if os.path.isfile(path):
+        ctx.deny(
+            "delete-outside-project",
+            f"`> {shown}` would overwrite {path}, outside the project {ctx.project}: write inside the project "
+            "(scratch files under /tmp are fine).",
+        )
 
 
 # -- privileges, secrets, system files --------------------------------------------------------------
@@ -563,6 +603,39 @@ def _check_permissions(cmd: Command, ctx: _Ctx) -> None:
                 "privilege",
                 f"`{cmd.name}` on {cmd.argv[i]} changes files outside the project: only change permissions of "
                 "files inside the project.",
+            )
+            return
+
+
+def _check_container(cmd: Command, ctx: _Ctx) -> None:
+    """A container started with host privileges or host directories is a way around every other rule."""
+    args = cmd.args
+    for k, a in enumerate(args):
+        key, eq, inline = a.partition("=")
+        value = inline if eq else (args[k + 1] if k + 1 < len(args) else "")
+        bad = None
+        if a == "--privileged" or (key in ("--pid", "--userns", "--ipc", "--uts") and value == "host"):
+            bad = a
+        elif key in ("--cap-add", "--device", "--security-opt"):
+            bad = a
+        elif key in ("-v", "--volume"):
+            source = value.split(":", 1)[0]
+            if "/" in source or source.startswith(("~", ".", "$")):
+                path = resolve_path(source, ctx.cwd, ctx.home, source.startswith("$"), cmd.cd, cmd.cd_unknown, ctx.known)
+                if path is None or not (ctx.in_project(path) or ctx.in_temp(path)):
+                    bad = f"{key} {value}"
+        elif key == "--mount":
+            fields = dict(part.partition("=")[::2] for part in value.split(","))
+            source = fields.get("source") or fields.get("src") or ""
+            if "/" in source:
+                path = resolve_path(source, ctx.cwd, ctx.home, False, cmd.cd, cmd.cd_unknown, ctx.known)
+                if path is None or not (ctx.in_project(path) or ctx.in_temp(path)):
+                    bad = f"--mount {value}"
+        if bad:
+            ctx.deny(
+                "privilege",
+                f"`{cmd.name} {bad}` gives a container the host's files or privileges, which gets around every "
+                "other rule: mount only the project (e.g. `-v \"$PWD\":/work`) and run without extra privileges.",
             )
             return
 

@@ -106,13 +106,15 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
     command = event.tool_input.get("command")
     if not isinstance(command, str) or not command.strip():
         return []
-    analysis = analyze(command)
     prot = _Protected(event)
+    analysis = analyze(command, prot.cwd, str(event.project_dir), prot.home)
     for write in analysis.writes:
         path = prot.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
         if path is not None and prot.hit(path, glob=write.glob):
             return _deny(write.path)
     for cmd in analysis.simple:
+        if any(w.startswith("find ") for w in cmd.wrappers):
+            continue  # `find -exec rm {}`: which files find picks is not known; deletion rules check its roots
         for text, dynamic, glob, remove in _targets(cmd):
             path = prot.resolve(text, dynamic, cmd.cd, cmd.cd_unknown)
             if path is not None and prot.hit(path, remove=remove, glob=glob):

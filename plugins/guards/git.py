@@ -1,0 +1,293 @@
+"""How the guards read a git command line: global options, aliases, configuration that runs code.
+
+:func:`parse_git` splits ``git [global options] SUB ARGS`` and resolves aliases
+given on the command line (``-c alias.p=push``, ``--config-env=alias.p=VAR``)
+the way git does: alias names are case-insensitive, builtins win over aliases,
+an alias may name another alias (a loop is opaque), and an alias starting with
+``!`` is shell code (analysed like ``bash -c``).
+
+:func:`inspect` (called by the shell walker for every ``git``) records as opaque
+what makes git run other programs the guard cannot follow: configuration keys
+such as ``core.pager``, ``core.sshCommand``, ``core.fsmonitor``, ``--config-env``,
+``rebase --exec``, ``submodule foreach``, ``bisect run``, ``filter-branch``,
+``--upload-pack``, a subcommand that is not a git command it knows (an alias
+from a config file, a ``git-*`` program on PATH), and ``git config`` writes of
+such keys or of aliases.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+BUILTINS = frozenset(
+    """add am annotate apply archive bisect blame branch bugreport bundle cat-file check-attr check-ignore
+    check-mailmap check-ref-format checkout checkout-index cherry cherry-pick citool clean clone column commit
+    commit-graph commit-tree config count-objects credential credential-cache credential-store describe diagnose
+    diff diff-files diff-index diff-tree difftool fast-export fast-import fetch fetch-pack filter-branch
+    fmt-merge-msg for-each-ref for-each-repo format-patch fsck fsck-objects fsmonitor--daemon gc get-tar-commit-id
+    grep gui hash-object help hook http-backend http-fetch http-push imap-send index-pack init init-db instaweb
+    interpret-trailers log ls-files ls-remote ls-tree mailinfo mailsplit maintenance merge merge-base merge-file
+    merge-index merge-octopus merge-one-file merge-ours merge-recursive merge-resolve merge-subtree merge-tree
+    mergetool mktag mktree multi-pack-index mv name-rev notes p4 pack-objects pack-redundant pack-refs patch-id
+    prune prune-packed pull push quiltimport range-diff read-tree rebase receive-pack reflog refs remote repack
+    replace replay request-pull rerere reset restore rev-list rev-parse revert rm send-email send-pack shortlog show
+    show-branch show-index show-ref sparse-checkout stage stash status stripspace submodule subtree svn switch
+    symbolic-ref tag unpack-file unpack-objects update-index update-ref update-server-info upload-archive
+    upload-pack var verify-commit verify-pack verify-tag version whatchanged worktree write-tree lfs""".split()
+)
+"""git's own commands (and git-lfs): any other subcommand is an alias or a program the guard cannot see."""
+PUSHES = frozenset({"push", "send-pack", "http-push"})
+RUNS_CODE = frozenset({"filter-branch", "hook", "instaweb", "send-email", "for-each-repo", "fast-import", "receive-pack",
+                       "http-backend", "citool", "gui", "quiltimport", "fsmonitor--daemon", "imap-send"})
+"""Subcommands that run configured programs or write refs wholesale: opaque in direct mode."""
+_VALUE_OPTS = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix",
+                         "--attr-source", "--list-cmds"})
+_FLAGS = frozenset({"-p", "--paginate", "-P", "--no-pager", "--bare", "--no-replace-objects", "--literal-pathspecs",
+                    "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs", "--no-optional-locks",
+                    "--no-advice", "-v", "--version", "-h", "--help", "--html-path", "--man-path", "--info-path",
+                    "--exec-path"})
+_CODE_KEYS = re.compile(
+    r"^(core\.(sshcommand|pager|editor|askpass|fsmonitor|gitproxy|alternaterefscommand)|sequence\.editor"
+    r"|diff\.external|credential(\..+)?\.helper|gpg(\..+)?\.program|uploadpack\.packobjectshook"
+    r"|interactive\.difffilter|web\.browser|include\.path|includeif\..+\.path|init\.templatedir|protocol(\..+)?\.allow"
+    r"|pager\..+|diff\..+\.(command|textconv)|merge\..+\.driver|filter\..+\.(clean|smudge|process)"
+    r"|(difftool|mergetool|browser|man)\..+\.(cmd|path)|remote\..+\.(uploadpack|receivepack|vcs)"
+    r"|url\..+\.(insteadof|pushinsteadof)|sendemail\..+|core\.hookspath|receive\.procreceiverefs"
+    r"|(diff|merge)\.tool|guitool\..+\.cmd|ssh\.variant|http\.proxy|core\.worktree)$"
+)
+"""Configuration keys whose value git runs (or that point git at code elsewhere)."""
+_READS_OUTPUT = re.compile(r"^(core\.pager|pager\..+|interactive\.difffilter)$")
+
+
+@dataclass
+class GitView:
+    """A git command line as git will run it."""
+
+    sub: str
+    """The subcommand after aliases were expanded (``!`` for a shell alias)."""
+    args: list[str]
+    configs: dict[str, str | None] = field(default_factory=dict)
+    """``-c`` / ``--config-env`` settings (keys normalised; None: value only known at run time)."""
+    dirs: list[str] = field(default_factory=list)
+    """``-C`` directories in order."""
+    config_env: bool = False
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    """(construct, advice) pairs the walker records as opaque."""
+    shell_aliases: list[str] = field(default_factory=list)
+    """Shell code of ``!`` aliases, with the arguments git appends."""
+    unknown_global: str | None = None
+
+
+def normalise_key(key: str) -> str:
+    """git config keys: section and name are case-insensitive, a subsection is not."""
+    parts = key.split(".")
+    if len(parts) < 2:
+        return key.lower()
+    parts[0] = parts[0].lower()
+    parts[-1] = parts[-1].lower()
+    return ".".join(parts)
+
+
+def view(argv: list[str], env: dict[str, Any] | None = None) -> GitView:
+    """Parse ``git ...`` (argv[0] is git); ``env`` holds variables known on the line (for ``--config-env``)."""
+    env = env or {}
+    configs: dict[str, str | None] = {}
+    dirs: list[str] = []
+    config_env = False
+    unknown: str | None = None
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        key, eq, inline = a.partition("=")
+        if a in _VALUE_OPTS or (a.startswith("--") and eq and key in _VALUE_OPTS):
+            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            opt = key if eq else a
+            i += 1 if eq else 2
+            if opt == "-c":
+                k, has, v = value.partition("=")
+                configs[normalise_key(k)] = v if has else "true"
+            elif opt == "--config-env":
+                config_env = True
+                k, _, var = value.partition("=")
+                known = env.get(var)
+                configs[normalise_key(k)] = known if isinstance(known, str) else None
+            elif opt == "-C":
+                dirs.append(value)
+            continue
+        if a.startswith("--exec-path="):
+            unknown = a
+            i += 1
+            continue
+        if a in _FLAGS:
+            i += 1
+            continue
+        if a.startswith("-"):
+            unknown = unknown or a
+            i += 1
+            continue
+        break
+    sub = argv[i] if i < len(argv) else ""
+    args = argv[i + 1 :]
+    result = GitView(sub, args, configs, dirs, config_env, unknown_global=unknown)
+    _expand_aliases(result)
+    return result
+
+
+def _expand_aliases(v: GitView) -> None:
+    aliases = {k[6:]: val for k, val in v.configs.items() if k.startswith("alias.")}
+    seen: list[str] = []
+    while v.sub and v.sub not in BUILTINS and v.sub.lower() in aliases:
+        name = v.sub.lower()
+        if name in seen or len(seen) > 10:
+            v.problems.append((f"the git aliases {' -> '.join(seen + [name])} form a loop", "use git commands directly"))
+            return
+        seen.append(name)
+        value = aliases[name]
+        if value is None:
+            v.problems.append((f"the git alias `{name}` is set from a variable only known at run time",
+                               "use the git command itself"))
+            v.sub = ""
+            return
+        if value.startswith("!"):
+            v.shell_aliases.append(value[1:] + "".join(" " + shlex.quote(a) for a in v.args))
+            v.sub, v.args = "!", []
+            return
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            v.problems.append((f"the git alias `{name}` cannot be read", "use the git command itself"))
+            return
+        if not words:
+            return
+        v.sub, v.args = words[0], words[1:] + v.args
+
+
+def parse_git(argv: list[str]) -> tuple[str, list[str], list[str], list[str]]:
+    """(subcommand, its args, ``-c`` configs as ``key=value``, ``-C`` dirs) of a git argv (argv[0] is git)."""
+    v = view(argv)
+    return v.sub, v.args, [f"{k}={val}" for k, val in v.configs.items()], v.dirs
+
+
+def short_flag(args: list[str], letters: str, stop: str = "") -> str | None:
+    """The first short-option cluster in ``args`` holding one of ``letters`` (before a value-taking letter)."""
+    for a in args:
+        if a == "--":
+            return None
+        if a.startswith("-") and not a.startswith("--") and len(a) > 1:
+            for ch in a[1:]:
+                if ch in letters:
+                    return a
+                if ch in stop:
+                    break
+    return None
+
+
+def _config_write(args: list[str]) -> tuple[str, str | None] | None:
+    """``git config [opts] KEY VALUE`` / ``git config set KEY VALUE``: (key, value) of a write."""
+    ops = [a for a in args if not a.startswith("-")]
+    if ops and ops[0] in ("set", "unset", "get", "list", "edit", "rename-section", "remove-section"):
+        if ops[0] != "set":
+            return None
+        ops = ops[1:]
+    if any(a in ("--get", "--get-all", "--get-regexp", "--list", "-l", "--unset", "--unset-all", "-e", "--edit",
+                 "--get-urlmatch", "--show-origin", "--name-only") for a in args):
+        return None
+    if len(ops) >= 2:
+        return normalise_key(ops[0]), ops[1]
+    return None
+
+
+def inspect(w: Any, call: Any) -> None:
+    """Record what the git command in ``call`` runs besides git itself (used by the shell walker)."""
+    from ralph_plugins.guards.walker import Flow, Word
+
+    env = {**call.st.vars, **call.env}
+    v = view(call.cmd.argv, env)
+    call.cmd.git = v
+    for construct, advice in v.problems:
+        w.opaque(construct, advice)
+    if v.unknown_global:
+        w.opaque(f"`git {v.unknown_global}` is a git option the guard does not model", "run git without it")
+    if v.config_env:
+        w.opaque("`git --config-env` sets git configuration from a variable", "use plain git commands and options")
+    for key, value in v.configs.items():
+        if key.startswith("alias.") or key == "core.hookspath":
+            continue
+        if _CODE_KEYS.match(key):
+            w.opaque(f"`git -c {key}=...` makes git run another program", "drop the option and run git plainly")
+            if isinstance(value, str) and value and value not in ("true", "false"):
+                reads = bool(_READS_OUTPUT.match(key))
+                w.code(value, call.st.copy(), Flow(stdin=("pipe", "git's output") if reads else None,
+                                                   depth=call.flow.depth), f"`git -c {key}`")
+    for code in v.shell_aliases:
+        w.code(code, call.st.copy(), call.flow, "a `!` git alias")
+    sub, args = v.sub, v.args
+    if not sub or sub == "!":
+        return
+    if sub not in BUILTINS:
+        w.opaque(
+            f"`git {sub}` is not a git command the guard knows (aliases from config files and git-{sub} programs "
+            "are not read)",
+            "use the git command it stands for",
+        )
+        return
+    if sub in RUNS_CODE:
+        w.opaque(f"`git {sub}` runs configured programs or rewrites refs in ways the guard does not follow",
+                 "use ordinary git commands (commit, branch, log ...)")
+    if sub == "rebase":
+        for k, a in enumerate(args):
+            code = None
+            if a in ("--exec", "-x") and k + 1 < len(args):
+                code = args[k + 1]
+            elif a.startswith("--exec="):
+                code = a.split("=", 1)[1]
+            elif a.startswith("-x") and len(a) > 2:
+                code = a[2:]
+            if code is not None:
+                w.opaque("`git rebase --exec` runs a command after each commit", "rebase, then run the command yourself")
+                w.code(code, call.st.copy(), Flow(depth=call.flow.depth), "`git rebase --exec`")
+    if sub == "submodule" and "foreach" in args:
+        w.opaque("`git submodule foreach` runs a command in every submodule", "run the command in each submodule yourself")
+        rest = args[args.index("foreach") + 1 :]
+        rest = [a for a in rest if a not in ("--recursive", "-q", "--quiet")]
+        if rest:
+            w.code(" ".join(rest), call.st.copy(), Flow(depth=call.flow.depth), "`git submodule foreach`")
+    if sub == "bisect" and args[:1] == ["run"]:
+        w.opaque("`git bisect run` runs a command for every step", "bisect by hand: `git bisect good/bad`")
+        if len(args) > 1:
+            w.run([Word(a) for a in args[1:]], {}, call.st.copy(), Flow(depth=call.flow.depth),
+                  [*call.wrappers, "git bisect run"], [])
+    if sub in ("difftool", "mergetool") and any(a in ("-x", "--extcmd") or a.startswith("--extcmd=") for a in args):
+        w.opaque(f"`git {sub} --extcmd` runs a command", f"use `git diff`")
+    if any(a.startswith(("--upload-pack", "--receive-pack", "--exec=", "--template")) or a in ("-u", "--exec")
+           for a in args) and sub in ("fetch", "pull", "clone", "ls-remote", "archive", "push", "init", "remote"):
+        w.opaque(f"`git {sub}` with --upload-pack/--receive-pack/--exec/--template runs a program",
+                 "drop the option")
+    if sub == "clone":
+        for k, a in enumerate(args):
+            if a in ("-c", "--config") and k + 1 < len(args):
+                key = normalise_key(args[k + 1].partition("=")[0])
+                if _CODE_KEYS.match(key) or key.startswith("alias."):
+                    w.opaque(f"`git clone -c {key}=...` configures a program git runs", "clone without it")
+    if sub == "config":
+        write = _config_write(args)
+        if write is not None:
+            key, value = write
+            if key.startswith("alias."):
+                w.opaque(f"`git config {key}` defines a git alias the guard would not see later",
+                         "use the git command itself")
+                if value and value.startswith("!"):
+                    w.code(value[1:], call.st.copy(), Flow(depth=call.flow.depth), f"the git alias `{key[6:]}`")
+                elif value:
+                    try:
+                        words = shlex.split(value)
+                    except ValueError:
+                        words = []
+                    if words:
+                        w.run([Word("git"), *(Word(x) for x in words)], {}, call.st.copy(),
+                              Flow(depth=call.flow.depth), [*call.wrappers, f"git alias {key[6:]}"], [])
+            elif _CODE_KEYS.match(key) and key != "core.hookspath":
+                w.opaque(f"`git config {key}` makes later git commands run a program", "leave git's configuration alone")

@@ -1,0 +1,1036 @@
+"""Walk a bash syntax tree (tree-sitter-bash) into an :class:`~ralph_plugins.guards.shell.Analysis`.
+
+The walker knows an explicit set of node types (lists, pipelines, groups,
+``if``/``while``/``for``/``case``, functions, assignments, redirections,
+heredocs, quoting, ``$x``/``${x...}``, ``$(...)``, ``<(...)``, arithmetic) and
+tracks what bash tracks along one line: variables assigned earlier, ``cd``,
+files linked or copied.  A node type it does not know, and every expansion
+whose effect it cannot know (``${x@P}``, ``${!x}``, arithmetic on a value that
+is not a plain number, a run-time command name ...), is recorded as opaque
+instead of being guessed.  What each program does with its arguments (wrappers,
+shells, ``eval``, ``git`` ...) is in :mod:`ralph_plugins.guards.programs`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Union
+
+from ralph_plugins.guards.grammar import parse
+from ralph_plugins.guards.shell import MAX_DEPTH, Analysis, Command, WriteTarget, basename, resolve_path
+
+Val = Union[str, list, None]
+"""A variable's value on this line: text, an array, or None (only known at run time)."""
+
+_NUMBER = re.compile(r"-?[0-9]+|0[xX][0-9a-fA-F]+|[0-9]+#[0-9A-Za-z@_]+")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "&>|"})
+_C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
+              "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_MAX_WORDS = 256
+# kinds of characters in a word being assembled
+_LIT, _QUOTED, _EXP, _DYNQ, _DYNU = range(5)
+
+
+@dataclass
+class Word:
+    """One shell word after expansion (as far as it can be known before running)."""
+
+    text: str
+    dynamic: bool = False
+    glob: bool = False
+    split: bool = False
+    """An unquoted run-time part: it may become several words, or none."""
+    positional: bool = False
+    procsub: bool = False
+    output: bool = False
+    """Part of it is the output of a command substitution (``"$(curl ...)"``)."""
+
+
+@dataclass
+class State:
+    """What bash knows at this point of the line."""
+
+    vars: dict[str, Val] = field(default_factory=dict)
+    cd: list[str] = field(default_factory=list)
+    cd_unknown: bool = False
+    made: set[str] = field(default_factory=set)
+    """Names of files linked, copied or moved on this line (running one is opaque)."""
+    functions: set[str] = field(default_factory=set)
+
+    def copy(self) -> "State":
+        return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions))
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Where a statement's stdin comes from and where its stdout goes."""
+
+    stdin: tuple[str, str] | None = None
+    """("pipe", detail), ("procsub", detail), ("text", static text), ("dyn", ""), ("file", path) or None."""
+    piped_out: bool = False
+    depth: int = 0
+    piped_text: str | None = None
+    """What a pipe carries, when the command writing it is static (``cat <<EOF``, ``echo 'x'``)."""
+
+    @property
+    def piped_in(self) -> bool:
+        return self.stdin is not None and self.stdin[0] in ("pipe", "procsub")
+
+
+@dataclass
+class Call:
+    """One simple command being dispatched: its words and context."""
+
+    words: list[Word]
+    env: dict[str, Val]
+    st: State
+    flow: Flow
+    wrappers: list[str]
+    redirects: list[tuple[str, str]]
+    cmd: Command
+
+    @property
+    def name(self) -> str:
+        return self.cmd.name
+
+    @property
+    def texts(self) -> list[str]:
+        return [w.text for w in self.words]
+
+
+class Walker:
+    """Fills ``result`` from the syntax tree of one command line (and the code it runs)."""
+
+    def __init__(self, result: Analysis, cwd: str, home: str) -> None:
+        self.result = result
+        self.cwd = cwd
+        self.home = home
+        self.broken = False
+
+    # -- entry points -------------------------------------------------------------------------
+
+    def code(self, text: str, st: State, flow: Flow, what: str) -> None:
+        """Analyse ``text`` as bash code run by ``what`` (one nesting level deeper)."""
+        if flow.depth >= MAX_DEPTH:
+            if self.result.unparseable is None:
+                self.result.unparseable = f"code nested deeper than {MAX_DEPTH} levels ({what})"
+            return
+        tree = parse(text)
+        root = tree.root_node
+        if root.has_error:
+            self.broken = True
+            if self.result.unparseable is None:
+                where = "" if flow.depth == 0 and what == "the command" else f" in the code {what} runs"
+                self.result.unparseable = _describe_error(root, text) + where
+        self.statements(root.children, st, replace(flow, depth=flow.depth + (0 if what == "the command" else 1)))
+
+    def opaque(self, construct: str, advice: str) -> None:
+        self.result.add_opaque(construct, advice)
+
+    def pipe(self, detail: str) -> None:
+        """A program reads its code from a pipe or a process substitution."""
+        if not self.result.pipes_into_shell:
+            self.result.pipes_into_shell = True
+            self.result.pipe_detail = detail
+
+    def stdin_program(self, name: str, flow: Flow, st: State, shell: bool) -> None:
+        """``name`` reads its program from stdin: check where that comes from."""
+        kind, value = flow.stdin or ("", "")
+        if kind == "pipe":
+            self.pipe(f"{value} | {name}")
+            if shell and flow.piped_text is not None:
+                self.code(flow.piped_text, st.copy(), Flow(depth=flow.depth), f"`{name}` (its stdin)")
+        elif kind == "procsub":
+            self.pipe(f"{name} < {value}")
+        elif kind == "text" and shell:
+            self.code(value, st.copy(), Flow(depth=flow.depth), f"`{name}` (its stdin)")
+        elif kind == "dyn" and shell:
+            self.opaque(
+                f"`{name}` runs a heredoc or here-string with parts only known at run time",
+                "quote the heredoc delimiter (<<'EOF') or run the commands directly",
+            )
+        elif kind == "file":
+            self.result.scripts.append(value)
+
+    # -- statements ---------------------------------------------------------------------------
+
+    def statements(self, nodes: list[Any], st: State, flow: Flow) -> None:
+        for node in nodes:
+            if node.is_named:
+                self.statement(node, st, flow)
+
+    def statement(self, node: Any, st: State, flow: Flow) -> None:
+        kind = node.type
+        handler = _STATEMENTS.get(kind)
+        if handler is not None:
+            handler(self, node, st, flow)
+        elif kind == "ERROR":
+            self.broken = True
+            self.statements(node.children, st, flow)
+        elif kind in ("comment", "heredoc_body", "heredoc_start", "heredoc_end", "file_descriptor"):
+            return
+        else:
+            self.unmodelled(node)
+
+    def unmodelled(self, node: Any) -> None:
+        if self.broken or node.is_missing:
+            return
+        snippet = _text(node)[:40]
+        self.opaque(
+            f"`{snippet}` ({node.type.replace('_', ' ')}) is shell syntax the guard does not model",
+            "write it as plain commands with quoted arguments, pipes and && / ||",
+        )
+
+    def _list(self, node: Any, st: State, flow: Flow) -> None:
+        self.statements(node.children, st, flow)
+
+    def _compound(self, node: Any, st: State, flow: Flow) -> None:
+        if node.children and node.children[0].type == "((":
+            for child in node.named_children:
+                self.arith(child, st)
+            return
+        self.statements(node.children, st, flow)
+
+    def _subshell(self, node: Any, st: State, flow: Flow) -> None:
+        self.statements(node.children, st.copy(), flow)
+
+    def _pipeline(self, node: Any, st: State, flow: Flow) -> None:
+        parts = [c for c in node.children if c.is_named and c.type != "comment"]
+        self._run_pipeline(parts, st, flow)
+
+    def _run_pipeline(self, parts: list[Any], st: State, flow: Flow, first_stdin: tuple[str, str] | None = None,
+                      last_redirects: list[Any] | None = None, first_text: str | None = None) -> None:
+        heads: list[Any] = []
+        first_redirects: list[Any] | None = None
+        if parts and parts[0].type == "redirected_statement":
+            body = parts[0].child_by_field_name("body")
+            if body is not None and body.type == "list":
+                # `a && b > f | c` comes out of the grammar as `(a && b > f) | c`; bash runs `a && (b > f | c)`
+                kids = [c for c in body.children if c.is_named]
+                heads, parts = kids[:-1], [kids[-1], *parts[1:]]
+                first_redirects = body.parent.children_by_field_name("redirect")
+        for head in heads:
+            self.statement(head, st, flow)
+        for i, part in enumerate(parts):
+            stdin = (first_stdin or flow.stdin) if i == 0 else ("pipe", _lead(parts[i - 1]))
+            text = first_text if i == 0 else _static_output(parts[i - 1])
+            here = Flow(stdin=stdin, piped_out=i < len(parts) - 1 or flow.piped_out, depth=flow.depth,
+                        piped_text=text)
+            st_here = st.copy() if len(parts) > 1 else st
+            redirects = (first_redirects or []) if i == 0 else []
+            if last_redirects and i == len(parts) - 1:
+                redirects = [*redirects, *last_redirects]
+            if redirects:
+                self._with_redirects(part, redirects, st_here, here)
+            else:
+                self.statement(part, st_here, here)
+
+    def _negated(self, node: Any, st: State, flow: Flow) -> None:
+        self.statements(node.children, st, flow)
+
+    def _if(self, node: Any, st: State, flow: Flow) -> None:
+        self.statements(node.children, st, flow)
+
+    def _while(self, node: Any, st: State, flow: Flow) -> None:
+        self.statements(node.children, st, flow)
+
+    def _do_group(self, node: Any, st: State, flow: Flow) -> None:
+        self.statements(node.children, st, flow)
+
+    def _for(self, node: Any, st: State, flow: Flow) -> None:
+        var = node.child_by_field_name("variable")
+        values: list[Word] = []
+        for value in node.children_by_field_name("value"):
+            values.extend(self.words(value, st, flow))
+        body = node.child_by_field_name("body")
+        name = _text(var) if var is not None else ""
+        known = values and all(not w.dynamic for w in values) and len(values) <= 8
+        is_select = any(c.type == "select" for c in node.children)
+        for item in (values if known and not is_select else [None]):
+            if name:
+                st.vars[name] = item.text if item is not None else None
+            if body is not None:
+                self.statement(body, st, flow)
+
+    def _c_for(self, node: Any, st: State, flow: Flow) -> None:
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                name = child.child_by_field_name("name")
+                value = child.child_by_field_name("value")
+                if value is not None:
+                    self.arith(value, st)
+                if name is not None and name.type == "variable_name":
+                    st.vars[_text(name)] = "0"
+            elif child.type == "do_group" or child.type == "compound_statement":
+                self.statement(child, st, flow)
+            else:
+                self.arith(child, st)
+
+    def _case(self, node: Any, st: State, flow: Flow) -> None:
+        value = node.child_by_field_name("value")
+        if value is not None:
+            self.words(value, st, flow)
+        for item in node.named_children:
+            if item.type != "case_item":
+                continue
+            for i, child in enumerate(item.children):
+                if item.field_name_for_child(i) == "value":
+                    self.words(child, st, flow)
+                elif child.is_named:
+                    self.statement(child, st, flow)
+
+    def _function(self, node: Any, st: State, flow: Flow) -> None:
+        name_node = node.child_by_field_name("name")
+        name = _text(name_node) if name_node is not None else ""
+        body = node.child_by_field_name("body")
+        if name == "command_not_found_handle":
+            self.opaque("a `command_not_found_handle` function runs for every unknown command",
+                        "define ordinary functions, or none")
+        st.functions.add(name)
+        if body is None:
+            return
+        if name and _calls_itself_in_a_pipe(body, name):
+            self.result.fork_bomb = True
+        # the body runs when the function is called: check it as if it ran here, arguments unknown
+        self.statement(body, st.copy(), flow)
+
+    def _redirected(self, node: Any, st: State, flow: Flow) -> None:
+        self._with_redirects(node.child_by_field_name("body"), node.children_by_field_name("redirect"), st, flow)
+
+    def _with_redirects(self, body: Any, redirects: list[Any], st: State, flow: Flow) -> None:
+        # The grammar hangs `a && b > f` and `a | b > f` on the whole list or pipeline; bash binds the
+        # redirection to the last command only.
+        if body is not None and body.type == "list":
+            kids = [c for c in body.children if c.is_named]
+            for kid in kids[:-1]:
+                self.statement(kid, st, flow)
+            self._with_redirects(kids[-1] if kids else None, redirects, st, flow)
+            return
+        if body is not None and body.type == "pipeline":
+            parts = [c for c in body.children if c.is_named and c.type != "comment"]
+            self._run_pipeline(parts, st, flow, last_redirects=redirects)
+            return
+        flow2, pairs, tails = self.redirects(redirects, st, flow)
+        if tails:
+            self._with_tails(body, pairs, tails, st, flow, flow2)
+            return
+        if body is None:
+            return
+        if body.type == "command":
+            self.command(body, st, flow2, pairs)
+        elif body.type == "declaration_command":
+            from ralph_plugins.guards.programs import declaration
+
+            declaration(self, body, st, flow2, pairs)
+        else:
+            self.statement(body, st, flow2)
+
+    def _with_tails(self, body: Any, pairs: list, tails: list[Any], st: State, flow: Flow, flow2: Flow) -> None:
+        """``cat <<EOF | sh`` and ``cat <<EOF && x``: the grammar hangs the rest of the line on the heredoc."""
+        pipe = [t for t in tails if t.type == "pipeline"]
+        rest = [t for t in tails if t.type != "pipeline"]
+        if body is not None:
+            out = replace(flow2, piped_out=bool(pipe) or flow2.piped_out)
+            if body.type == "command":
+                self.command(body, st, out, pairs)
+            else:
+                self.statement(body, st, out)
+        for p in pipe:
+            parts = [c for c in p.children if c.is_named]
+            static = None
+            if body is not None and body.type == "command" and _text(body).strip() == "cat" and flow2.stdin and \
+                    flow2.stdin[0] == "text":
+                static = flow2.stdin[1]
+            self._run_pipeline(parts, st, flow, first_stdin=("pipe", _lead(body) if body is not None else "heredoc"),
+                               first_text=static)
+        for r in rest:
+            self.statement(r, st, flow)
+
+    def _assignment(self, node: Any, st: State, flow: Flow) -> None:
+        name, value = self.assignment(node, st, flow)
+        if name is not None:
+            from ralph_plugins.guards.programs import check_env
+
+            check_env(self, name, value, st, flow)
+            st.vars[name] = value
+
+    def _assignments(self, node: Any, st: State, flow: Flow) -> None:
+        for child in node.named_children:
+            self.statement(child, st, flow)
+
+    def _declaration(self, node: Any, st: State, flow: Flow) -> None:
+        from ralph_plugins.guards.programs import declaration
+
+        declaration(self, node, st, flow)
+
+    def _unset(self, node: Any, st: State, flow: Flow) -> None:
+        for child in node.named_children:
+            words = self.words(child, st, flow)
+            for w in words:
+                st.vars.pop(w.text, None)
+
+    def _test(self, node: Any, st: State, flow: Flow) -> None:
+        double = bool(node.children) and node.children[0].type == "[["
+        self._test_expr(node, st, flow, double)
+
+    def _test_expr(self, node: Any, st: State, flow: Flow, double: bool) -> None:
+        for child in node.named_children:
+            if child.type in ("binary_expression", "unary_expression", "parenthesized_expression"):
+                op = child.child_by_field_name("operator")
+                if double and op is not None and _text(op) in ("-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
+                    for side in child.named_children:
+                        if side is not op:
+                            self.arith(side, st)
+                self._test_expr(child, st, flow, double)
+            elif child.type not in ("test_operator", "regex", "extglob_pattern"):
+                self.words(child, st, flow)
+
+    # -- simple commands ----------------------------------------------------------------------
+
+    def command(self, node: Any, st: State, flow: Flow, outer: list[tuple[str, str]] | None = None) -> None:
+        env: dict[str, Val] = {}
+        words: list[Word] = []
+        inline: list[Any] = []
+        has_name = False
+        for i, child in enumerate(node.children):
+            fname = node.field_name_for_child(i)
+            if child.type == "variable_assignment" and not has_name:
+                name, value = self.assignment(child, st, flow)
+                if name is not None:
+                    env[name] = value
+            elif fname == "name":
+                has_name = True
+                for part in child.named_children or [child]:
+                    words.extend(self.words(part, st, flow))
+            elif fname == "redirect" or child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                inline.append(child)
+            elif fname == "argument":
+                if not child.is_named:
+                    self.opaque(
+                        f"`{_text(child)}` where a word belongs (e.g. a $\"...\" translated string)",
+                        "use a plain quoted string",
+                    )
+                    continue
+                words.extend(self.words(child, st, flow))
+            elif child.is_named and child.type != "comment":
+                self.unmodelled(child)
+        flow2, pairs, _ = self.redirects(inline, st, flow)
+        pairs = (outer or []) + pairs
+        if not has_name:
+            from ralph_plugins.guards.programs import check_env
+
+            for name, value in env.items():
+                check_env(self, name, value, st, flow)
+                st.vars[name] = value
+            return
+        self.run(words, env, st, flow2, [], pairs)
+
+    def run(self, words: list[Word], env: dict[str, Val], st: State, flow: Flow, wrappers: list[str],
+            redirects: list[tuple[str, str]]) -> None:
+        """Dispatch one simple command (after its words were expanded)."""
+        from ralph_plugins.guards.programs import check_env, dispatch
+
+        words = [w for w in words if w.text or not w.split]
+        if not words:
+            return
+        for name, value in env.items():
+            check_env(self, name, value, st, flow, persistent=False)
+        stdin_text = flow.stdin[1] if flow.stdin and flow.stdin[0] == "text" else None
+        cmd = Command(
+            argv=[w.text for w in words],
+            dynamic=[w.dynamic for w in words],
+            glob=[w.glob for w in words],
+            assignments={k: (v if isinstance(v, str) else "$?") for k, v in env.items()},
+            redirects=list(redirects),
+            piped_in=flow.piped_in,
+            piped_out=flow.piped_out,
+            wrappers=list(wrappers),
+            cd=list(st.cd),
+            cd_unknown=st.cd_unknown,
+            depth=flow.depth,
+            stdin=stdin_text,
+        )
+        call = Call(words, env, st, flow, wrappers, redirects, cmd)
+        first = words[0]
+        if first.positional or first.dynamic or first.glob:
+            self.result.simple.append(cmd)
+            if first.positional:
+                self.opaque(
+                    f"positional parameters (`{first.text}`) run as a command",
+                    "write the command itself instead of passing it through `set --`, a function or `bash -c`",
+                )
+            elif first.dynamic:
+                self.opaque(
+                    f"the command name `{first.text}` is only known at run time",
+                    "write the program's name itself (e.g. `git status`, not `$cmd status`)",
+                )
+            else:
+                self.opaque(f"the command name `{first.text}` is a glob pattern", "write the program's name itself")
+            if flow.piped_in:
+                self.pipe(f"{flow.stdin[1] if flow.stdin else ''} | {first.text}")
+            return
+        typed = basename(first.text)
+        if typed in st.made and typed not in st.functions:
+            self.opaque(
+                f"`{first.text}` runs a file linked, copied or moved on the same line",
+                "call the program by its own name, in a separate command",
+            )
+        if "/" in first.text and not typed.startswith("git-"):
+            real = self._link_target(first.text, st)
+            if real not in ("busybox", "toybox"):  # multi-call programs act on the name they were called by
+                cmd.real_name = real
+        dispatch(self, call)
+
+    def _link_target(self, text: str, st: State) -> str | None:
+        import os
+
+        path = resolve_path(text, self.cwd, self.home, False, st.cd, st.cd_unknown)
+        if path is None or not os.path.islink(path):
+            return None
+        real = basename(os.path.realpath(path))
+        return real if real != basename(text) else None
+
+    # -- assignments and redirections ------------------------------------------------------------
+
+    def assignment(self, node: Any, st: State, flow: Flow) -> tuple[str | None, Val]:
+        name_node = node.child_by_field_name("name")
+        value_node = node.child_by_field_name("value")
+        if name_node is None:
+            return None, None
+        if name_node.type == "subscript":
+            index = name_node.child_by_field_name("index")
+            if index is not None:
+                self.arith(index, st)
+            base = name_node.child_by_field_name("name")
+            return (_text(base) if base is not None else None), None
+        name = _text(name_node)
+        append = any(c.type == "+=" for c in node.children)
+        if value_node is None:
+            return name, ""
+        if value_node.type == "array":
+            items: list[str] = []
+            dynamic = False
+            for child in value_node.named_children:
+                for w in self.words(child, st, flow):
+                    items.append(w.text)
+                    dynamic = dynamic or w.dynamic
+            return name, None if dynamic else items
+        words = self.words(value_node, st, flow, split=False)
+        if len(words) != 1 or words[0].dynamic:
+            return name, None
+        value = words[0].text
+        if append:
+            old = st.vars.get(name, None)
+            return name, (old + value) if isinstance(old, str) else None
+        return name, value
+
+    def redirects(self, nodes: list[Any], st: State, flow: Flow) -> tuple[Flow, list[tuple[str, str]], list[Any]]:
+        stdin = flow.stdin
+        pairs: list[tuple[str, str]] = []
+        tails: list[Any] = []
+        queue = list(nodes)
+        while queue:
+            node = queue.pop(0)
+            if node.type == "file_redirect":
+                stdin = self._file_redirect(node, st, flow, pairs, stdin)
+            elif node.type == "herestring_redirect":
+                words = [w for c in node.named_children for w in self.words(c, st, flow, split=False)]
+                text = " ".join(w.text for w in words)
+                stdin = ("dyn", "") if any(w.dynamic for w in words) else ("text", text + "\n")
+                pairs.append(("<<<", text))
+            elif node.type == "heredoc_redirect":
+                stdin = self._heredoc(node, st, flow, pairs, queue, tails) or stdin
+            elif node.is_named:
+                self.unmodelled(node)
+        return replace(flow, stdin=stdin), pairs, tails
+
+    def _file_redirect(self, node: Any, st: State, flow: Flow, pairs: list, stdin: Any) -> Any:
+        op = "".join(_text(c) for c in node.children if not c.is_named)
+        fd_node = node.child_by_field_name("descriptor")
+        fd = _text(fd_node) if fd_node is not None else ""
+        dests = node.children_by_field_name("destination")
+        words = [w for d in dests for w in self.words(d, st, flow, split=False)]
+        if not words:
+            return stdin
+        target = words[0]
+        pairs.append((fd + op, target.text))
+        if op in (">&", "<&") and (re.fullmatch(r"[0-9]+-?|-", target.text) or target.dynamic and not target.split):
+            return stdin
+        if op in _OUTPUT_OPS:
+            if not target.procsub:
+                self.result.writes.append(
+                    WriteTarget(target.text, target.dynamic, target.glob, list(st.cd), st.cd_unknown, fd + op,
+                                truncates=op not in (">>", "&>>"))
+                )
+            return stdin
+        if op in ("<", "<>") and fd in ("", "0"):
+            if target.procsub:
+                return ("procsub", target.text)
+            if target.dynamic:
+                return ("dyn", "")
+            return ("file", target.text)
+        return stdin
+
+    def _heredoc(self, node: Any, st: State, flow: Flow, pairs: list, queue: list, tails: list) -> Any:
+        start = ""
+        body = None
+        stdin = None
+        strip_tabs = any(c.type == "<<-" for c in node.children)
+        for i, child in enumerate(node.children):
+            fname = node.field_name_for_child(i)
+            if child.type == "heredoc_start":
+                start = _text(child)
+            elif child.type == "heredoc_body":
+                body = child
+            elif child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
+                queue.append(child)
+            elif child.type == "pipeline" or fname == "right":
+                tails.append(child)
+        quoted = any(ch in start for ch in "'\"\\")
+        if body is None:
+            stdin = ("text", "")
+        elif quoted or not body.named_children or all(c.type == "heredoc_content" for c in body.named_children):
+            text = _text(body)
+            if strip_tabs:
+                text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
+            stdin = ("text", text)
+        else:
+            for child in body.named_children:
+                if child.type != "heredoc_content":
+                    self.words(child, st, flow)
+            stdin = ("dyn", "")
+        pairs.append(("<<", "<heredoc>"))
+        return stdin
+
+    # -- words ----------------------------------------------------------------------------------
+
+    def words(self, node: Any, st: State, flow: Flow, split: bool = True) -> list[Word]:
+        """The words ``node`` expands to (brace expansion and word splitting of known values applied)."""
+        chars: list[tuple[str, int]] = []
+        flags = {"positional": False, "procsub": False, "output": False}
+        self._parts(node, st, flow, chars, False, flags)
+        return _assemble(chars, flags, split)
+
+    def _parts(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        kind = node.type
+        if kind == "word" or kind == "number" or kind == "brace_expression":
+            if quoted:
+                _push(out, _text(node), _QUOTED)
+            else:
+                _unquote_word(_text(node), out)
+        elif kind in ("extglob_pattern", "regex", "test_operator"):
+            _push(out, _text(node), _QUOTED if quoted else _LIT)
+        elif kind == "raw_string":
+            _push(out, _text(node)[1:-1], _QUOTED)
+        elif kind == "ansi_c_string":
+            _push(out, _ansi_c(_text(node)[2:-1]), _QUOTED)
+        elif kind in ("string", "translated_string"):
+            for child in node.children:
+                if child.type == "string_content":
+                    _push(out, _dq_unescape(_text(child)), _QUOTED)
+                elif child.is_named:
+                    self._parts(child, st, flow, out, True, flags)
+        elif kind == "concatenation":
+            for child in node.children:
+                if child.is_named:
+                    self._parts(child, st, flow, out, quoted, flags)
+                elif child.type == "$":
+                    self._parts(child, st, flow, out, quoted, flags)
+                else:
+                    _push(out, _text(child), _QUOTED if quoted else _LIT)
+        elif kind == "simple_expansion":
+            inner = node.named_children[0] if node.named_children else None
+            self._var(_text(inner) if inner is not None else "", _text(node), st, out, quoted, flags)
+        elif kind == "expansion":
+            self._expansion(node, st, flow, out, quoted, flags)
+        elif kind == "command_substitution":
+            self.substitution(node, st, flow)
+            flags["output"] = True
+            _push(out, _text(node), _DYNQ if quoted else _DYNU)
+        elif kind == "process_substitution":
+            writes_into = bool(node.children) and node.children[0].type == ">("
+            inner = Flow(stdin=("pipe", "process substitution") if writes_into else None, piped_out=not writes_into,
+                         depth=flow.depth)
+            self.statements(node.children, st.copy(), inner)
+            flags["procsub"] = True
+            _push(out, _text(node), _DYNQ)
+        elif kind == "arithmetic_expansion":
+            for child in node.named_children:
+                self.arith(child, st)
+            _push(out, _text(node), _DYNQ if quoted else _DYNU)
+        elif kind == "$":
+            self.opaque("a `$` the grammar reads apart from its word (e.g. $\"...\")", "use a plain quoted string")
+            _push(out, "$", _DYNQ)
+        elif kind == "variable_name":
+            _push(out, _text(node), _QUOTED if quoted else _LIT)
+        else:
+            self.unmodelled(node)
+            _push(out, _text(node), _DYNQ)
+
+    def substitution(self, node: Any, st: State, flow: Flow) -> None:
+        """``$(...)`` / backticks: the commands inside run (in a subshell)."""
+        self.statements(node.children, st.copy(), Flow(stdin=flow.stdin, piped_out=True, depth=flow.depth))
+
+    def _var(self, name: str, shown: str, st: State, out: list, quoted: bool, flags: dict) -> None:
+        if name in ("@", "*") or name.isdigit() and name != "0":
+            flags["positional"] = True
+            _push(out, shown, _DYNQ if quoted else _DYNU)
+            return
+        if name in st.vars:
+            value = st.vars[name]
+            if isinstance(value, list):
+                value = value[0] if value else ""
+            if isinstance(value, str):
+                _push(out, value, _QUOTED if quoted else _EXP)
+                return
+        _push(out, shown, _DYNQ if quoted else _DYNU)
+
+    def _expansion(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        children = node.children
+        ops = [_text(c) for c in children if not c.is_named and c.type not in ("${", "}")]
+        named = [c for c in children if c.is_named]
+        if ops and ops[0] == "!":
+            self.opaque(f"indirect expansion `{_text(node)}` reads a variable named at run time",
+                        "use the variable itself")
+            _push(out, _text(node), _DYNQ if quoted else _DYNU)
+            return
+        if "@" in ops:
+            after = ops[ops.index("@") + 1 :]
+            if after and after[0] == "P":
+                self.opaque(f"prompt expansion `{_text(node)}` can run commands", "print the variable plainly")
+        target = named[0] if named else None
+        name = ""
+        if target is not None and target.type in ("variable_name", "special_variable_name"):
+            name = _text(target)
+        elif target is not None and target.type == "subscript":
+            base = target.child_by_field_name("name")
+            index = target.child_by_field_name("index")
+            name = _text(base) if base is not None else ""
+            if index is not None and _text(index) not in ("@", "*"):
+                self.arith(index, st)
+        arith_next = False
+        for child in named[1:]:  # operands of the operator: substitutions run, arithmetic is evaluated
+            if arith_next or (child.prev_sibling is not None and _text(child.prev_sibling) == ":"):
+                self.arith(child, st)
+            else:
+                self._parts(child, st, flow, [], True, {"positional": False, "procsub": False, "output": False})
+        if ops and ops[0] == "#" and (not named or named[0] is target):
+            _push(out, _text(node), _DYNQ if quoted else _DYNU)
+            return
+        if name in ("@", "*") or name.isdigit() and name != "0":
+            flags["positional"] = True
+        value = st.vars.get(name) if name in st.vars else None
+        if isinstance(value, list):
+            value = value[0] if value else ""
+        if not ops and isinstance(value, str) and target is not None and target.type != "subscript":
+            _push(out, value, _QUOTED if quoted else _EXP)
+            return
+        if ops and ops[0] in (":-", "-") and isinstance(value, str) and (value or ops[0] == "-"):
+            _push(out, value, _QUOTED if quoted else _EXP)
+            return
+        _push(out, _text(node), _DYNQ if quoted else _DYNU)
+
+    # -- arithmetic -----------------------------------------------------------------------------
+
+    def arith(self, node: Any, st: State) -> None:
+        """Arithmetic evaluates variable values as expressions (``a[$(cmd)]`` runs cmd): only numbers are safe."""
+        for name in _arith_names(node, self):
+            self.arith_name(name, st, _text(node))
+
+    def arith_name(self, name: str, st: State, shown: str) -> None:
+        value = st.vars.get(name, None)
+        if isinstance(value, str) and (value == "" or _NUMBER.fullmatch(value.strip())):
+            return
+        self.opaque(
+            f"arithmetic `{shown[:40]}` evaluates `{name}`, whose value is not known to be a plain number "
+            "(a value like `a[$(cmd)]` runs cmd)",
+            "use literal numbers, or variables set to numbers on the same line",
+        )
+
+
+_STATEMENTS = {
+    "program": Walker._list,
+    "list": Walker._list,
+    "compound_statement": Walker._compound,
+    "subshell": Walker._subshell,
+    "pipeline": Walker._pipeline,
+    "negated_command": Walker._negated,
+    "if_statement": Walker._if,
+    "elif_clause": Walker._if,
+    "else_clause": Walker._if,
+    "while_statement": Walker._while,
+    "do_group": Walker._do_group,
+    "for_statement": Walker._for,
+    "c_style_for_statement": Walker._c_for,
+    "case_statement": Walker._case,
+    "function_definition": Walker._function,
+    "redirected_statement": Walker._redirected,
+    "command": lambda w, n, st, flow: w.command(n, st, flow),
+    "variable_assignment": Walker._assignment,
+    "variable_assignments": Walker._assignments,
+    "declaration_command": Walker._declaration,
+    "unset_command": Walker._unset,
+    "test_command": Walker._test,
+}
+
+
+def walk(command: str, result: Analysis, cwd: str, home: str) -> None:
+    """Analyse ``command`` into ``result`` (see :func:`ralph_plugins.guards.shell.analyze`)."""
+    Walker(result, cwd, home).code(command, State(), Flow(), "the command")
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _text(node: Any) -> str:
+    return node.text.decode("utf-8", "surrogatepass") if node is not None else ""
+
+
+def _lead(node: Any) -> str:
+    text = _text(node).strip().split("\n", 1)[0]
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _describe_error(root: Any, text: str) -> str:
+    stack = [root]
+    while stack:
+        node = stack.pop(0)
+        if node.is_error or node.is_missing:
+            line, col = node.start_point
+            near = _text(node)[:20] or text[node.start_byte : node.start_byte + 20]
+            what = f"missing `{node.type}`" if node.is_missing else f"syntax error near `{near.strip()}`"
+            return f"{what} (line {line + 1}, column {col + 1})"
+        stack.extend(node.children)
+    return "syntax error"
+
+
+def _static_output(node: Any) -> str | None:
+    """The text a pipeline element writes, if it is ``cat <<'EOF'``/``cat <<< 'x'`` or ``echo`` of plain words."""
+    redirects = []
+    if node.type == "redirected_statement":
+        redirects = node.children_by_field_name("redirect")
+        node = node.child_by_field_name("body")
+    if node is None or node.type != "command":
+        return None
+    name = node.child_by_field_name("name")
+    args = node.children_by_field_name("argument")
+    inline = [c for c in node.children if c.type in ("herestring_redirect", "heredoc_redirect")]
+    program = _text(name)
+    if program == "echo" and all(a.type in ("word", "raw_string") for a in args):
+        return " ".join(_text(a) if a.type == "word" else _text(a)[1:-1] for a in args) + "\n"
+    if program == "cat" and not args:
+        for r in [*redirects, *inline]:
+            if r.type == "herestring_redirect" and r.named_children and r.named_children[0].type in ("word",
+                                                                                                  "raw_string"):
+                value = _text(r.named_children[0])
+                return (value[1:-1] if value.startswith("'") else value) + "\n"
+            if r.type == "heredoc_redirect":
+                body = next((c for c in r.children if c.type == "heredoc_body"), None)
+                if body is not None and all(c.type == "heredoc_content" for c in body.named_children):
+                    return _text(body)
+    return None
+
+
+def _calls_itself_in_a_pipe(node: Any, name: str) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "pipeline":
+            names = [_text(c.child_by_field_name("name")) for c in n.named_children if c.type == "command"]
+            if name in names:
+                return True
+        stack.extend(n.children)
+    return False
+
+
+def _arith_names(node: Any, walker: Walker) -> list[str]:
+    names: list[str] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        t = n.type
+        if t in ("variable_name", "word") and _IDENT.fullmatch(_text(n)):
+            names.append(_text(n))
+        elif t == "simple_expansion" and n.named_children:
+            inner = _text(n.named_children[0])
+            if inner not in ("?", "#", "$", "!", "-") and not (inner.isdigit() and inner != "0"):
+                names.append(inner)
+            elif inner.isdigit():
+                names.append(inner)
+        elif t == "expansion":
+            walker._parts(n, State(), Flow(), [], True, {"positional": False, "procsub": False, "output": False})
+            for c in n.named_children:
+                if c.type == "variable_name":
+                    names.append(_text(c))
+        elif t in ("command_substitution",):
+            walker.substitution(n, State(), Flow())
+        else:
+            stack.extend(n.children)
+    return names
+
+
+def _push(out: list, text: str, kind: int) -> None:
+    out.extend((ch, kind) for ch in text)
+
+
+def _unquote_word(text: str, out: list) -> None:
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\" and i + 1 < n:
+            if text[i + 1] != "\n":
+                out.append((text[i + 1], _QUOTED))
+            i += 2
+            continue
+        out.append((ch, _LIT))
+        i += 1
+
+
+def _dq_unescape(text: str) -> str:
+    return re.sub(r"\\([\\$`\"\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _ansi_c(s: str) -> str:
+    out: list[str] = []
+    i, n = 0, len(s)
+    while i < n:
+        ch = s[i]
+        if ch != "\\" or i + 1 >= n:
+            out.append(ch)
+            i += 1
+            continue
+        nxt = s[i + 1]
+        if nxt in _C_ESCAPES:
+            out.append(_C_ESCAPES[nxt])
+            i += 2
+        elif nxt == "x":
+            m = re.match(r"[0-9a-fA-F]{1,2}", s[i + 2 :])
+            out.append(chr(int(m.group(), 16)) if m else "\\x")
+            i += 2 + (len(m.group()) if m else 0)
+        elif nxt in "uU":
+            m = re.match(r"[0-9a-fA-F]{1,%d}" % (4 if nxt == "u" else 8), s[i + 2 :])
+            try:
+                out.append(chr(int(m.group(), 16)) if m else "\\" + nxt)
+            except ValueError:
+                out.append("?")
+            i += 2 + (len(m.group()) if m else 0)
+        elif nxt in "01234567":
+            m = re.match(r"[0-7]{1,3}", s[i + 1 :])
+            assert m is not None
+            out.append(chr(int(m.group(), 8) & 0xFF))
+            i += 1 + len(m.group())
+        elif nxt == "c" and i + 2 < n:
+            out.append(chr(ord(s[i + 2]) & 0x1F))
+            i += 3
+        else:
+            out.append("\\" + nxt)
+            i += 2
+    return "".join(out)
+
+
+def _assemble(chars: list[tuple[str, int]], flags: dict, split: bool) -> list[Word]:
+    variants = _brace_expand(chars) if any(ch == "{" and k == _LIT for ch, k in chars) else [chars]
+    words: list[Word] = []
+    for variant in variants:
+        pieces = _split(variant) if split else [variant]
+        for piece in pieces:
+            text = "".join(ch for ch, _ in piece)
+            kinds = {k for _, k in piece}
+            if not text and piece and kinds <= {_EXP, _DYNU}:
+                continue
+            words.append(
+                Word(
+                    text=text,
+                    dynamic=bool(kinds & {_DYNQ, _DYNU}),
+                    glob=_is_glob(piece),
+                    split=_DYNU in kinds,
+                    positional=flags["positional"],
+                    procsub=flags["procsub"],
+                    output=flags.get("output", False),
+                )
+            )
+    if not words and chars and not any(k in (_EXP, _DYNU) for _, k in chars):
+        words.append(Word(""))
+    return words[:_MAX_WORDS]
+
+
+def _split(chars: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    if not any(k == _EXP and ch in " \t\n" for ch, k in chars):
+        return [chars]
+    out: list[list[tuple[str, int]]] = [[]]
+    for ch, k in chars:
+        if k == _EXP and ch in " \t\n":
+            if out[-1]:
+                out.append([])
+        else:
+            out[-1].append((ch, k))
+    return [p for p in out if p]
+
+
+def _is_glob(chars: list[tuple[str, int]]) -> bool:
+    for i, (ch, k) in enumerate(chars):
+        if k not in (_LIT, _EXP):
+            continue
+        if ch in "*?":
+            return True
+        if ch == "[" and any(c == "]" and kk in (_LIT, _EXP) for c, kk in chars[i + 2 :]):
+            return True
+    return False
+
+
+def _brace_expand(chars: list[tuple[str, int]], budget: int = _MAX_WORDS) -> list[list[tuple[str, int]]]:
+    """Bash brace expansion over the unquoted literal characters: ``a{b,c}`` -> ``ab ac``, ``{1..3}``."""
+    n = len(chars)
+    for start in range(n):
+        if chars[start] != ("{", _LIT):
+            continue
+        depth, commas, end = 0, [], -1
+        for j in range(start + 1, n):
+            ch, k = chars[j]
+            if k != _LIT:
+                continue
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                if depth == 0:
+                    end = j
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                commas.append(j)
+        if end < 0:
+            continue
+        prefix, suffix = chars[:start], chars[end + 1 :]
+        if commas:
+            bounds = [start, *commas, end]
+            alternatives = [chars[bounds[i] + 1 : bounds[i + 1]] for i in range(len(bounds) - 1)]
+        else:
+            inner = "".join(ch for ch, _ in chars[start + 1 : end])
+            seq = _sequence(inner)
+            if seq is None:
+                continue
+            alternatives = [[(ch, _LIT) for ch in item] for item in seq]
+        out: list[list[tuple[str, int]]] = []
+        for alt in alternatives:
+            for tail in _brace_expand(alt + suffix, budget):
+                out.append(prefix + tail)
+                if len(out) >= budget:
+                    return out
+        return out
+    return [chars]
+
+
+def _sequence(inner: str) -> list[str] | None:
+    m = re.fullmatch(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?", inner)
+    if m:
+        a, b = int(m.group(1)), int(m.group(2))
+        step = abs(int(m.group(3) or 1)) or 1
+        rng = range(a, b + 1, step) if a <= b else range(a, b - 1, -step)
+        return [str(x) for x in list(rng)[:_MAX_WORDS]]
+    m = re.fullmatch(r"([A-Za-z])\.\.([A-Za-z])", inner)
+    if m:
+        a, b = ord(m.group(1)), ord(m.group(2))
+        return [chr(x) for x in (range(a, b + 1) if a <= b else range(a, b - 1, -1))]
+    return None
