@@ -527,6 +527,7 @@ ORDINARY: list[str] = [
     "set -euo pipefail; pytest -q",
     "case \"$(uname)\" in Linux) echo linux;; *) echo other;; esac",
     "cd src && ls && cd ..",
+    "cd \"$CLAUDE_PROJECT_DIR\" && rm -rf build && pytest -q",
     "export PATH=$PWD/node_modules/.bin:$PATH && npm run build",
     "source .venv/bin/activate && pytest",
     "python3 -m venv .venv && .venv/bin/pip install -e '.[test]'",

@@ -658,11 +658,10 @@ def _cd(w: Walker, call: Call) -> None:
         st.cd.append(w.home) if call.name == "cd" else None
         return
     target = call.words[i]
-    if target.text == "-" or target.dynamic and not re.match(r"\$\{?HOME\}?(/|$)", target.text):
+    if target.text == "-" or target.dynamic and not re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?(/[^$`]*)?",
+                                                                  target.text):
         st.cd_unknown = True
-    elif target.dynamic:
-        st.cd.append("~" + re.sub(r"^\$\{?HOME\}?", "", target.text))
-    else:
+    else:  # a literal, or one variable resolve_path may know (`cd "$CLAUDE_PROJECT_DIR"`)
         st.cd.append(target.text)
 
 

@@ -42,6 +42,7 @@ class _Protected:
         cwd = event.payload.get("cwd")
         self.cwd = os.path.normpath(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else project
         self.home = (event.environ or {}).get("HOME") or os.path.expanduser("~")
+        self.known = {"CLAUDE_PROJECT_DIR": project}
         files = [
             *loop.protected_paths,
             os.path.join(project, ".ralph-active"),
@@ -75,7 +76,7 @@ class _Protected:
         return False
 
     def resolve(self, text: str, dynamic: bool, cd: list[str], cd_unknown: bool) -> str | None:
-        return resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown)
+        return resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown, self.known)
 
 
 def _deny(shown: str) -> list[Denial]:

@@ -223,7 +223,7 @@ def resolve_path(
         return None
     base = cwd
     for step in cd or []:
-        nxt = resolve_path(step, base, home, False, None, False, known)
+        nxt = resolve_path(step, base, home, step.startswith("$"), None, False, known)
         if nxt is None:
             return None
         base = nxt

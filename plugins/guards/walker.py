@@ -29,6 +29,7 @@ _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "&>|"})
 _C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
               "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
 _MAX_WORDS = 256
+_GLOB_TEXT = re.compile(r"[*?]|\[.*\]")
 # kinds of characters in a word being assembled
 _LIT, _QUOTED, _EXP, _DYNQ, _DYNU = range(5)
 
@@ -608,6 +609,15 @@ class Walker:
 
     def words(self, node: Any, st: State, flow: Flow, split: bool = True) -> list[Word]:
         """The words ``node`` expands to (brace expansion and word splitting of known values applied)."""
+        kind = node.type
+        if kind == "word" or kind == "number":  # the common cases, without the per-character model
+            text = _text(node)
+            if "\\" not in text and "{" not in text:
+                return [Word(text, glob=bool(_GLOB_TEXT.search(text)))]
+        elif kind == "raw_string":
+            return [Word(_text(node)[1:-1])]
+        elif kind == "string" and all(c.type in ('"', "string_content") for c in node.children):
+            return [Word(_dq_unescape("".join(_text(c) for c in node.children if c.type == "string_content")))]
         chars: list[tuple[str, int]] = []
         flags = {"positional": False, "procsub": False, "output": False}
         self._parts(node, st, flow, chars, False, flags)
