@@ -13,7 +13,7 @@ import pytest
 
 from guard_corpus import ATTACKS, ORDINARY, Attack
 from ralph.contracts import LoopView
-from ralph.plugins import PluginHost
+from ralph.plugin.manager import PluginHost
 from ralph.testing.hooks import make_event
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "guards.md"
