@@ -45,6 +45,7 @@ class RalphConfig(BaseModel):
     task_store: str | None = Field(None, description="task list format; detected when unset")
     state_dir: str | None = Field(None, description="where run directories go (default: ~/.local/state/ralph)")
     output: Literal["normal", "quiet", "verbose"] = Field("normal", description="console verbosity")
+    live: bool = Field(True, description="on a terminal, a live footer (progress, iteration, cost) below the output")
     max_attempts: int = Field(5, ge=1, description="failed gate attempts per story before it is stopped")
     strategy_shifts: int = Field(2, ge=0, description="tier-1 strategy shifts for a stuck story before tier 2/3")
     on_gate_failure: Literal["keep", "rollback"] = Field(
@@ -63,6 +64,10 @@ class RalphConfig(BaseModel):
     )
     usage_limit_wait: float = Field(900.0, gt=0, description="seconds to wait when the reset time is not given")
     usage_limit_max_wait: float = Field(6 * 3600.0, gt=0, description="longest wait for a reset before exiting")
+    rate_limit_wait: float = Field(30.0, gt=0, description="first wait after a 429/overload rejection without retry-after")
+    rate_limit_max_backoff: float = Field(900.0, gt=0, description="longest single wait of the doubling rate-limit backoff")
+    max_agent_failures: int = Field(3, ge=1, description="consecutive agent failures with the same error before the run stops")
+    preflight: bool = Field(True, description="check the runner and agent (binary, credentials, files) before iteration 1")
 
 
 CORE_KEYS = frozenset(RalphConfig.model_fields)

@@ -6,11 +6,12 @@ plugin stays cheap: ``ralph --help`` and each hook call import this module.
 
 from __future__ import annotations
 
+import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping
 
 if TYPE_CHECKING:
     from ralph.plugin.manager import Registry
@@ -36,6 +37,58 @@ class Availability:
         return cls(False, reason)
 
 
+# -- pre-flight -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pre-flight finding: passed (``ok=True``), a warning (``None``) or a failure (``False``).
+
+    ``what`` says what was checked and found; ``fix`` says what the user should do
+    (required for failures).  ``ralph run`` stops before iteration 1 (exit 2) on any
+    failure; ``ralph doctor`` prints every check.
+    """
+
+    ok: bool | None
+    what: str
+    fix: str = ""
+
+
+def _sees_everything(path: Path) -> bool:
+    return True
+
+
+@dataclass
+class AgentView:
+    """How the agent's process will see this machine, as its runner arranges it.
+
+    A host runner shows the agent everything; a container or remote runner
+    narrows it (an environment allowlist, a fresh home, the project mount only).
+    """
+
+    env: Mapping[str, str]
+    """The environment variables the agent's process will see (before the loop's own)."""
+    home: Path | None
+    """The host directory the agent sees as its home (None: a fresh, empty one)."""
+    network: str = "host"
+    """``host`` (this machine's network), or the runner's policy: ``none``, ``allowlist``, ``open``."""
+    sees: Callable[[Path], bool] = _sees_everything
+    """Whether a host path is visible to the agent's process at the same path."""
+    where: str = "this machine"
+    """Where the agent runs, for messages (``the sandbox container``)."""
+
+
+@dataclass
+class PreflightContext:
+    """What pre-flight checks see: the chosen runner and agent and the agent's view."""
+
+    settings: Settings
+    project_dir: Path
+    runner: Runner
+    agent: Agent
+    view: AgentView
+
+
 # -- agents ---------------------------------------------------------------------
 
 
@@ -44,7 +97,8 @@ class AgentEvent:
     """One parsed item of an agent's output stream.
 
     ``kind`` is one of: ``text``, ``tool_use``, ``tool_result``, ``system``,
-    ``result``, ``error``, ``usage_limit``, ``context_overflow``.
+    ``result``, ``error``, ``usage_limit``, ``rate_limit`` (a 429/overload rejection
+    to wait out), ``context_overflow``.
     ``data`` keeps the structured details (tool name and input, cost, usage).
     """
 
@@ -113,6 +167,18 @@ class Agent(ABC):
     def parse_line(self, line: str) -> list[AgentEvent]:
         """Turn one line of the agent's stdout into zero or more events."""
 
+    def preflight(self, context: PreflightContext) -> list[Check]:
+        """Checks run once before iteration 1 (and by ``ralph doctor``).
+
+        Say whether the agent can really work where ``context.runner`` runs it: the
+        binary runs, credentials are visible in ``context.view`` (or the model
+        endpoint answers), the files the agent needs are visible there.  Return
+        every check (passed ones too, for ``ralph doctor``); a failed ``Check``
+        stops ``ralph run`` with exit 2 and its fix, before any iteration.  Keep it
+        quick: seconds, not minutes.
+        """
+        return []
+
 
 # -- runners --------------------------------------------------------------------
 
@@ -159,6 +225,26 @@ class Runner(ABC):
 
     def cleanup(self) -> None:  # noqa: B027 - optional hook
         """Called once when the loop ends, however it ends."""
+
+    def agent_view(self) -> AgentView:
+        """How the agent's process will see this machine (environment, home, files, network).
+
+        The default is a host process: the whole environment, this user's home,
+        every path.  A container or remote runner returns what it really passes.
+        Used by the agents' pre-flight checks; called after ``availability()`` said yes.
+        """
+        home = os.environ.get("HOME")
+        return AgentView(env=dict(os.environ), home=Path(home) if home else Path.home())
+
+    def preflight(self, context: PreflightContext) -> list[Check]:
+        """Checks of this runner run once before iteration 1 (and by ``ralph doctor``).
+
+        ``availability()`` already said the runner can be used; report here what
+        would still make iteration 1 fail (an image, a state directory, a policy that
+        cuts the agent off).  Return every check; a failed one stops ``ralph run``
+        with exit 2 and its fix.
+        """
+        return []
 
     fallback_reason: str = ""
     """Set on the runner ``auto`` fell back to: why the preferred one was not used."""

@@ -378,6 +378,10 @@ class EveryHook:
     def ralph_prompt_context(self, run_dir: Any, iteration: Any, since: Any) -> list[str]:
         return [self._record("ralph_prompt_context", run_dir=run_dir, iteration=iteration, since=since)]
 
+    @hookimpl
+    def ralph_preflight(self, context: Any) -> list[str]:
+        return [self._record("ralph_preflight", context=context)]
+
 
 def test_hook_names_are_the_hookspecs() -> None:
     names = hook_names()
@@ -424,11 +428,13 @@ def test_typed_wrappers_collect_results() -> None:
     event = LoopEvent("run_started", {"x": 1})
     host.emit(event)
     assert host.config_sections() == {}
+    assert host.preflight(context) == ["from ralph_preflight"]
     assert [name for name, _ in plugin.calls] == [
         "ralph_validate",
         "ralph_prompt_context",
         "ralph_loop_event",
         "ralph_config_sections",
+        "ralph_preflight",
     ]
     assert plugin.calls[2][1]["event"] is event
 

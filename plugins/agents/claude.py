@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ralph import hookimpl
-from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, ProcessSpec
-
+from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, Check, ProcessSpec
 
 if TYPE_CHECKING:
+    from ralph.contracts import PreflightContext
     from ralph.settings import Settings
 
 __all__ = ["BINARY_ENV_VAR", "ClaudeAgent", "bundled_binary", "resolve_binary"]
@@ -130,6 +130,20 @@ class ClaudeAgent(Agent):
         """Available when a claude executable was found; otherwise say what was tried."""
         path, _, reason = self._resolution()
         return Availability.yes() if path is not None else Availability.no(reason)
+
+    def preflight(self, context: PreflightContext) -> list[Check]:
+        """The binary runs (``--version``), and the agent will have credentials where it runs.
+
+        Credentials: an API key or OAuth token in the environment the agent sees,
+        a logged-in credentials file in the home it sees, an ``apiKeyHelper`` in its
+        settings, or cloud-provider mode (Bedrock, Vertex).  When
+        ``ANTHROPIC_BASE_URL`` is set, that endpoint must answer.
+        """
+        from ralph_plugins.agents.claude_preflight import binary_check, credential_checks
+
+        path, source, _ = self._resolution()
+        checks = [binary_check(path, source)] if path is not None else []
+        return checks + credential_checks(context.view, passthrough=self._config_value("env_passthrough", []))
 
     def process(self, invocation: AgentInvocation) -> ProcessSpec:
         """``claude -p PROMPT --output-format stream-json --verbose --dangerously-skip-permissions ...``."""

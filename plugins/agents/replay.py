@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from ralph import hookimpl
-from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, ProcessSpec
+from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, Check, PreflightContext, ProcessSpec
 
 SCRIPT_ENV = "RALPH_REPLAY_SCRIPT"
 
@@ -58,6 +58,29 @@ class ReplayAgent(Agent):
         if not path.is_file():
             return Availability.no(f"replay script {path} not found")
         return Availability.yes()
+
+    def preflight(self, context: PreflightContext) -> list[Check]:
+        """The script parses and is visible where the runner runs the agent."""
+        import json
+
+        path = self.script_path()
+        if path is None or not path.is_file():
+            return [Check(False, self.availability().reason, f"set {SCRIPT_ENV} or [tool.ralph.replay] script")]
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            return [Check(False, f"replay script {path} is not valid JSON: {exc}", "fix the script")]
+        if not context.view.sees(path):
+            return [
+                Check(
+                    False,
+                    f"replay script {path} is not visible in {context.view.where} "
+                    f"(the {context.runner.name} runner shows the agent only the project)",
+                    f"move the script into the project (e.g. {context.project_dir / 'ralph' / path.name}), "
+                    "or run with --runner direct",
+                )
+            ]
+        return [Check(True, f"replay script {path} is visible in {context.view.where}")]
 
     def process(self, invocation: AgentInvocation) -> ProcessSpec:
         script = self.script_path()

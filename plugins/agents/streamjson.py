@@ -18,9 +18,12 @@ One stdout line is one JSON object.  The mapping:
   text), preceded by an ``error`` event when ``is_error`` is true.
 * ``rate_limit_event`` with status ``rejected`` -> ``usage_limit``; other statuses ->
   ``system``.
+* An API error that is a rate-limit or overload rejection (HTTP 429 or 529, error
+  types ``rate_limit_error`` / ``overloaded_error``) and not a usage limit ->
+  ``rate_limit`` (data: status, source), before the ``error`` event.
 
-``usage_limit`` and ``context_overflow`` are emitted *in addition* to the event
-they were detected in (just before it).  Error wording is matched loosely only
+``usage_limit``, ``rate_limit`` and ``context_overflow`` are emitted *in addition*
+to the event they were detected in (just before it).  Error wording is matched loosely only
 in error contexts (API-error messages, ``is_error`` results); ordinary model text
 must *start* with the CLI's own wording to count, so an agent merely talking
 about limits does not stop a loop.  One failure therefore usually yields events
@@ -80,6 +83,20 @@ _CONTEXT_LOOSE = re.compile(
     re.IGNORECASE,
 )
 _CONTEXT_STRICT = re.compile(r"^\s*prompt is too long", re.IGNORECASE)
+# A rejection to wait out (not a usage limit): the CLI words it "API Error: Request rejected (429) ..."
+_RATE_LIMIT_STATUSES = {429, 529}
+_RATE_LIMIT_TYPES = {"rate_limit", "rate_limit_error", "overloaded", "overloaded_error"}
+_RATE_LIMIT_TEXT = re.compile(r"\((429|529)\)|\brate limit\b|\boverloaded\b", re.IGNORECASE)
+
+
+def _is_rate_limit(text: str, status: Any, error_type: Any, error: Any) -> bool:
+    """An API error (already known to be one) that says: too many requests, or overloaded."""
+    return (
+        status in _RATE_LIMIT_STATUSES
+        or error_type in _RATE_LIMIT_TYPES
+        or error in _RATE_LIMIT_TYPES
+        or bool(_RATE_LIMIT_TEXT.search(text))
+    )
 
 
 def _trim(value: str, limit: int = MAX_CONTENT) -> tuple[str, bool]:
@@ -168,6 +185,8 @@ def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
             failure = classify_failure(body, error_context=api_error)
             if failure:
                 events.append(AgentEvent(failure, text=body, data={"source": "assistant"}))
+            elif api_error and _is_rate_limit(body, obj.get("api_error_status"), obj.get("api_error_type"), obj.get("error")):
+                events.append(AgentEvent("rate_limit", text=body, data={"source": "assistant", "status": obj.get("api_error_status")}))
             if api_error:
                 events.append(
                     AgentEvent(
@@ -251,6 +270,8 @@ def _result(obj: dict[str, Any]) -> list[AgentEvent]:
     failure = classify_failure(body, error_context=data["is_error"], terminal_reason=terminal)
     if failure:
         events.append(AgentEvent(failure, text=body, data={"source": "result"}))
+    elif data["is_error"] and _is_rate_limit(body, obj.get("api_error_status"), obj.get("api_error_type"), None):
+        events.append(AgentEvent("rate_limit", text=body, data={"source": "result", "status": obj.get("api_error_status")}))
     if data["is_error"]:
         events.append(
             AgentEvent(

@@ -1,28 +1,35 @@
-"""The console view: iteration n/N, mode, story, elapsed and cost; agent output; a final table."""
+"""The console view: iteration n/N, mode, story, elapsed and cost; agent output; a final table.
+
+On a terminal (stdout and stderr both a TTY, ``live`` not turned off) a live
+footer (:mod:`.live`, drawn with rich) stays at the bottom while these lines
+scroll above it; otherwise the same lines are written plainly.
+"""
 
 from __future__ import annotations
 
+import atexit
 import sys
 from typing import Any, TextIO
 
 from ralph import hookimpl
 from ralph.contracts import LoopEvent
 
-
-def _fmt_elapsed(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+from .runstate import RunState
+from .runstate import fmt_elapsed as _fmt_elapsed
 
 
 class ConsoleView:
     """Turns loop events into lines for a person; state resets at each run start."""
 
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, live: bool | None = None) -> None:
         self.out = out
         self.err = err
         self.output = "normal"
         self.max_iterations = 0
+        self.state = RunState()
+        self.live_allowed = live
+        """None: decide from the run's ``live`` setting and the terminal; False: never."""
+        self.footer: Any = None
 
     @property
     def stdout(self) -> TextIO:
@@ -37,9 +44,36 @@ class ConsoleView:
         self.stderr.flush()
 
     def handle(self, event: LoopEvent) -> None:
+        self.state.update(event.kind, event.data)
+        if event.kind == "run_started":
+            self._start_footer(bool(event.data.get("live", True)))
         handler = getattr(self, f"on_{event.kind}", None)
         if handler is not None:
             handler(event.data)
+        if self.footer is not None:
+            self.footer.refresh()
+
+    # -- the live footer ---------------------------------------------------------
+
+    def _start_footer(self, wanted: bool) -> None:
+        self.stop_footer()
+        if self.live_allowed is False or not wanted or self.out is not None or self.err is not None:
+            return
+        from .live import terminal_attached
+
+        if not terminal_attached():
+            return
+        from .live import LiveFooter
+
+        self.footer = LiveFooter(self.state)
+        self.footer.start()
+        atexit.register(self.stop_footer)  # an error that ends the process mid-run must not leave it drawn
+
+    def stop_footer(self) -> None:
+        """Take the footer off the screen (idempotent)."""
+        footer, self.footer = self.footer, None
+        if footer is not None:
+            footer.stop()
 
     def on_run_started(self, data: dict[str, Any]) -> None:
         self.output = data.get("output", "normal")
@@ -90,8 +124,21 @@ class ConsoleView:
             self.status("the agent said nothing again; moving on")
 
     def on_agent_failed(self, data: dict[str, Any]) -> None:
-        tail = (data.get("stderr") or "").strip().splitlines()[-3:]
-        self.status(f"agent exited with code {data['exit_code']}" + (": " + " / ".join(tail) if tail else ""))
+        reason = _one_line(data.get("reason") or " / ".join((data.get("stderr") or "").strip().splitlines()[-3:]))
+        self.status(f"agent exited with code {data['exit_code']}" + (f": {reason}" if reason else ""))
+
+    def on_agent_failing(self, data: dict[str, Any]) -> None:
+        self.status(f"the agent failed {data['times']} times in a row with the same error: {_one_line(data['reason'])}")
+
+    def on_rate_limit(self, data: dict[str, Any]) -> None:
+        self.status(
+            f"API rate limit ({_one_line(data['message'])[:160]}): iteration {data['iteration']} does not count; "
+            f"retrying at {data['retry_at']} (in {data['wait']:g}s, {data['basis']}; Ctrl-C stops, state is saved)"
+        )
+
+    def on_preflight_warnings(self, data: dict[str, Any]) -> None:
+        for warning in data["warnings"]:
+            self.status(f"warning: {warning['what']}" + (f" (fix: {warning['fix']})" if warning.get("fix") else ""))
 
     def on_false_completion(self, data: dict[str, Any]) -> None:
         self.status(f"iteration {data['iteration']} claimed completion, but stories are open: continuing")
@@ -100,12 +147,14 @@ class ConsoleView:
         self.status(f"{data['signal']} received: stopping the agent and cleaning up")
 
     def on_iteration_finished(self, data: dict[str, Any]) -> None:
+        error = f": {_one_line(data['agent_error'])[:200]}" if data.get("agent_error") else ""
         self.status(
             f"iteration {data['iteration']} finished in {data['seconds']:.1f}s "
-            f"(exit {data['exit_code']}, cost ${data['cost']:.4f}, violations {data['violations']})"
+            f"(exit {data['exit_code']}, cost ${data['cost']:.4f}, violations {data['violations']}){error}"
         )
 
     def on_run_finished(self, data: dict[str, Any]) -> None:
+        self.stop_footer()
         self.stdout.write("\n" + render_summary(data) + "\n")
         report = data.get("report") or {}
         if report.get("failed") or report.get("quality_warnings"):
@@ -153,6 +202,10 @@ class ConsoleView:
 
     def on_user_work_stashed(self, data: dict[str, Any]) -> None:
         self.status(data["message"])
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 def _tool_summary(tool: dict[str, Any]) -> str:

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ralph import hookimpl
-from ralph.contracts import Availability, ProcessOutcome, ProcessSpec, Runner
+from ralph.contracts import AgentView, Availability, Check, ProcessOutcome, ProcessSpec, Runner
 
 from .docker.naming import DEFAULT_IMAGE, HOOK_CLIENT
 
 if TYPE_CHECKING:
+    from ralph.contracts import PreflightContext
+
     from .docker.engine import Options, Sandbox
 
 SECTION = "docker-sandbox"
@@ -110,6 +112,49 @@ class DockerSandboxRunner(Runner):
         if not engine.image_present(self._client, image):
             return Availability.no(f"the sandbox image {image!r} does not exist: {engine.BUILD_HINT}")
         return Availability.yes()
+
+    def agent_view(self) -> AgentView:
+        """The allowlisted environment, the state dir as home, the project (and ralph's code) as files."""
+        import ralph
+        import ralph_plugins
+        import ralph_templates
+
+        cfg = self.config()
+        names = list(dict.fromkeys([*cfg.env_allowlist, *cfg.env]))
+        mounted = [Path(self.settings.project_dir).resolve()] + [
+            Path(m.__file__).resolve().parent for m in (ralph, ralph_plugins, ralph_templates)  # type: ignore[arg-type]
+        ]
+
+        def sees(path: Path) -> bool:
+            resolved = Path(path).resolve()
+            return any(resolved == root or root in resolved.parents for root in mounted)
+
+        return AgentView(
+            env={name: os.environ[name] for name in names if name in os.environ},
+            home=Path(cfg.state_dir).expanduser() if cfg.state_dir else None,
+            network=cfg.network,
+            sees=sees,
+            where="the sandbox container",
+        )
+
+    def preflight(self, context: PreflightContext) -> list[Check]:
+        """Engine and image (already known to be there), the credential state dir, the network policy."""
+        cfg = self.config()
+        checks = [Check(True, f"Docker engine answers; sandbox image {cfg.image} present")]
+        if cfg.state_dir:
+            try:
+                state = prepare_state_dir(Path(cfg.state_dir))
+                checks.append(Check(True, f"credential state dir {state} is the agent's ~/.claude"))
+            except (ValueError, OSError) as exc:
+                checks.append(Check(False, f"[tool.ralph.docker-sandbox] state_dir: {exc}",
+                                    'set state_dir = "~/.dclaude_state" (a directory of its own)'))
+        if cfg.network == "allowlist":
+            checks.append(Check(True, "network policy: allowlist through the proxy: " + ", ".join(cfg.allow_hosts)))
+        elif cfg.network == "open":
+            checks.append(Check(None, "network policy: open (no egress control)", 'set network = "allowlist" to restrict egress'))
+        else:
+            checks.append(Check(True, "network policy: none"))
+        return checks
 
     def prepare(self, project_dir: Path) -> None:
         """Remove leftovers of a crashed run of this project (found by label); start the proxy."""

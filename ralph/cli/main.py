@@ -25,8 +25,18 @@ Typical session:
 \b
 Exit codes of `ralph run`: 0 complete, 1 iterations exhausted or no story
 selectable, 2 usage or configuration error, 3 finished with failed stories,
-4 global hard timeout, 5 budget reached, 6 paused on the agent's usage limit,
+4 global hard timeout, 5 budget reached, 6 paused on the agent's usage limit
+or the API's rate limit, 7 the agent failed repeatedly with the same error,
 130 interrupted.
+"""
+
+
+RUN_EPILOG = """\b
+Exit codes: 0 complete, 1 iterations exhausted or no story selectable,
+2 usage or configuration error or a failed pre-flight check, 3 finished with
+failed stories, 4 global hard timeout, 5 budget reached, 6 paused on the
+agent's usage limit or the API's rate limit, 7 the agent failed repeatedly
+with the same error, 130 interrupted.
 """
 
 
@@ -89,7 +99,7 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
         click.echo(f"  {number}. {step}")
 
 
-@cli.command()
+@cli.command(epilog=RUN_EPILOG)
 @project_dir_option
 @click.option("-n", "--max-iterations", type=click.IntRange(min=1), help="Iterations before giving up.  [default: 15]")
 @click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")
@@ -110,6 +120,12 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
     help="Raise the runaway guard: --max-iterations above this (default 100) is refused.",
 )
 @click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop when the agent's reported cost reaches this many USD.")
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Longest wait, in seconds, for a usage-limit reset or rate-limit backoff before exiting (6) with a resume hint.  [default: 21600]",
+)
+@click.option("--no-live", is_flag=True, help="Plain status lines even on a terminal (no live footer).")
 @click.option("--resume", "rerun", flag_value="resume", help="Continue with the state an interrupted run left.")
 @click.option("--fresh", "rerun", flag_value="fresh", help="Archive an interrupted run's state and start over.")
 @click.option(
@@ -137,6 +153,8 @@ def run(
     timeout: float | None,
     iteration_limit: int | None,
     max_cost: float | None,
+    max_wait: float | None,
+    no_live: bool,
     rerun: str | None,
     timeout_multiplier: float | None,
     dry_run: bool,
@@ -188,6 +206,8 @@ def run(
         "output": output,
         "timeout_multiplier": timeout_multiplier,
         "max_cost": max_cost,
+        "usage_limit_max_wait": max_wait,
+        "live": False if no_live else None,
     }
     session = open_session(project_dir.resolve(), overrides)
     loop = session.build_loop()
@@ -299,6 +319,7 @@ ROLE_OF_HOOK = {
     "ralph_session_start": "session hook",
     "ralph_user_prompt_submit": "prompt hook",
     "ralph_prompt_context": "prompt context",
+    "ralph_preflight": "pre-flight check",
 }
 
 

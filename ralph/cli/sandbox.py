@@ -6,7 +6,6 @@ also runnable alone: ``python -P -m ralph.cli.sandbox sandbox build --offline-ba
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -68,75 +67,24 @@ def clean(project_dir: Path | None) -> None:
 
 @click.command()
 @click.option("-d", "--project-dir", type=click.Path(file_okay=False, path_type=Path), default=".", show_default="current directory")
-def doctor(project_dir: Path) -> None:
-    """Check the docker-sandbox runner: engine, image, agent binary, credentials, network policy."""
+@click.option("--runner", help="Check this runner instead of the configured one (e.g. docker-sandbox).")
+@click.option("--agent", help="Check this agent instead of the configured one.")
+def doctor(project_dir: Path, runner: str | None, agent: str | None) -> None:
+    """Run the checks `ralph run` makes before iteration 1, and print them all.
+
+    Runner and agent availability, then their pre-flight checks: the agent
+    binary runs, credentials are visible where the agent runs (or the model
+    endpoint answers), the sandbox image and its network policy, files the agent
+    needs.  Exit 1 when a check fails.
+    """
+    from ralph.doctor import diagnose
+
     bad = 0
-    for ok, what, fix in _diagnose(project_dir.resolve()):
-        mark = "ok  " if ok else ("warn" if ok is None else "FAIL")
-        bad += ok is False
-        click.echo(f"[{mark}] {what}" + (f"\n       fix: {fix}" if fix else ""))
+    for check in diagnose(project_dir.resolve(), runner, agent):
+        mark = "ok  " if check.ok else ("warn" if check.ok is None else "FAIL")
+        bad += check.ok is False
+        click.echo(f"[{mark}] {check.what}" + (f"\n       fix: {check.fix}" if check.fix else ""))
     sys.exit(1 if bad else 0)
-
-
-def _diagnose(project_dir: Path) -> list[tuple[bool | None, str, str]]:
-    from ralph.errors import RalphError
-    from ralph.cli.session import open_session
-
-    out: list[tuple[bool | None, str, str]] = []
-    try:
-        settings = open_session(project_dir).settings
-    except RalphError as exc:
-        return [(False, f"configuration: {exc}", "fix the file named above")]
-    from ralph_plugins.runners.docker.config import SandboxConfig
-
-    cfg = settings.plugin_config.get("docker-sandbox") or SandboxConfig()
-    try:
-        from ralph_plugins.runners.docker import engine
-    except ImportError:
-        return [(False, "docker Python package missing", "pip install 'ralph-trustloop[docker]'")]
-    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    client = None
-    try:
-        client = engine.connect()
-        out.append((True, f"Docker engine answers ({where}, {client.version().get('Version', '?')})", ""))
-    except engine.SandboxError as exc:
-        out.append((False, f"Docker engine: {exc}", "start Docker (systemctl start docker) or set DOCKER_HOST"))
-    if client is not None:
-        if engine.image_present(client, cfg.image):
-            out.append((True, f"sandbox image {cfg.image} present", ""))
-        else:
-            out.append((False, f"sandbox image {cfg.image} missing", "ralph sandbox build --offline-base  (or --base IMAGE)"))
-    from ralph_plugins.agents.claude import ClaudeAgent
-
-    agent = ClaudeAgent(settings)
-    binary, source = agent.resolve_binary()
-    if binary is not None:
-        out.append((True, f"agent binary {binary} (from {source}; mounted read-only at /opt/ralph/bin/claude)", ""))
-    else:
-        out.append((False, f"agent binary: {agent.availability().reason}", "pip install claude-agent-sdk"))
-    names = list(dict.fromkeys([*cfg.env_allowlist, *cfg.env]))
-    visible = [n for n in names if os.environ.get(n)]
-    if cfg.state_dir:
-        state = Path(cfg.state_dir).expanduser()
-        fix = "" if state.is_dir() else "created on the first run (.claude.json = {}); log in once inside, or set ANTHROPIC_API_KEY"
-        out.append((True if state.is_dir() else None, f"credential state dir {state} mounted as the agent's ~/.claude", fix))
-    if visible:
-        out.append((True, f"credentials passed into the sandbox: {', '.join(visible)}", ""))
-    elif not cfg.state_dir:
-        out.append((
-            False,
-            "no credentials visible: none of " + ", ".join(cfg.env_allowlist) + " is set and no state_dir",
-            'export ANTHROPIC_API_KEY=... (or CLAUDE_CODE_OAUTH_TOKEN), or set [tool.ralph.docker-sandbox] state_dir = "~/.dclaude_state"',
-        ))
-    if cfg.network == "allowlist":
-        extra = ["$ANTHROPIC_BASE_URL host"] if os.environ.get("ANTHROPIC_BASE_URL") else []
-        out.append((True, "network policy: allowlist through the proxy: " + ", ".join(cfg.allow_hosts + extra), ""))
-    elif cfg.network == "none":
-        out.append((None, "network policy: none (the agent cannot reach the model API)",
-                    'set [tool.ralph.docker-sandbox] network = "allowlist" to let the model API through'))
-    else:
-        out.append((None, "network policy: open (no egress control)", 'set network = "allowlist" to restrict egress'))
-    return out
 
 
 @click.group()

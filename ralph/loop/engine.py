@@ -23,6 +23,7 @@ from ralph.contracts import (
     Agent,
     AgentEvent,
     AgentInvocation,
+    Check,
     LoopEvent,
     Policy,
     Runner,
@@ -52,6 +53,7 @@ EXIT_FAILED_STORIES = 3
 EXIT_GLOBAL_TIMEOUT = 4
 EXIT_BUDGET = 5
 EXIT_USAGE_LIMIT = 6
+EXIT_AGENT_FAILING = 7
 EXIT_INTERRUPTED = 130
 
 
@@ -73,6 +75,12 @@ class IterationRecord:
     context_overflow: bool = False
     agent: str = ""
     model: str | None = None
+    rate_limit: str | None = None
+    """The API's rate-limit or overload rejection that ended the iteration (waited out, not counted)."""
+    retry_after: float | None = None
+    """Seconds the API asked to wait, when the agent passed it on."""
+    agent_error: str | None = None
+    """The agent's own last error message (e.g. "Not logged in · Please run /login")."""
 
 
 @dataclass
@@ -127,6 +135,9 @@ class Loop:
         self.stash_message: str | None = None
         self.archived_state: Path | None = None
         self._soft_warned = False
+        self._failure_streak: tuple[str, int] = ("", 0)
+        self._rate_limit_streak = 0
+        self._rate_limit_waited = 0.0
         self.story_cost: dict[str, float] = {}
         self.context_overflows: dict[str, int] = {}
         from ralph.loop.gates import GateKeeper
@@ -135,6 +146,8 @@ class Loop:
         self.sessions: dict[str, Any] = {}
         self.current: tuple[Selection, TaskList, str | None] | None = None
         """(selection, pre-iteration tasks, checkpoint commit) of the running iteration."""
+        self.checks: list[Check] = []
+        """The pre-flight checks of this run (warnings among them are reported at the start)."""
 
     # -- events ------------------------------------------------------------------
 
@@ -218,9 +231,21 @@ class Loop:
 
     # -- the run -------------------------------------------------------------------------
 
+    def preflight_checks(self) -> list[Check]:
+        """The runner's, the agent's and the plugins' pre-flight checks (none when turned off)."""
+        if not self.config.preflight:
+            return []
+        from ralph.preflight import preflight_checks
+
+        return preflight_checks(self.settings, self.host, self.runner, self.agent)
+
     def run(self) -> RunResult:
         """Lock the project, iterate until done, and always clean up (marker, lock, runner)."""
         self.preflight()
+        from ralph.preflight import raise_on_failures
+
+        self.checks = self.preflight_checks()
+        raise_on_failures(self.checks)
         lock = ProjectLock(git_dir(self.project_dir))
         lock.acquire()
         previous_handlers = self._install_signal_handlers()
@@ -377,9 +402,14 @@ class Loop:
             max_iterations=config.max_iterations,
             review_cap=config.review_cap,
             stories=len(tasks.userStories),
+            stories_done=_done(tasks),
             fallback_reason=self.runner.fallback_reason,
             output=config.output,
+            live=config.live,
         )
+        warnings = [check for check in self.checks if check.ok is None]
+        if warnings:
+            self.emit("preflight_warnings", warnings=[{"what": c.what, "fix": c.fix} for c in warnings])
         if self.stash_message:
             self.emit("user_work_stashed", stash=self.stash_ref, message=self.stash_message)
         if self.archived_state:
@@ -416,11 +446,22 @@ class Loop:
                 iteration -= 1  # nothing was done: the iteration does not count
                 feedback = []
                 continue
+            if record.rate_limit and not self.cancel.is_set():
+                stop = self._rate_limit(record)
+                if stop is not None:
+                    return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
+                iteration -= 1  # rejected before any work: the iteration does not count
+                feedback = []
+                continue
+            self._rate_limit_streak = 0
             if not self.cancel.is_set():
                 tasks, _ = self.keeper.after_iteration(record, selection, tasks, checkpoint, untracked_before)
                 story = tasks.story(selection.story_id or "")
                 if story is not None and story.passes and not record.violations:
                     self.keeper.forget(story.id)
+            failing = self._agent_failing(record)
+            if failing is not None:
+                return self._finish(EXIT_AGENT_FAILING, failing, tasks)
             feedback = self._feedback_for_next(record)
             tasks, limit_feedback = self._cost_and_context(record, selection, tasks)
             feedback += limit_feedback
@@ -460,6 +501,67 @@ class Loop:
         self.emit("usage_limit_wait", until=resume_at, seconds=round(wait, 1))
         self.cancel.wait(wait)  # Ctrl-C ends the wait; the loop then stops as interrupted
         return None
+
+    def _rate_limit(self, record: IterationRecord) -> str | None:
+        """Wait out a 429/overload rejection (the API's retry-after, else exponential backoff), or stop."""
+        import datetime as dt
+
+        self._rate_limit_streak += 1
+        backoff = min(
+            self.config.rate_limit_max_backoff, self.config.rate_limit_wait * 2 ** (self._rate_limit_streak - 1)
+        )
+        hint = record.retry_after
+        if hint is not None and hint >= 1:
+            # the API's own figure first; a repeat within the same streak never waits less than the backoff
+            wait, basis = (hint, "the API's retry-after") if self._rate_limit_streak == 1 else (max(hint, backoff), "backoff")
+        else:
+            wait, basis = backoff, "backoff"
+        now = dt.datetime.now().astimezone()
+        retry_at = (now + dt.timedelta(seconds=wait)).strftime("%H:%M:%S")
+        message = (record.rate_limit or "").strip()[:300]
+        self.emit(
+            "rate_limit",
+            iteration=record.number,
+            message=message,
+            wait=round(wait, 1),
+            retry_at=retry_at,
+            basis=basis,
+            attempt=self._rate_limit_streak,
+        )
+        total = self._rate_limit_waited + wait
+        if self.config.on_usage_limit == "exit" or total > self.config.usage_limit_max_wait:
+            why = "on_usage_limit = exit" if self.config.on_usage_limit == "exit" else (
+                f"waiting would pass --max-wait ({self.config.usage_limit_max_wait:g}s)"
+            )
+            return (
+                f"paused on the API's rate limit ({message[:200]}; {why}); state saved — run "
+                f"`ralph run --resume` after {retry_at}"
+            )
+        self._rate_limit_waited = total
+        self.cancel.wait(wait)  # Ctrl-C ends the wait; the loop then stops as interrupted
+        return None
+
+    def _agent_failing(self, record: IterationRecord) -> str | None:
+        """The reason to stop when the agent failed with the same error too many times in a row."""
+        failed = not record.timed_out and not record.context_overflow and (
+            record.exit_code not in (0, None) or record.agent_error is not None
+        )
+        if not failed or self.cancel.is_set():
+            self._failure_streak = ("", 0)
+            return None
+        reason = record.agent_error or f"exit code {record.exit_code}"
+        key = re.sub(r"[0-9a-f]{6,}|\d+", "#", reason.lower())  # request ids and counters differ between tries
+        previous, count = self._failure_streak
+        count = count + 1 if key == previous else 1
+        self._failure_streak = (key, count)
+        limit = self.config.max_agent_failures
+        if count < limit:
+            return None
+        self.emit("agent_failing", iteration=record.number, times=count, reason=reason[:1000])
+        return (
+            f"the agent failed {count} times in a row with the same error: {reason.strip()[:300]} "
+            "(fix it and run again; see the iteration's .agent.jsonl in the run directory)"
+        )
 
     def _cost_and_context(
         self, record: IterationRecord, selection: Selection, tasks: TaskList
@@ -531,6 +633,8 @@ class Loop:
             cost_so_far=round(self.cost, 6),
             agent=record.agent,
             model=record.model,
+            stories=len(tasks.userStories),
+            stories_done=_done(tasks),
         )
         started = time.monotonic()
         texts = self._run_agent(record, prompt)
@@ -563,6 +667,8 @@ class Loop:
             cost=round(record.cost_usd, 6),
             cost_so_far=round(self.cost, 6),
             promise=record.promise,
+            agent_error=record.agent_error,
+            stories_done=_done(after),
             violations=len(record.violations),
             undone=record.undone,
             agent=record.agent,
@@ -613,7 +719,16 @@ class Loop:
             if outcome.timed_out:
                 self.emit("iteration_timeout", iteration=record.number, timeout=self.iteration_timeout())
             elif outcome.exit_code != 0 and not outcome.interrupted:
-                self.emit("agent_failed", iteration=record.number, exit_code=outcome.exit_code, stderr=outcome.stderr[-2000:])
+                reason = record.agent_error or _last_line(outcome.stderr) or f"exit code {outcome.exit_code}"
+                if record.agent_error is None and outcome.stderr.strip():
+                    record.agent_error = reason
+                self.emit(
+                    "agent_failed",
+                    iteration=record.number,
+                    exit_code=outcome.exit_code,
+                    reason=reason[:1000],
+                    stderr=outcome.stderr[-2000:],
+                )
             empty = not outcome.timed_out and not outcome.interrupted and outcome.exit_code == 0 and not any(t.strip() for t in texts)
             if empty and retries < self.config.empty_retries and not self.cancel.is_set():
                 retries += 1
@@ -631,6 +746,15 @@ class Loop:
                 record.usage_limit += f" |{int(resets)}" if isinstance(resets, (int, float)) else f" {resets}"
         elif event.kind == "context_overflow":
             record.context_overflow = True
+        elif event.kind == "rate_limit" and record.rate_limit is None and record.usage_limit is None:
+            record.rate_limit = event.text or "rate limited"
+        elif event.kind == "error":
+            delay = event.data.get("retry_delay_ms")
+            if event.data.get("retrying"):
+                if event.data.get("error_status") in (429, 529) and isinstance(delay, (int, float)):
+                    record.retry_after = float(delay) / 1000
+            elif event.text.strip():
+                record.agent_error = event.text.strip()
         if event.kind == "text":
             texts.append(event.text)
         elif event.kind == "result":
@@ -952,6 +1076,15 @@ def progress_log(ralph_dir: Path) -> Path:
     """``progress.txt`` (seed 000), or ``progress.md`` where a PRD folder uses seed 001's name."""
     text, markdown = ralph_dir / "progress.txt", ralph_dir / "progress.md"
     return markdown if markdown.is_file() and not text.is_file() else text
+
+
+def _done(tasks: TaskList) -> int:
+    return sum(1 for story in tasks.userStories if story.passes)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else ""
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

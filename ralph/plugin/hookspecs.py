@@ -15,11 +15,13 @@ import pluggy
 if TYPE_CHECKING:
     from ralph.contracts import (
         Agent,
+        Check,
         Denial,
         Gate,
         HookEvent,
         LoopEvent,
         Policy,
+        PreflightContext,
         Runner,
         TaskStore,
         ValidationContext,
@@ -167,4 +169,20 @@ def ralph_prompt_context(run_dir: Path, iteration: int, since: float) -> list[st
     started: report only what happened from then on (e.g. the test failures
     the PostToolUse monitor recorded in ``run_dir``).  Return short markdown
     items; the loop lists them under "Feedback from the loop".
+    """
+
+
+# -- pre-flight ------------------------------------------------------------------
+
+
+@hookspec
+def ralph_preflight(context: PreflightContext) -> list[Check] | None:
+    """Check, once before iteration 1, what would make the run fail (and for ``ralph doctor``).
+
+    A collecting hook, called after the chosen runner's and agent's own
+    ``preflight`` methods.  ``context`` names the runner, the agent and the
+    agent's view of the machine (``context.view``: environment, home, visible
+    paths, network).  Return ``Check`` objects: a failed one (``ok=False``, with a
+    ``fix``) stops ``ralph run`` with exit 2 before any agent starts; warnings
+    (``ok=None``) are printed.  Must be quick and must not change anything.
     """

@@ -19,7 +19,18 @@ from typing import Any, Iterable, TypeVar
 import pluggy
 
 from ralph.plugin import hookspecs
-from ralph.contracts import Agent, Gate, LoopEvent, Policy, Runner, TaskStore, ValidationContext, Violation
+from ralph.contracts import (
+    Agent,
+    Check,
+    Gate,
+    LoopEvent,
+    Policy,
+    PreflightContext,
+    Runner,
+    TaskStore,
+    ValidationContext,
+    Violation,
+)
 from ralph.errors import PluginError
 
 ENTRY_POINT_GROUP = "ralph"
@@ -182,6 +193,11 @@ class PluginHost:
     def prompt_context(self, run_dir: Path, iteration: int, since: float) -> list[str]:
         results = self.pm.hook.ralph_prompt_context(run_dir=run_dir, iteration=iteration, since=since)
         return [item for result in results for item in (result or []) if item]
+
+    def preflight(self, context: PreflightContext) -> list[Check]:
+        """Every ``ralph_preflight`` hook's checks, flattened."""
+        results = self.pm.hook.ralph_preflight(context=context)
+        return [check for result in results for check in (result or [])]
 
     def emit(self, event: LoopEvent) -> None:
         self.pm.hook.ralph_loop_event(event=event)

@@ -25,6 +25,8 @@ __all__ = [
     "ErrorReply",
     "IterationScript",
     "ModelRequest",
+    "RATE_LIMIT_MESSAGE",
+    "RejectFirst",
     "Responder",
     "ScriptedModelServer",
     "SequenceScript",
@@ -217,6 +219,41 @@ class IterationScript:
         with self._lock:
             self.unscripted += 1
         return _exhausted()
+
+
+RATE_LIMIT_MESSAGE = "This request would exceed your account's rate limit. Please try again later."
+
+
+class RejectFirst:
+    """Reject the first ``count`` requests with an HTTP error (429, a rate limit, by default), then
+    answer with ``then`` (a responder; None keeps rejecting).
+
+    ``headers`` are sent with each rejection (e.g. ``{"retry-after": "2"}``, which the real CLI
+    honours and reports as ``retry_delay_ms``).  ``rejected`` counts the rejections sent.
+    """
+
+    def __init__(
+        self,
+        count: int,
+        then: Responder | None,
+        status: int = 429,
+        message: str = RATE_LIMIT_MESSAGE,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.count = count
+        self.then = then
+        error_type = "overloaded_error" if status == 529 else "rate_limit_error"
+        self.reply = ErrorReply(status, {"type": "error", "error": {"type": error_type, "message": message}},
+                                dict(headers or {}))
+        self.rejected = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ModelRequest) -> Reply:
+        with self._lock:
+            reject = self.then is None or self.rejected < self.count
+            if reject:
+                self.rejected += 1
+        return self.reply if reject else self.then(request)  # type: ignore[misc]
 
 
 # -- SSE encoding -----------------------------------------------------------------

@@ -1,0 +1,122 @@
+"""Pre-flight checks of the ``claude`` agent: the binary runs, credentials are where it runs.
+
+Imported only when a run (or ``ralph doctor``) starts, never by ``ralph --help``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Iterable
+
+from ralph.contracts import AgentView, Check
+
+__all__ = ["CREDENTIAL_VARS", "binary_check", "credential_checks"]
+
+CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN")
+CLOUD_VARS = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY")
+VERSION_TIMEOUT = 30.0
+
+
+def binary_check(path: Path, source: str) -> Check:
+    """``claude --version`` exits 0 on this machine."""
+    try:
+        result = subprocess.run(
+            [str(path), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "DISABLE_AUTOUPDATER": "1"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check(False, f"claude binary {path} (from {source}) does not run: {exc}", _reinstall_fix())
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [f"exit {result.returncode}"]
+        return Check(False, f"claude binary {path} (from {source}) does not run: {tail[0][:200]}", _reinstall_fix())
+    version = result.stdout.strip().splitlines()[0] if result.stdout.strip() else "?"
+    return Check(True, f"claude binary runs: {path} (from {source}, {version})")
+
+
+def _reinstall_fix() -> str:
+    return "reinstall it (pip install --force-reinstall claude-agent-sdk) or set [tool.ralph.claude] binary"
+
+
+def _settings_have_key_helper(home: Path) -> bool:
+    try:
+        data = json.loads((home / ".claude" / "settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and bool(data.get("apiKeyHelper"))
+
+
+def credential_checks(view: AgentView, passthrough: Iterable[str] = ()) -> list[Check]:
+    """Credentials the agent will see, and the model endpoint when ``ANTHROPIC_BASE_URL`` is set."""
+    env = dict(view.env)
+    for name in passthrough:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    where = view.where
+    checks: list[Check] = []
+    base_url = env.get("ANTHROPIC_BASE_URL", "")
+    if base_url:
+        checks.append(_endpoint_check(base_url, view))
+    elif view.network == "none":
+        checks.append(
+            Check(
+                False,
+                f"the agent has no network on {where} (network = none): it cannot reach the model API",
+                'set [tool.ralph.docker-sandbox] network = "allowlist" (only the model API gets through)',
+            )
+        )
+    found = [name for name in CREDENTIAL_VARS if env.get(name)]
+    cloud = [name for name in CLOUD_VARS if env.get(name, "") not in ("", "0", "false")]
+    credentials = view.home / ".claude" / ".credentials.json" if view.home is not None else None
+    if found:
+        checks.append(Check(True, f"credentials the agent sees on {where}: {', '.join(found)}"))
+    elif cloud:
+        checks.append(Check(True, f"cloud provider mode on {where}: {', '.join(cloud)} (credentials from its SDK)"))
+    elif credentials is not None and credentials.is_file():
+        checks.append(Check(True, f"logged-in credentials the agent sees: {credentials}"))
+    elif view.home is not None and _settings_have_key_helper(view.home):
+        checks.append(Check(True, f"apiKeyHelper set in {view.home / '.claude' / 'settings.json'}"))
+    elif base_url and checks[0].ok:
+        checks.append(Check(None, f"no API key on {where}; relying on the endpoint ANTHROPIC_BASE_URL={base_url}"))
+    else:
+        home = f"no logged-in credentials in {credentials}" if credentials else "a fresh home without credentials"
+        checks.append(
+            Check(
+                False,
+                f"no credentials the agent can use on {where}: none of {', '.join(CREDENTIAL_VARS)} is set "
+                f"and {home} (Claude Code would answer 'Not logged in')",
+                _credential_fix(view),
+            )
+        )
+    return checks
+
+
+def _credential_fix(view: AgentView) -> str:
+    if view.where == "this machine":
+        return "export ANTHROPIC_API_KEY=... (or CLAUDE_CODE_OAUTH_TOKEN from `claude setup-token`), or run `claude` once and /login"
+    return (
+        "export ANTHROPIC_API_KEY=... (or CLAUDE_CODE_OAUTH_TOKEN); it is passed into the sandbox; or set "
+        '[tool.ralph.docker-sandbox] state_dir = "~/.dclaude_state" and log in once there'
+    )
+
+
+def _endpoint_check(base_url: str, view: AgentView) -> Check:
+    from ralph.preflight import endpoint_answers
+
+    if view.network == "none":
+        return Check(
+            False,
+            f"ANTHROPIC_BASE_URL={base_url} is set but the agent has no network on {view.where} (network = none)",
+            'set [tool.ralph.docker-sandbox] network = "allowlist"',
+        )
+    problem = endpoint_answers(base_url)
+    if problem:
+        return Check(False, f"the model endpoint ANTHROPIC_BASE_URL={base_url} does not answer: {problem}",
+                     "start it, or unset ANTHROPIC_BASE_URL to use the Anthropic API")
+    return Check(True, f"the model endpoint ANTHROPIC_BASE_URL={base_url} answers")

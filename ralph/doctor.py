@@ -1,0 +1,49 @@
+"""``ralph doctor``: the checks ``ralph run`` makes before iteration 1, all printed.
+
+The same pre-flight checks as the loop (``Runner.preflight``, ``Agent.preflight``,
+the ``ralph_preflight`` hooks), after the runner's and the agent's availability.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ralph.contracts import Check
+
+__all__ = ["diagnose"]
+
+
+def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str | None = None) -> list[Check]:
+    """Every check for the runner and agent ``ralph run`` would use (or the ones named)."""
+    from ralph.errors import RalphError
+    from ralph.session import open_session
+
+    try:
+        session = open_session(project_dir)
+        settings, host = session.settings, session.host
+        runner_name = runner_name or settings.config.runner
+        agent_name = agent_name or settings.config.agent
+        runner = host.runners.get(runner_name)(settings).resolve(host.runners)
+        agent = host.agents.get(agent_name)(settings)
+    except RalphError as exc:
+        return [Check(False, f"configuration: {exc}", "fix what the message names")]
+    checks: list[Check] = []
+    if runner.fallback_reason:
+        checks.append(Check(None, f"runner {runner_name}: no sandbox, the agent would run directly: {runner.fallback_reason}",
+                            "ralph sandbox build --offline-base (and start Docker) to use the sandbox"))
+    available = runner.availability()
+    if not available.ok:
+        return checks + [Check(False, f"runner {runner.name}: {available.reason}", _runner_fix(runner.name))]
+    checks.append(Check(True, f"runner {runner.name} can be used"))
+    available = agent.availability()
+    if not available.ok:
+        return checks + [Check(False, f"agent {agent.name}: {available.reason}", "see the message")]
+    from ralph.preflight import preflight_checks
+
+    return checks + preflight_checks(settings, host, runner, agent)
+
+
+def _runner_fix(name: str) -> str:
+    if name == "docker-sandbox":
+        return "start Docker (systemctl start docker) or set DOCKER_HOST; build the image with `ralph sandbox build --offline-base`"
+    return "see the message"

@@ -1,0 +1,64 @@
+"""Pre-flight: what would make iteration 1 fail, checked before any agent starts.
+
+The chosen runner and agent check themselves (``Runner.preflight``,
+``Agent.preflight``), then every ``ralph_preflight`` hook.  ``ralph run`` stops
+with exit 2 on a failed check; ``ralph doctor`` prints them all.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from ralph.contracts import Check, PreflightContext
+from ralph.errors import UnavailableError
+
+if TYPE_CHECKING:
+    from ralph.contracts import Agent, Runner
+    from ralph.plugins import PluginHost
+    from ralph.settings import Settings
+
+__all__ = ["PreflightError", "endpoint_answers", "preflight_checks", "raise_on_failures"]
+
+
+class PreflightError(UnavailableError):
+    """A pre-flight check failed: nothing was started (exit 2)."""
+
+
+def preflight_checks(settings: Settings, host: PluginHost, runner: Runner, agent: Agent) -> list[Check]:
+    """Every check of the runner, the agent and the ``ralph_preflight`` hooks, in that order."""
+    context = PreflightContext(
+        settings=settings, project_dir=settings.project_dir, runner=runner, agent=agent, view=runner.agent_view()
+    )
+    checks = list(runner.preflight(context) or [])
+    checks += list(agent.preflight(context) or [])
+    checks += host.preflight(context)
+    return checks
+
+
+def raise_on_failures(checks: list[Check]) -> None:
+    """Raise :class:`PreflightError` listing every failed check with its fix."""
+    failed = [c for c in checks if c.ok is False]
+    if not failed:
+        return
+    lines = [f"pre-flight check failed (no iteration was started): {failed[0].what}"]
+    if failed[0].fix:
+        lines[0] += f"; fix: {failed[0].fix}"
+    for check in failed[1:]:
+        lines.append(f"  also: {check.what}" + (f"; fix: {check.fix}" if check.fix else ""))
+    lines.append("  (see all checks with `ralph doctor`; skip them with RALPH_PREFLIGHT=0)")
+    raise PreflightError("\n".join(lines))
+
+
+def endpoint_answers(url: str, timeout: float = 3.0) -> str | None:
+    """None when a TCP connection to ``url``'s host and port opens, else why not."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return f"{url!r} is not a URL with a host"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"nothing answers at {parts.hostname}:{port} ({exc.strerror or exc})"
