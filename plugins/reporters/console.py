@@ -28,7 +28,7 @@ class ConsoleView:
         self.max_iterations = 0
         self.state = RunState()
         self.live_allowed = live
-        """None: decide from the run's ``live`` setting and the terminal; False: never."""
+        """None: follow the run's ``live`` setting; True/False: on/off.  Always only on a terminal."""
         self.footer: Any = None
 
     @property
@@ -57,7 +57,8 @@ class ConsoleView:
 
     def _start_footer(self, wanted: bool) -> None:
         self.stop_footer()
-        if self.live_allowed is False or not wanted or self.out is not None or self.err is not None:
+        wanted = wanted if self.live_allowed is None else self.live_allowed
+        if not wanted or self.out is not None or self.err is not None:
             return
         from .live import terminal_attached
 

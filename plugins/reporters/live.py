@@ -55,8 +55,8 @@ class Footer:
         top.add_row(
             Text("ralph", style="bold"),
             bar,
-            Text(f"{s.done}/{s.stories} stories", style="bold green" if s.stories and s.done == s.stories else ""),
-            Text(f"{iteration}  {where}  {fmt_elapsed(s.elapsed())}  ${s.cost:.4f}"),
+            Text(f"{s.done}/{s.stories} stories │", style="bold green" if s.stories and s.done == s.stories else ""),
+            Text(" │ ".join(part for part in (iteration, where, fmt_elapsed(s.elapsed()), f"${s.cost:.4f}") if part)),
         )
         details = []
         if s.gate:

@@ -237,9 +237,19 @@ def _print_dry_run(loop: Any) -> None:
 @cli.command()
 @project_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("-f", "--follow", is_flag=True, help="Follow the latest run live (the same view as `ralph run`) until it ends.")
+@click.option("--no-live", is_flag=True, help="With --follow: plain lines even on a terminal.")
 @handles_errors
-def status(project_dir: Path, as_json: bool) -> None:
-    """Show what the last `ralph run` in this project did (or is doing)."""
+def status(project_dir: Path, as_json: bool, follow: bool, no_live: bool) -> None:
+    """Show what the last `ralph run` in this project did (or is doing).
+
+    With --follow, show it as it goes, read from the run's event log: a run
+    started in another terminal, in the background or in the sandbox.
+    """
+    if follow:
+        from ralph.lifecycle.follow import follow_run
+
+        sys.exit(follow_run(project_dir.resolve(), live=not no_live))
     from ralph.lifecycle.status import show_status
 
     click.echo(show_status(project_dir.resolve(), as_json=as_json))
