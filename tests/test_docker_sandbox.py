@@ -437,23 +437,52 @@ def test_stopped_engine_is_a_clear_error(sandbox_project: RalphProject, tmp_path
     result = sandbox_project.run("run", "--runner", "docker-sandbox", "--agent", "claude", env={"DOCKER_HOST": dead})
     assert result.returncode == 2
     assert "Docker engine does not answer" in result.stderr and dead in result.stderr
-    doctor = subprocess.run([*SANDBOX_CLI, "doctor"], cwd=sandbox_project.path, capture_output=True, text=True,
-                            env={**os.environ, "DOCKER_HOST": dead})
+    doctor = subprocess.run([*SANDBOX_CLI, "doctor", "--runner", "docker-sandbox"], cwd=sandbox_project.path,
+                            capture_output=True, text=True, env={**os.environ, "DOCKER_HOST": dead})
     assert doctor.returncode == 1
-    assert "[FAIL] Docker engine" in doctor.stdout and "fix:" in doctor.stdout
+    assert "[FAIL] runner docker-sandbox: the Docker engine does not answer" in doctor.stdout and "fix:" in doctor.stdout
 
 
-def test_doctor_reports_each_check(sandbox_project: RalphProject) -> None:
+def test_doctor_reports_each_check(sandbox_project: RalphProject, claude_binary: Path) -> None:
     env = {**os.environ, "ANTHROPIC_API_KEY": "x"}
-    result = subprocess.run([*SANDBOX_CLI, "doctor"], cwd=sandbox_project.path, capture_output=True, text=True, env=env)
-    assert "[ok  ] Docker engine answers" in result.stdout
-    assert f"[ok  ] sandbox image {IMAGE} present" in result.stdout
-    assert "credentials passed into the sandbox: ANTHROPIC_API_KEY" in result.stdout
+    doctor = [*SANDBOX_CLI, "doctor", "--runner", "docker-sandbox", "--agent", "claude"]
+    result = subprocess.run(doctor, cwd=sandbox_project.path, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stdout
+    assert f"[ok  ] Docker engine answers; sandbox image {IMAGE} present" in result.stdout
+    assert "[ok  ] claude binary runs:" in result.stdout
+    assert "credentials the agent sees on the sandbox container: ANTHROPIC_API_KEY" in result.stdout
     assert "network policy: allowlist" in result.stdout
     for name in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"):
         env.pop(name, None)
-    bare = subprocess.run([*SANDBOX_CLI, "doctor"], cwd=sandbox_project.path, capture_output=True, text=True, env=env)
-    assert "[FAIL] no credentials visible" in bare.stdout and "fix: export ANTHROPIC_API_KEY" in bare.stdout
+    # a key only in the host's ~/.claude does not count: the sandbox does not mount it
+    bare = subprocess.run(doctor, cwd=sandbox_project.path, capture_output=True, text=True, env=env)
+    assert bare.returncode == 1
+    assert "[FAIL] no credentials the agent can use on the sandbox container" in bare.stdout
+    assert "fix: export ANTHROPIC_API_KEY" in bare.stdout and "state_dir" in bare.stdout
+
+
+def test_replay_script_outside_the_project_fails_before_iteration_one(sandbox_project: RalphProject,
+                                                                      tmp_path: Path) -> None:
+    """Issue 12 item 7: the sandbox mounts only the project, so the script must be inside it."""
+    project = sandbox_project
+    project.write_stories([story("US-001")])
+    configure(project, network="none")
+    outside = tmp_path / "script.json"
+    outside.write_text(json.dumps({"iterations": {"1": [{"say": "hi"}]}}))
+    result = project.run("run", "--runner", "docker-sandbox", "--agent", "replay", env={"RALPH_REPLAY_SCRIPT": str(outside)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"replay script {outside} is not visible in the sandbox container" in result.stderr
+    assert "fix: move the script into the project" in result.stderr
+    assert project.run_dirs() == []  # before iteration 1: nothing ran
+    # moved into the project, as the fix says, the same run goes through the pre-flight and runs
+    inside = project.ralph_dir / "script.json"
+    inside.write_text(outside.read_text())
+    project.commit_all("script")
+    moved = project.run("run", "--runner", "docker-sandbox", "--agent", "replay", "-n", "1",
+                        env={"RALPH_REPLAY_SCRIPT": str(inside)})
+    assert "pre-flight" not in moved.stderr, moved.stderr
+    assert [e["iteration"] for e in project.events("iteration_started")] == [1]
+    assert project.events("agent_failed") == [], project.events("agent_failed")
 
 
 def test_state_dir_is_created_with_json_and_never_claude_home(tmp_path: Path) -> None:
