@@ -45,6 +45,11 @@ def test_no_credentials_stop_before_iteration_one(ralph_project: RalphProject, c
     assert "fix: export ANTHROPIC_API_KEY" in result.stderr
     assert ralph_project.run_dirs() == []  # nothing started: no run directory, no iteration
     assert not (ralph_project.path / ".ralph-active").exists()
+    # --dry-run runs nothing, but says what `ralph run` would stop on
+    dry = ralph_project.run("run", "--runner", "direct", "--agent", "claude", "--dry-run", env=bare_env)
+    assert dry.returncode == 0 and "Mode:" in dry.stdout
+    assert "warning: pre-flight: no credentials the agent can use" in dry.stderr
+    assert "(ralph run would stop here)" in dry.stderr
     # `ralph doctor` says the same, with every other check
     doctor = ralph_project.run("doctor", "--runner", "direct", "--agent", "claude", env=bare_env)
     assert doctor.returncode == 1, doctor.stdout

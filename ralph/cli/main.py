@@ -224,6 +224,11 @@ def _print_dry_run(loop: Any) -> None:
     click.echo(f"runner:  {loop.runner.name}" + (f" (fallback: {loop.runner.fallback_reason})" if loop.runner.fallback_reason else ""))
     click.echo(f"agent:   {loop.agent.name}" + (f" (reviews: {loop.review_agent.name})" if loop.review_agent is not loop.agent else ""))
     click.echo(f"policy:  {loop.policy.name}")
+    for check in loop.preflight_checks():
+        if check.ok is not True:
+            stop = " (ralph run would stop here)" if check.ok is False else ""
+            fix = f"; fix: {check.fix}" if check.fix else ""
+            click.echo(f"warning: pre-flight: {check.what}{fix}{stop}", err=True)
     if selection is None:
         state = "complete" if loop.policy.is_complete(tasks) else "no story can be selected"
         click.echo(f"nothing to run: {state}")
