@@ -107,7 +107,7 @@ def _credential_fix(view: AgentView) -> str:
 
 
 def _endpoint_check(base_url: str, view: AgentView) -> Check:
-    from ralph.preflight import endpoint_answers
+    from ralph.loop.preflight import endpoint_answers
 
     if view.network == "none":
         return Check(

@@ -77,7 +77,7 @@ def doctor(project_dir: Path, runner: str | None, agent: str | None) -> None:
     endpoint answers), the sandbox image and its network policy, files the agent
     needs.  Exit 1 when a check fails.
     """
-    from ralph.doctor import diagnose
+    from ralph.lifecycle.doctor import diagnose
 
     bad = 0
     for check in diagnose(project_dir.resolve(), runner, agent):

@@ -235,14 +235,14 @@ class Loop:
         """The runner's, the agent's and the plugins' pre-flight checks (none when turned off)."""
         if not self.config.preflight:
             return []
-        from ralph.preflight import preflight_checks
+        from ralph.loop.preflight import preflight_checks
 
         return preflight_checks(self.settings, self.host, self.runner, self.agent)
 
     def run(self) -> RunResult:
         """Lock the project, iterate until done, and always clean up (marker, lock, runner)."""
         self.preflight()
-        from ralph.preflight import raise_on_failures
+        from ralph.loop.preflight import raise_on_failures
 
         self.checks = self.preflight_checks()
         raise_on_failures(self.checks)

@@ -16,7 +16,7 @@ __all__ = ["diagnose"]
 def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str | None = None) -> list[Check]:
     """Every check for the runner and agent ``ralph run`` would use (or the ones named)."""
     from ralph.errors import RalphError
-    from ralph.session import open_session
+    from ralph.cli.session import open_session
 
     try:
         session = open_session(project_dir)
@@ -38,7 +38,7 @@ def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str 
     available = agent.availability()
     if not available.ok:
         return checks + [Check(False, f"agent {agent.name}: {available.reason}", "see the message")]
-    from ralph.preflight import preflight_checks
+    from ralph.loop.preflight import preflight_checks
 
     return checks + preflight_checks(settings, host, runner, agent)
 

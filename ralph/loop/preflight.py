@@ -16,7 +16,7 @@ from ralph.errors import UnavailableError
 
 if TYPE_CHECKING:
     from ralph.contracts import Agent, Runner
-    from ralph.plugins import PluginHost
+    from ralph.plugin.manager import PluginHost
     from ralph.settings import Settings
 
 __all__ = ["PreflightError", "endpoint_answers", "preflight_checks", "raise_on_failures"]

@@ -45,8 +45,8 @@ def follow_run(project_dir: Path, live: bool | None = None, state_dir: str | Non
 
     from ralph.contracts import LoopEvent
     from ralph.gitutil import git_dir
-    from ralph.lock import ProjectLock
-    from ralph.rundir import latest_run
+    from ralph.loop.lock import ProjectLock
+    from ralph.loop.rundir import latest_run
     from ralph_plugins.reporters.console import ConsoleView
 
     run_dir = latest_run(project_dir, state_dir)
