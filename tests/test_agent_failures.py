@@ -60,7 +60,7 @@ def test_a_changing_error_does_not_stop_the_run(ralph_project: RalphProject, tmp
 def test_exit_code_seven_is_documented() -> None:
     from click.testing import CliRunner
 
-    from ralph.cli import cli
+    from ralph.cli.main import cli
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     assert "7 the agent failed repeatedly with the same error" in " ".join(readme.split())

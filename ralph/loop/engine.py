@@ -453,7 +453,7 @@ class Loop:
                 iteration -= 1  # rejected before any work: the iteration does not count
                 feedback = []
                 continue
-            self._rate_limit_streak = 0
+            self._rate_limit_streak, self._rate_limit_waited = 0, 0.0  # an answered iteration ends the episode
             if not self.cancel.is_set():
                 tasks, _ = self.keeper.after_iteration(record, selection, tasks, checkpoint, untracked_before)
                 story = tasks.story(selection.story_id or "")
