@@ -1,0 +1,226 @@
+"""The workspace actor: one per run, on one Ray node, holding the agent's checkout.
+
+It never sees the user's project path: its checkout lives in a private temp
+directory on its node, filled and emptied with :mod:`ralph.workspace` states.
+It runs the agent process there, buffers its output for the loop to poll, and
+relays the agent's hook calls (through :class:`ralph.hooks.relay.HookRelay`)
+to the loop, which answers them over Ray.
+
+This module is imported on the node by Ray; it must not import ray at module
+level (the class is wrapped with ``ray.remote`` by the runner).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from ralph.hooks.relay import HookRelay
+from ralph.workspace import WorkspaceState, capture, init_checkout, mirror
+
+KILL_GRACE_SECONDS = 3.0
+HOOK_ANSWER_SECONDS = 55.0
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class WorkspaceActor:
+    """A checkout, an agent process and a hook relay on one node."""
+
+    def __init__(self, hook_client_source: str) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="ralph-ray-"))
+        self.repo = self.root / "workspace"
+        init_checkout(self.repo)
+        self.private = self.root / "private"
+        self.private.mkdir(mode=0o700)
+        self.client = self.private / "hook_client.py"
+        self.client.write_text(hook_client_source, encoding="utf-8")
+        self._cond = threading.Condition()
+        self._lines: list[str] = []
+        self._stderr: deque[str] = deque(maxlen=200)
+        self._pending: list[tuple[int, dict[str, Any]]] = []
+        self._answers: dict[int, dict[str, Any] | None] = {}
+        self._next_hook = 0
+        self._process: subprocess.Popen[str] | None = None
+        self._exit: int | None = None
+        self.relay = HookRelay(self._relay, self.private / "relay").start()
+        _become_subreaper()
+
+    # -- where ---------------------------------------------------------------------
+
+    def where(self) -> dict[str, Any]:
+        """Node, host, process and checkout of this actor, and the hook command that works here."""
+        import ray
+
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "workspace": str(self.repo),
+            "hook_command": f"{sys.executable} -S -P {self.client}",
+        }
+
+    # -- workspace -----------------------------------------------------------------
+
+    def sync_in(self, state: WorkspaceState, branch: str | None) -> str:
+        """Make the checkout ``state`` (on ``branch``); returns its HEAD."""
+        mirror(self.repo, state, branch=branch)
+        return state.head
+
+    def sync_out(self, known: list[str]) -> WorkspaceState:
+        """The checkout as it is, with the commits a peer that has ``known`` lacks."""
+        return capture(self.repo, known)
+
+    def put_file(self, name: str, data: bytes) -> str:
+        """Store a loop-owned file (the hook settings) in the private directory; returns its path."""
+        target = self.private / "files" / name
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+        target.write_bytes(data)
+        return str(target)
+
+    # -- the agent process ------------------------------------------------------------
+
+    def start(self, argv: list[str], env: dict[str, str], stdin: str | None, program: str | None) -> None:
+        """Start the agent in the checkout, in its own session, with hooks pointed at the relay."""
+        if not Path(argv[0]).exists() and program and shutil.which(program):
+            argv = [shutil.which(program) or argv[0], *argv[1:]]
+        with self._cond:
+            self._lines, self._pending, self._answers, self._exit = [], [], {}, None
+            self._stderr.clear()
+        full_env = {**os.environ, **env, "RALPH_HOOK_SOCKET": str(self.relay.path)}
+        self._process = subprocess.Popen(
+            argv, cwd=self.repo, env=full_env, text=True, encoding="utf-8", errors="replace", bufsize=1,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )
+        process = self._process
+        threading.Thread(target=self._pump, args=(process.stdout, "_lines"), daemon=True).start()
+        threading.Thread(target=self._pump, args=(process.stderr, "_stderr"), daemon=True).start()
+        threading.Thread(target=self._wait, args=(process,), daemon=True).start()
+        if stdin is not None and process.stdin is not None:
+            try:
+                process.stdin.write(stdin)
+                process.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    def _pump(self, stream: Any, sink: str) -> None:
+        for line in stream:
+            with self._cond:
+                getattr(self, sink).append(line.rstrip("\n"))  # poll() swaps the list: look it up each time
+                self._cond.notify_all()
+        stream.close()
+
+    def _wait(self, process: subprocess.Popen[str]) -> None:
+        code = process.wait()
+        time.sleep(0.05)  # let the pumps drain the last lines
+        with self._cond:
+            self._exit = code
+            self._cond.notify_all()
+
+    def poll(self, wait: float) -> dict[str, Any]:
+        """New output lines, hook requests waiting for an answer, and the exit code once it ended."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._lines or self._pending or self._exit is not None, timeout=wait)
+            lines, self._lines = self._lines, []
+            hooks, self._pending = self._pending, []
+            exit_code = self._exit
+            stderr = "\n".join(self._stderr) if exit_code is not None else ""
+        return {"lines": lines, "hooks": hooks, "exit": exit_code, "stderr": stderr}
+
+    def answer(self, hook_id: int, reply: dict[str, Any] | None) -> None:
+        """The loop's reply to hook request ``hook_id`` (None: the loop could not answer)."""
+        with self._cond:
+            self._answers[hook_id] = reply
+            self._cond.notify_all()
+
+    def _relay(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        with self._cond:
+            self._next_hook += 1
+            hook_id = self._next_hook
+            self._pending.append((hook_id, request))
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: hook_id in self._answers, timeout=HOOK_ANSWER_SECONDS)
+            return self._answers.pop(hook_id, None)
+
+    def stop(self) -> None:
+        """Stop the agent's process group, then every process it left behind."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    process.wait(timeout=KILL_GRACE_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        self.sweep()
+
+    def sweep(self) -> int:
+        """Kill every remaining descendant of this actor (``setsid``/``nohup`` children too)."""
+        killed = 0
+        for pid in _descendants(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        _reap()
+        return killed
+
+    def close(self) -> None:
+        """Stop everything and remove the checkout."""
+        self.stop()
+        self.relay.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _become_subreaper() -> None:
+    """Orphans of the agent (double forks, ``setsid``) become our children, so the sweep finds them."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the process-group kill still applies
+        pass
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -1,0 +1,320 @@
+"""The ``ray`` runner: each iteration's agent runs on a Ray node, in a checkout kept by a workspace actor.
+
+Per iteration: the project's state goes to the actor as a :class:`ralph.workspace.WorkspaceState`
+(only the commits it lacks), the agent runs there with its output streamed back
+and its hook calls relayed to the loop, and the checkout's state comes back and
+is mirrored onto the project before :meth:`RayRunner.run` returns — so the loop's
+validators, gates and git checks see exactly what direct mode would show them.
+Before a Stop hook is answered the project is brought up to date the same way,
+so the Stop checks read what the agent has done so far.
+
+If the actor's node dies mid-iteration the project is put back as it was at the
+start of the iteration, and the iteration is retried once on another node;
+a second loss stops the run with a clear error.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ralph.contracts import Availability, ProcessOutcome, ProcessSpec, Runner
+from ralph.errors import RalphError
+
+if TYPE_CHECKING:
+    from ralph.workspace import WorkspaceState
+
+SECTION = "ray"
+NO_RAY = "the ray package is not installed: pip install 'ralph-trustloop[ray]'"
+HOOK_EVENTS_THAT_READ_THE_PROJECT = {"Stop", "SubagentStop"}
+
+
+class NodeLost(Exception):
+    """The actor (or its node) went away during an iteration."""
+
+
+class RayRunner(Runner):
+    """Runs every iteration's agent on a Ray node; the loop stays on this machine."""
+
+    name = "ray"
+    description = "agent on a Ray cluster node, in a checkout shipped as git bundles; hooks relayed over Ray"
+    isolates = False
+    """The agent runs elsewhere, but ralph does not sandbox it there (unless agent_runs = docker-sandbox)."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self._cluster: Any = None
+        self._actor: Any = None
+        self._where: dict[str, Any] = {}
+        self._known: set[str] = set()
+        self._lost_nodes: list[str] = []
+        self._project: Path | None = None
+        self._branch: str | None = None
+        self.placements: list[dict[str, Any]] = []
+
+    # -- configuration ------------------------------------------------------------------
+
+    def config(self) -> Any:
+        section = self.settings.section(SECTION) if self.settings is not None else None
+        if section is None:
+            from .config import RayConfig
+
+            section = RayConfig()
+        return section
+
+    def availability(self) -> Availability:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            return Availability.no(NO_RAY)
+        if self.config().agent_runs != "direct":
+            return Availability.no(
+                "[tool.ralph.ray] agent_runs = \"docker-sandbox\" is not implemented yet: the agent runs as a "
+                "plain process on the node (agent_runs = \"direct\")"
+            )
+        return Availability.yes()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def prepare(self, project_dir: Path) -> None:
+        from .cluster import connect
+
+        self._project = project_dir
+        self._cluster = connect(self.config())
+        self._branch = _current_branch(project_dir)
+        self._start_actor(avoid=None)
+
+    def cleanup(self) -> None:
+        self._drop_actor()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def hook_command(self) -> str | None:
+        return self._where.get("hook_command")
+
+    def describe(self) -> dict[str, Any]:
+        """Where the current actor runs (node id, host, pid, checkout path)."""
+        return dict(self._where)
+
+    def _start_actor(self, avoid: str | None) -> None:
+        import ray
+
+        from .actor import WorkspaceActor
+
+        cfg = self.config()
+        options: dict[str, Any] = {"num_cpus": cfg.num_cpus, "max_concurrency": 8, "max_restarts": 0}
+        if cfg.memory:
+            options["memory"] = cfg.memory
+        if cfg.resources:
+            options["resources"] = dict(cfg.resources)
+        if cfg.label_selector:
+            options["label_selector"] = dict(cfg.label_selector)
+        if cfg.runtime_env:
+            options["runtime_env"] = dict(cfg.runtime_env)
+        if avoid is not None:
+            options["scheduling_strategy"] = _another_node(avoid, self._lost_nodes, cfg)
+        remote = ray.remote(WorkspaceActor).options(**options)
+        from ralph.hooks import client
+
+        self._actor = remote.remote(Path(client.__file__).read_text(encoding="utf-8"))
+        self._known = set()
+        try:
+            self._where = ray.get(self._actor.where.remote(), timeout=max(cfg.call_timeout, 120))
+        except Exception as exc:
+            self._drop_actor()
+            raise RalphError(f"ray runner: the workspace actor could not start: {type(exc).__name__}: {exc}") from exc
+        self.placements.append(dict(self._where))
+
+    def _drop_actor(self) -> None:
+        if self._actor is None:
+            return
+        import ray
+
+        actor, self._actor = self._actor, None
+        try:
+            ray.get(actor.close.remote(), timeout=15)
+        except Exception:  # the node may be gone; the actor is killed either way
+            pass
+        try:
+            ray.kill(actor)
+        except Exception:
+            pass
+
+    # -- one iteration ------------------------------------------------------------------
+
+    def run(
+        self,
+        spec: ProcessSpec,
+        on_line: Callable[[str], None],
+        timeout: float | None,
+        cancel: threading.Event,
+    ) -> ProcessOutcome:
+        from ralph.workspace import capture
+
+        assert self._project is not None, "prepare() was not called"
+        start = capture(self._project)  # what to restore if the node dies
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for attempt in (1, 2):
+            try:
+                return self._attempt(spec, on_line, deadline, cancel, start)
+            except NodeLost as lost:
+                self._restore(start)
+                node = self._where.get("node_id", "?")
+                self._lost_nodes.append(node)
+                self._record(spec, {"event": "node_lost", "node_id": node, "attempt": attempt, "error": str(lost)})
+                if attempt == 2 or cancel.is_set():
+                    raise RalphError(
+                        f"ray runner: the agent's node was lost twice ({lost}); the project is as it was before "
+                        "the iteration. Check the cluster (`ray status`) and run again."
+                    ) from None
+                self._drop_actor()
+                self._start_actor(avoid=node)
+        raise AssertionError("unreachable")
+
+    def _attempt(
+        self,
+        spec: ProcessSpec,
+        on_line: Callable[[str], None],
+        deadline: float | None,
+        cancel: threading.Event,
+        start: WorkspaceState,
+    ) -> ProcessOutcome:
+        from ralph.hooks.client import ask_loop
+        from ralph.workspace import capture
+
+        assert self._project is not None
+        cfg = self.config()
+        loop_socket = spec.env.get("RALPH_HOOK_SOCKET")
+        shipped = capture(self._project, self._known)
+        self._call(self._actor.sync_in.remote(shipped, self._branch))
+        self._known.add(shipped.head)
+        argv, env = self._node_command(spec)
+        self._record(spec, {"event": "iteration_placed", **self._where, "shipped_bytes": shipped.size})
+        self._call(self._actor.start.remote(argv, env, spec.stdin, spec.program))
+        timed_out = interrupted = False
+        while True:
+            if cancel.is_set():
+                interrupted = True
+            elif deadline is not None and time.monotonic() >= deadline:
+                timed_out = True
+            if timed_out or interrupted:
+                self._call(self._actor.stop.remote())
+                polled = self._call(self._actor.poll.remote(0))
+                for line in polled["lines"]:
+                    on_line(line)
+                exit_code = polled["exit"] if polled["exit"] is not None else -9
+                stderr = polled["stderr"]
+                break
+            polled = self._call(self._actor.poll.remote(cfg.poll_seconds))
+            for line in polled["lines"]:
+                on_line(line)
+            for hook_id, request in polled["hooks"]:
+                self._actor.answer.remote(hook_id, self._answer_hook(request, loop_socket, ask_loop))
+            if polled["exit"] is not None and not polled["hooks"]:
+                exit_code, stderr = polled["exit"], polled["stderr"]
+                self._call(self._actor.sweep.remote())  # nothing the agent started outlives the iteration
+                break
+        self._bring_back()
+        return ProcessOutcome(exit_code, timed_out, interrupted, stderr)
+
+    def _answer_hook(self, request: dict[str, Any], loop_socket: str | None, ask_loop: Any) -> dict[str, Any] | None:
+        """Forward one relayed hook request to the loop's own socket; None when the loop cannot answer."""
+        if not loop_socket:
+            return None
+        event = (request.get("payload") or {}).get("hook_event_name")
+        if event in HOOK_EVENTS_THAT_READ_THE_PROJECT:
+            self._bring_back()  # the Stop checks read the project: show them the agent's work so far
+        try:
+            return ask_loop(loop_socket, request)
+        except (OSError, ValueError):
+            return None
+
+    def _bring_back(self) -> None:
+        """Mirror the node's checkout onto the project (only new commits travel)."""
+        from ralph.workspace import WorkspaceError, head, mirror
+
+        assert self._project is not None
+        current = head(self._project)
+        state = self._call(self._actor.sync_out.remote(sorted(self._known | {current})))
+        try:
+            mirror(self._project, state, branch=self._branch, must_descend=current)
+        except WorkspaceError as exc:
+            raise RalphError(f"ray runner: the agent's result does not apply to the project: {exc}") from exc
+        self._known.add(state.head)
+
+    def _restore(self, start: WorkspaceState) -> None:
+        from ralph.workspace import mirror
+
+        assert self._project is not None
+        mirror(self._project, start, branch=self._branch)
+
+    def _call(self, ref: Any) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            return ray.get(ref, timeout=self.config().call_timeout)
+        except (RayActorError, GetTimeoutError) as exc:
+            raise NodeLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+    def _node_command(self, spec: ProcessSpec) -> tuple[list[str], dict[str, str]]:
+        """argv and env for the node: loop files (hook settings) shipped, run-dir paths remapped."""
+        run_dir = spec.env.get("RALPH_RUN_DIR")
+        argv = list(spec.argv)
+        for index, arg in enumerate(argv):
+            path = Path(arg)
+            if index and run_dir and arg.startswith(run_dir + os.sep) and path.is_file():
+                argv[index] = self._call(self._actor.put_file.remote(path.name, path.read_bytes()))
+        env = _forwarded_env(self.config().env)
+        env.update(spec.env)
+        env.pop("RALPH_HOOK_SOCKET", None)  # the actor points it at its relay
+        if run_dir:
+            env["RALPH_RUN_DIR"] = str(Path(self._where["workspace"]).parent / "private")
+        return argv, env
+
+    def _record(self, spec: ProcessSpec, data: dict[str, Any]) -> None:
+        """Append placement facts to ``<run dir>/ray.jsonl`` (the run directory stays on this machine)."""
+        run_dir = spec.env.get("RALPH_RUN_DIR")
+        if not run_dir:
+            return
+        with open(Path(run_dir) / "ray.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"ts": time.time(), **data}) + "\n")
+
+
+def _forwarded_env(patterns: list[str]) -> dict[str, str]:
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+    }
+
+
+def _current_branch(project: Path) -> str | None:
+    from ralph.workspace import git
+
+    result = git(project, "symbolic-ref", "-q", "--short", "HEAD", check=False)
+    return result.stdout.decode().strip() or None
+
+
+def _another_node(avoid: str, lost: list[str], cfg: Any) -> Any:
+    """A hard node-affinity strategy to an alive node other than the lost ones that has the resources."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    wanted = dict(cfg.resources)
+    for node in ray.nodes():
+        if not node.get("Alive") or node["NodeID"] in lost or node["NodeID"] == avoid:
+            continue
+        resources = node.get("Resources", {})
+        if all(resources.get(name, 0) >= amount for name, amount in wanted.items()):
+            return NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+    raise RalphError(
+        "ray runner: the agent's node was lost and no other alive node offers "
+        f"{wanted or 'the requested resources'}; the project is as it was before the iteration"
+    )

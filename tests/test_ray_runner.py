@@ -1,0 +1,248 @@
+"""The ``ray`` runner on a real Ray cluster with two worker nodes on this machine.
+
+The loop runs here (``ralph run`` as a real process, a Ray driver); the real
+Claude Code CLI runs on the node the test pins with a custom resource, in the
+workspace actor's checkout, against the scripted model server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from ralph.testing.model_server import IterationScript, Turn, text, tool
+from ralph.testing.project import RalphProject, story, wait_for
+from ralph.testing.requirements import require
+
+from test_loop_claude import approve, commit, implement, iteration, set_fields
+
+pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
+
+
+def _ray_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    """Head + node2 + node3, each worker offering the custom resource ``agent``."""
+    require(_ray_installed(), "ray is not installed (pip install 'ralph-trustloop[ray]')")
+    from ralph.testing.ray_cluster import local_cluster
+
+    with local_cluster(node2={"agent": 1}, node3={"agent": 1}) as handle:
+        yield handle
+
+
+def configure(project: RalphProject, cluster: Any, **ray_settings: Any) -> None:
+    settings = {"address": cluster.address, "resources": {"node2": 1}, **ray_settings}
+    lines = ["[tool.ralph.ray]"]
+    for key, value in settings.items():
+        lines.append(f"{key} = {json.dumps(value) if not isinstance(value, dict) else _inline(value)}")
+    extra_env = 'env = ["ANTHROPIC_*", "CLAUDE_*", "DISABLE_*", "API_TIMEOUT_MS", "IS_SANDBOX", "GIT_*", "HOME", "RALPH_HOOK_DAEMON_IDLE"]'
+    (project.path / "pyproject.toml").write_text("\n".join([*lines, extra_env]) + "\n", encoding="utf-8")
+    project.commit_all("ray settings")
+
+
+def _inline(table: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in table.items()) + "}"
+
+
+def run_on_ray(project: RalphProject, url: str, env_factory: Any, *args: str, timeout: float = 240) -> Any:
+    return project.run("run", "--runner", "ray", "--agent", "claude", "--timeout", "120", *args,
+                       env=env_factory(url), timeout=timeout)
+
+
+def placements(project: RalphProject) -> list[dict[str, Any]]:
+    path = project.run_dirs()[-1] / "ray.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture
+def one_story(ralph_project: RalphProject, cluster: Any) -> RalphProject:
+    ralph_project.write_stories([story("US-001", "Greeting file")])
+    configure(ralph_project, cluster)
+    return ralph_project
+
+
+def test_one_story_lifecycle_runs_on_node2_in_its_own_checkout(one_story, cluster, scripted_model, claude_binary,
+                                                                 claude_agent_env) -> None:
+    where = iteration(
+        "pwd > where.txt",
+        set_fields("US-001", reviewStatus="needs_review"),
+        commit("feat: [US-001] - implement"),
+    )
+    script = IterationScript({1: where, 2: approve("US-001", 1)})
+    server = scripted_model(script)
+    result = run_on_ray(one_story, server.url, claude_agent_env)
+
+    assert result.returncode == 0, result.stderr
+    final = one_story.story("US-001")
+    assert (final["passes"], final["reviewStatus"], final["reviewCount"]) == (True, "approved", 1)
+    # the agent's commit came back to the project as a bundle
+    log = one_story.git("log", "--format=%s")
+    assert "feat: [US-001] - implement" in log and "review: [US-001] - approved" in log
+    ran_in = (one_story.path / "where.txt").read_text().strip()
+    assert ran_in != str(one_story.path) and "ralph-ray-" in ran_in
+    placed = [p for p in placements(one_story) if p["event"] == "iteration_placed"]
+    assert len(placed) == 2 and {p["node_id"] for p in placed} == {cluster.node_id("node2")}
+    assert placed[0]["workspace"] == ran_in
+    assert one_story.git("status", "--porcelain").strip() == ""
+    assert script.unscripted == 0
+
+
+def test_review_fix_cycle_through_the_cluster(one_story, cluster, scripted_model, claude_binary,
+                                              claude_agent_env) -> None:
+    script = IterationScript(
+        {
+            1: implement("US-001", "hello.txt", "helo"),
+            2: iteration(
+                set_fields("US-001", reviewStatus="changes_requested", reviewCount=1, reviewFeedback="Typo: helo"),
+                commit("review: [US-001] - changes requested"),
+            ),
+            3: iteration(
+                "printf hello > hello.txt",
+                set_fields("US-001", reviewStatus="needs_review", reviewFeedback=""),
+                commit("fix: [US-001] - address review feedback"),
+            ),
+            4: approve("US-001", 2),
+        }
+    )
+    server = scripted_model(script)
+    result = run_on_ray(one_story, server.url, claude_agent_env)
+
+    assert result.returncode == 0, result.stderr
+    assert (one_story.path / "hello.txt").read_text() == "hello"
+    final = one_story.story("US-001")
+    assert (final["reviewStatus"], final["reviewCount"]) == ("approved", 2)
+    modes = [e["mode"] for e in one_story.events("iteration_started")]
+    assert modes == ["implement", "review", "review-fix", "review"]
+
+
+def test_guard_denial_reaches_the_model_through_the_relay(one_story, cluster, scripted_model, claude_binary,
+                                                          claude_agent_env) -> None:
+    bare = one_story.path.parent / "remote.git"
+    one_story.git("init", "-q", "--bare", str(bare))
+    one_story.git("remote", "add", "origin", str(bare))
+    push = "git push origin HEAD:main"
+    script = IterationScript(
+        {1: [Turn([tool("Bash", {"command": push, "description": "push"})]), Turn([text("Stopping.")])]}
+    )
+    server = scripted_model(script)
+    result = run_on_ray(one_story, server.url, claude_agent_env, "-n", "1")
+
+    assert result.returncode == 1, result.stderr  # one iteration, story not done
+    # the deny reason went back to the model in its next request, and nothing was pushed
+    follow_up = [r for r in server.requests if r.assistant_turns == 1]
+    assert follow_up and "git-push" in follow_up[0].text
+    assert one_story.git("--git-dir", str(bare), "rev-parse", "--all").strip() == ""
+    hooks = [e for e in one_story.events("hook") if e.get("event") == "PreToolUse"]
+    assert hooks, "the loop answered no PreToolUse call"
+
+
+def test_ctrl_c_kills_the_remote_process_tree_and_removes_the_actor(one_story, cluster, scripted_model,
+                                                                    claude_binary, claude_agent_env) -> None:
+    import ray
+    from ray.util.state import list_actors
+
+    marker = one_story.path.parent / "sleeper.pid"
+    sleeper = f"sh -c 'echo $$ > {marker}; exec sleep 600'"
+    script = IterationScript({1: [Turn([tool("Bash", {"command": sleeper, "description": "wait"})]), Turn([text("x")])]})
+    server = scripted_model(script)
+    process = one_story.start("run", "--runner", "ray", "--agent", "claude", "--timeout", "300",
+                              env=claude_agent_env(server.url))
+    try:
+        wait_for(marker.exists, timeout=120)
+        pid = int(marker.read_text().strip())
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    wait_for(lambda: not _alive(pid), timeout=30)
+    assert ray.is_initialized()
+    wait_for(lambda: not [a for a in list_actors(filters=[("state", "=", "ALIVE")])
+                          if a.class_name == "WorkspaceActor"], timeout=60)
+    assert one_story.git("status", "--porcelain").strip() == ""
+
+
+def test_node_killed_mid_iteration_is_retried_once_on_another_node(ralph_project, cluster, scripted_model,
+                                                                   claude_binary, claude_agent_env) -> None:
+    ralph_project.write_stories([story("US-001", "Greeting file")])
+    configure(ralph_project, cluster, resources={"agent": 1})
+    reached = ralph_project.path.parent / "reached"
+    first_time = [True]
+
+    def responder(request: Any) -> Any:
+        key = request.assistant_turns
+        if key == 0 and "iteration 1 of" in request.text and first_time[0]:
+            first_time[0] = False
+            reached.write_text("1")
+            time.sleep(600)  # the node dies while this request is open
+        return script(request)
+
+    script = IterationScript({1: implement("US-001", "hello.txt", "hello"), 2: approve("US-001", 1)})
+    server = scripted_model(responder)
+    process = ralph_project.start("run", "--runner", "ray", "--agent", "claude", "--timeout", "300",
+                                  env=claude_agent_env(server.url))
+    try:
+        wait_for(reached.exists, timeout=120)
+        first = [p for p in placements(ralph_project) if p["event"] == "iteration_placed"][0]
+        victim = next(name for name, node in cluster.nodes.items() if node.node_id == first["node_id"])
+        workspace = first["workspace"]
+        cluster.kill_node(victim)
+        _kill_processes_in(workspace)  # on a real machine they die with it
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        cluster.add_node(victim, agent=1)
+    assert process.returncode == 0, stderr
+    events = placements(ralph_project)
+    lost = [p for p in events if p["event"] == "node_lost"]
+    placed = [p for p in events if p["event"] == "iteration_placed"]
+    assert len(lost) == 1 and lost[0]["node_id"] == first["node_id"]
+    assert placed[1]["node_id"] != first["node_id"]
+    assert ralph_project.story("US-001")["passes"] is True
+    assert len([e for e in ralph_project.events("iteration_started")]) == 2
+
+
+def _alive(pid: int) -> bool:
+    from ralph.testing.project import process_alive
+
+    return process_alive(pid)
+
+
+def _kill_processes_in(directory: str) -> None:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(directory):
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_without_ray_the_runner_says_how_to_install_it(ralph_project, monkeypatch) -> None:
+    from ralph_plugins.runners.ray_cluster.runner import NO_RAY, RayRunner
+
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    assert RayRunner(None).availability().reason == NO_RAY
+
+
+def test_auto_never_picks_ray(ralph_project) -> None:
+    result = ralph_project.run("run", "--dry-run", "--runner", "auto")
+    assert "ray" not in (result.stdout + result.stderr).lower().replace("array", "")
