@@ -149,9 +149,6 @@ def test_guard_denial_reaches_the_model_through_the_relay(one_story, cluster, sc
 
 def test_ctrl_c_kills_the_remote_process_tree_and_removes_the_actor(one_story, cluster, scripted_model,
                                                                     claude_binary, claude_agent_env) -> None:
-    import ray
-    from ray.util.state import list_actors
-
     marker = one_story.path.parent / "sleeper.pid"
     sleeper = f"sh -c 'echo $$ > {marker}; exec sleep 600'"
     script = IterationScript({1: [Turn([tool("Bash", {"command": sleeper, "description": "wait"})]), Turn([text("x")])]})
@@ -167,10 +164,10 @@ def test_ctrl_c_kills_the_remote_process_tree_and_removes_the_actor(one_story, c
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, stderr
-    wait_for(lambda: not _alive(pid), timeout=30)
-    assert ray.is_initialized()
-    wait_for(lambda: not [a for a in list_actors(filters=[("state", "=", "ALIVE")])
-                          if a.class_name == "WorkspaceActor"], timeout=60)
+    wait_for(lambda: not _alive(pid), timeout=30)  # the agent's process tree on the node is gone
+    placed = [p for p in placements(one_story) if p["event"] == "iteration_placed"][0]
+    wait_for(lambda: not _alive(placed["pid"]), timeout=60)  # the actor was removed
+    assert not Path(placed["workspace"]).exists()
     assert one_story.git("status", "--porcelain").strip() == ""
 
 
@@ -243,6 +240,11 @@ def test_without_ray_the_runner_says_how_to_install_it(ralph_project, monkeypatc
     assert RayRunner(None).availability().reason == NO_RAY
 
 
-def test_auto_never_picks_ray(ralph_project) -> None:
-    result = ralph_project.run("run", "--dry-run", "--runner", "auto")
-    assert "ray" not in (result.stdout + result.stderr).lower().replace("array", "")
+def test_auto_never_picks_ray_even_when_it_is_available() -> None:
+    from ralph.plugin.manager import PluginHost
+    from ralph_plugins.runners.auto import AutoRunner
+
+    host = PluginHost()
+    assert "ray" in host.runners.names()
+    chosen = AutoRunner(None).resolve(host.runners)
+    assert chosen.name in {"docker-sandbox", "direct"}
