@@ -68,7 +68,7 @@ def make_runner(kind: str, project: Path, network: str = "none") -> Any:
 def main() -> None:
     runs = int_arg(sys.argv, "--runs", 10)
     header("sandbox overhead per iteration (run() start -> agent's first output line)")
-    from ralph_plugins.agents.claude import resolve_binary
+    from ralph.claude_cli import resolve_binary
     from ralph_plugins.runners.docker import engine
 
     try:

@@ -1,6 +1,6 @@
 """ralph: run AI coding agents in Ralph loops, with a loop the agent cannot fool.
 
-Plugins import ``hookimpl`` from here and the contracts from ``ralph.contracts``.
+Plugins import everything they use from ``ralph.api`` (``hookimpl`` included).
 """
 
 import pluggy
@@ -8,5 +8,7 @@ import pluggy
 __version__ = "0.1.0"
 
 hookimpl = pluggy.HookimplMarker("ralph")
+"""Marks a plugin's function as the implementation of a ralph hook: ``@hookimpl``,
+``@hookimpl(trylast=True)`` for a default others may override (see docs/hooks.md)."""
 
 __all__ = ["__version__", "hookimpl"]

@@ -70,6 +70,17 @@ class RalphConfig(BaseModel):
     preflight: bool = Field(True, description="check the runner and agent (binary, credentials, files) before iteration 1")
 
 
+class ConfigSection(BaseModel):
+    """Base class of a plugin's config section (``[tool.ralph.<section>]``).
+
+    Unknown keys are rejected, and every error names the key's TOML path
+    (``unknown key `tool.ralph.nice.nicenes```).  Values are validated on
+    assignment too.  Return the subclass from ``ralph_config_sections``.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
 CORE_KEYS = frozenset(RalphConfig.model_fields)
 # Environment variables that override config keys: RALPH_MAX_ITERATIONS, ...
 ENV_PREFIX = "RALPH_"
@@ -151,11 +162,26 @@ def load_config(
 
     plugin_config: dict[str, BaseModel] = {}
     for name, model in sections.items():
+        table_of_section = plugin_tables.get(name, {})
+        unknown = _unknown_keys(model, table_of_section)
+        if unknown:
+            raise ConfigError(
+                "\n".join(f"{where}: unknown key `{prefix}{name}.{key}`; remove it or check its spelling" for key in unknown)
+            )
         try:
-            plugin_config[name] = model.model_validate(plugin_tables.get(name, {}))
+            plugin_config[name] = model.model_validate(table_of_section)
         except ValidationError as exc:
             raise ConfigError(_explain(exc, where, f"{prefix}{name}.", {}, {})) from None
     return config, plugin_config, source
+
+
+def _unknown_keys(model: type[BaseModel], table: dict[str, Any]) -> list[str]:
+    """Keys of ``table`` a section model that does not forbid extras would silently accept."""
+    if model.model_config.get("extra") == "forbid":
+        return []  # pydantic reports them, with the rest of the errors
+    known = set(model.model_fields)
+    known |= {field.alias for field in model.model_fields.values() if field.alias}
+    return [key for key in table if key not in known]
 
 
 def _explain(

@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from ralph.tasks import TaskList
 
 IterationMode = Literal["implement", "review", "review-fix"]
+"""The three iteration modes: implement a story, review it, fix what a review asked for."""
+
+Severity = Literal["error", "warning"]
+"""How much a violation counts: an ``error`` fails the iteration (and blocks Stop), a
+``warning`` is reported only."""
+
+AUTO_APPROVED_PREFIX = "[AUTO-APPROVED AT CAP]"
+"""How ``reviewFeedback`` of a story approved at the review cap starts (the review policy
+writes it; reports and archives count such stories as auto-approved)."""
 
 
 @dataclass(frozen=True)
@@ -30,10 +39,12 @@ class Availability:
 
     @classmethod
     def yes(cls) -> Availability:
+        """Usable."""
         return cls(True, "")
 
     @classmethod
     def no(cls, reason: str) -> Availability:
+        """Not usable, because of ``reason`` (shown to the user, so say how to fix it)."""
         return cls(False, reason)
 
 
@@ -55,6 +66,7 @@ class Check:
 
 
 def _sees_everything(path: Path) -> bool:
+    """The default view: every host path is visible to the agent (it runs on this machine)."""
     return True
 
 
@@ -198,6 +210,10 @@ class Runner(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    isolates: ClassVar[bool] = False
+    """True when the agent cannot reach the host outside the project (a container, another
+    machine).  False (a host subprocess): the agent-side guards are the only protection, and
+    guards deny what they cannot model."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -276,10 +292,12 @@ class StoryState:
     reviewCount: int
 
     def as_dict(self) -> dict[str, Any]:
+        """The fields under their task-list names (for the marker file and JSON)."""
         return {"passes": self.passes, "reviewStatus": self.reviewStatus, "reviewCount": self.reviewCount}
 
 
 Snapshot = dict[str, StoryState]
+"""The review-critical fields of every story by id, as the loop took them before an iteration."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +318,13 @@ class Violation:
     story_id: str | None = None
     undoable: bool = False
     """True when the loop can undo it by restoring the story's snapshot."""
+    severity: Severity = "error"
+    """``warning``: reported, but it neither fails the iteration nor blocks the agent's Stop."""
+
+    @property
+    def is_error(self) -> bool:
+        """True unless this is only a warning."""
+        return self.severity == "error"
 
 
 class Policy(ABC):
@@ -415,7 +440,7 @@ class LoopView:
     """What hooks know about the running loop (None outside a loop)."""
 
     runner: str
-    """``direct`` when the agent runs on the host: there the guards are the only protection."""
+    """The runner's name (``direct``, ``docker-sandbox`` ...)."""
     mode: str | None
     story_id: str | None
     ralph_dir: Path
@@ -424,6 +449,8 @@ class LoopView:
     """Files the agent must not write during the loop (marker, prd.md, prompt.md, hook config ...)."""
     checkpoint: str | None = None
     """The commit the loop recorded before this iteration (``reset --hard`` to it is the loop's job)."""
+    isolated: bool = False
+    """The runner isolates the agent (``Runner.isolates``); False: the guards are the only protection."""
 
 
 @dataclass
@@ -447,15 +474,18 @@ class HookEvent:
 
     @property
     def tool_name(self) -> str:
+        """The tool called (``Bash``, ``Edit`` ...), or empty."""
         return str(self.payload.get("tool_name") or "")
 
     @property
     def tool_input(self) -> dict[str, Any]:
+        """The tool's arguments (``command``, ``file_path`` ...), or an empty dict."""
         value = self.payload.get("tool_input")
         return value if isinstance(value, dict) else {}
 
     @property
     def session_id(self) -> str:
+        """The agent session's id, or empty."""
         return str(self.payload.get("session_id") or "")
 
 

@@ -22,10 +22,10 @@ class Settings:
     project_dir: Path
     config: RalphConfig
     plugin_config: dict[str, Any] = field(default_factory=dict)
-    config_source: Path | None = None
 
     @property
     def ralph_dir(self) -> Path:
+        """The ralph directory (prd.md, the task list, progress.txt, prompt.md), absolute."""
         path = Path(self.config.ralph_dir)
         return path if path.is_absolute() else self.project_dir / path
 

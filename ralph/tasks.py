@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from ralph.contracts import Snapshot, StoryState
 
 ReviewStatus = Literal["needs_review", "changes_requested", "approved"]
+"""The values of ``reviewStatus`` besides null (not yet submitted for review)."""
 REVIEW_FIELDS = ("passes", "reviewStatus", "reviewCount", "reviewFeedback")
-
+"""The story fields only the review cycle may change (the loop guards them)."""
 
 class Story(BaseModel):
     """One user story.  Required fields follow seed 000 §5b Check 1."""
@@ -37,10 +38,12 @@ class Story(BaseModel):
     failureReason: StrictStr = ""
 
     def state(self) -> StoryState:
+        """The review-critical fields, as the loop snapshots them."""
         return StoryState(self.passes, self.reviewStatus, self.reviewCount)
 
     @property
     def done(self) -> bool:
+        """True when the story passes (what ``dependsOn`` waits for)."""
         return self.passes
 
 
@@ -56,6 +59,7 @@ class TaskList(BaseModel):
     userStories: list[Story]
 
     def story(self, story_id: str) -> Story | None:
+        """The story with id ``story_id``, or None."""
         for story in self.userStories:
             if story.id == story_id:
                 return story

@@ -402,8 +402,9 @@ def test_missing_snapshot_skips_check25_with_warning_and_check2_still_runs(
 ) -> None:
     data = task_data(story(passes=True, reviewStatus="approved", reviewCount=0, notes="x"), story("US-002", passes=True, notes="y"))
     violations = check(host, tmp_path, data, before=None)
-    assert checks(violations) == ["invariants", "transitions-skipped"]
-    warning = only(violations, "transitions-skipped")
+    assert checks(violations) == ["invariants", "transitions"]
+    warning = only(violations, "transitions")
+    assert warning.severity == "warning" and not warning.is_error
     assert warning.message.startswith("Warning:")
     assert "transition check (2.5) skipped" in warning.message
     assert only(violations, "invariants").story_id == "US-002"
@@ -411,7 +412,8 @@ def test_missing_snapshot_skips_check25_with_warning_and_check2_still_runs(
 
 def test_missing_mode_also_skips_check25(host: PluginHost, tmp_path: Path) -> None:
     violations = check(host, tmp_path, task_data(story(reviewCount=3)), mode=None, before=tasks_of(story()))
-    assert checks(violations) == ["transitions-skipped"]
+    assert checks(violations) == ["transitions"]
+    assert only(violations, "transitions").severity == "warning"
 
 
 # -- Check 3: uncommitted changes ------------------------------------------------------------

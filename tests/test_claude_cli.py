@@ -24,7 +24,9 @@ from ralph.settings import Settings
 from ralph.testing.model_server import ScriptedModelServer, SequenceScript, Turn, claude_env, text, tool
 from ralph.testing.requirements import require
 from ralph_plugins.agents import claude as claude_plugin
-from ralph_plugins.agents.claude import ClaudeAgent, resolve_binary
+from ralph import claude_cli
+from ralph.claude_cli import resolve_binary
+from ralph_plugins.agents.claude import ClaudeAgent
 from ralph_plugins.agents.claude_config import ClaudeConfig
 from ralph_plugins.agents.streamjson import MAX_CONTENT, parse_line
 
@@ -226,14 +228,14 @@ def test_binary_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     # relative config paths are relative to the project
     assert resolve_binary("a/claude", {}, base_dir=tmp_path) == (from_config, "config")
 
-    monkeypatch.setattr(claude_plugin, "bundled_binary", lambda: on_path)
+    monkeypatch.setattr(claude_cli, "bundled_binary", lambda: on_path)
     assert resolve_binary(None, {"PATH": str(tmp_path / "empty")}) == (on_path, "claude-agent-sdk")
-    monkeypatch.setattr(claude_plugin, "bundled_binary", lambda: None)
+    monkeypatch.setattr(claude_cli, "bundled_binary", lambda: None)
     assert resolve_binary(None, {"PATH": str(tmp_path / "empty")}) == (None, "none")
 
 
 def test_unavailable_says_what_was_tried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(claude_plugin, "bundled_binary", lambda: None)
+    monkeypatch.setattr(claude_cli, "bundled_binary", lambda: None)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("RALPH_CLAUDE_BINARY", raising=False)
     availability = ClaudeAgent(_settings(tmp_path)).availability()
@@ -249,11 +251,11 @@ def test_hookimpls_and_import_cost() -> None:
     claude_plugin.ralph_register_agents(registered.append)
     assert registered == [ClaudeAgent]
     assert claude_plugin.ralph_config_sections() == {"claude": ClaudeConfig}
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         ClaudeConfig(unknown_key=1)
     # importing the plugin must not pull in pydantic or the SDK (ralph --help speed)
     code = (
-        "import sys, ralph_plugins.agents.claude as c; c.bundled_binary(); "
+        "import sys, ralph_plugins.agents.claude, ralph.claude_cli as c; c.bundled_binary(); "
         "bad = [m for m in ('pydantic', 'claude_agent_sdk') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())

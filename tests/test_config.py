@@ -142,3 +142,28 @@ def test_plugin_section_must_be_a_table(tmp_path: Path, sections: dict[str, type
 def test_invalid_toml_names_the_file(tmp_path: Path, name: str) -> None:
     path = write(tmp_path / name, "[tool.ralph\nmax_iterations = \n")
     assert config_error(tmp_path).startswith(f"{path}: not valid TOML: ")
+
+
+def test_a_config_section_rejects_unknown_keys_naming_the_toml_path(tmp_path: Path) -> None:
+    from pydantic import BaseModel, Field
+
+    from ralph.api import ConfigSection
+
+    class EchoConfig(ConfigSection):
+        niceness: int = Field(10, ge=1)
+
+    class LaxConfig(BaseModel):  # a plain model that would ignore unknown keys: ralph rejects them anyway
+        level: int = 1
+
+    write(tmp_path / "pyproject.toml", "[tool.ralph.echo]\nnice = 3\n")
+    message = config_error(tmp_path, sections={"echo": EchoConfig})
+    assert message == f"{tmp_path / 'pyproject.toml'}: unknown key `tool.ralph.echo.nice`; remove it or check its spelling"
+    write(tmp_path / "pyproject.toml", "[tool.ralph.echo]\nniceness = 0\n")
+    assert "`tool.ralph.echo.niceness` must be an integer >= 1 (got 0)" in config_error(tmp_path, sections={"echo": EchoConfig})
+    write(tmp_path / "pyproject.toml", "[tool.ralph.lax]\nlevl = 2\n")
+    assert "unknown key `tool.ralph.lax.levl`" in config_error(tmp_path, sections={"lax": LaxConfig})
+    write(tmp_path / "pyproject.toml", "[tool.ralph.echo]\nniceness = 4\n")
+    _, plugin_config, _ = load_config(tmp_path, sections={"echo": EchoConfig}, environ={})
+    assert plugin_config["echo"].niceness == 4
+    with pytest.raises(ValueError):
+        plugin_config["echo"].niceness = 0  # validated on assignment too

@@ -27,7 +27,7 @@ from ralph.testing.requirements import require
 
 pytestmark = pytest.mark.slow
 
-SANDBOX_CLI = [sys.executable, "-P", "-m", "ralph.cli.sandbox"]
+SANDBOX_CLI = [sys.executable, "-P", "-m", "ralph.cli.main"]  # the commands come from the docker plugin (ralph_register_commands)
 IMAGE = "ralph-sandbox:latest"
 CLAUDE_TEST_ENV = ["CLAUDE_CODE_MAX_RETRIES", "API_TIMEOUT_MS"]
 

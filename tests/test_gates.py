@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ralph.loop.storystate import StoryState, error_hash, normalize, truncate
+from ralph.loop.storystate import StoryAttempts, error_hash, normalize, truncate
 from ralph.testing.project import RalphProject, story
 
 # -- unit: the state file and escalation ----------------------------------------------------------
@@ -37,7 +37,7 @@ def test_truncate_keeps_head_and_tail_with_marker() -> None:
 
 
 def test_escalation_sequence_for_the_same_error() -> None:
-    state = StoryState("US-001", max_iterations=5)
+    state = StoryAttempts("US-001", max_iterations=5)
     decisions = []
     for _ in range(5):
         state.record_failure("tests", "AssertionError: nope", 1, False, ["a.py"])
@@ -50,7 +50,7 @@ def test_escalation_sequence_for_the_same_error() -> None:
 
 
 def test_missing_information_gets_context_expansion_before_the_stop() -> None:
-    state = StoryState("US-001", max_iterations=5)
+    state = StoryAttempts("US-001", max_iterations=5)
     decisions = []
     for _ in range(6):
         state.record_failure("tests", "ModuleNotFoundError: No module named 'greetlib'", 1, False, [])
@@ -66,7 +66,7 @@ def test_missing_information_gets_context_expansion_before_the_stop() -> None:
 
 
 def test_a_changing_error_is_never_stuck() -> None:
-    state = StoryState("US-001", max_iterations=5)
+    state = StoryAttempts("US-001", max_iterations=5)
     decisions = []
     for left in (4, 3, 2, 1):
         state.record_failure("tests", f"AssertionError: {left} cases left", 1, False, [])
@@ -76,7 +76,7 @@ def test_a_changing_error_is_never_stuck() -> None:
 
 
 def test_state_file_format(tmp_path: Path) -> None:
-    state = StoryState("US-001")
+    state = StoryAttempts("US-001")
     state.record_failure("tests", "FAIL src/auth.test.ts\n  expected 401", 1, False, ["src/auth.ts"])
     path = state.save(tmp_path)
     text = path.read_text()
@@ -84,7 +84,7 @@ def test_state_file_format(tmp_path: Path) -> None:
     assert "task_id: US-001" in front and "last_gate: tests" in front and "stuck_count: 1" in front
     assert '  - "src/auth.ts"' in front
     assert "## Attempt 1: tests gate output (verbatim)" in body and "expected 401" in body
-    assert StoryState.load(tmp_path, "US-001", 5).attempts[0].output == state.attempts[0].output
+    assert StoryAttempts.load(tmp_path, "US-001", 5).attempts[0].output == state.attempts[0].output
 
 
 # -- through the CLI ------------------------------------------------------------------------------

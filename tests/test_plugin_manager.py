@@ -346,6 +346,10 @@ class EveryHook:
         self._record("ralph_register_gates", register=register)
 
     @hookimpl
+    def ralph_register_commands(self, cli: Any) -> None:
+        self._record("ralph_register_commands", cli=cli)
+
+    @hookimpl
     def ralph_config_sections(self) -> dict[str, type]:
         self._record("ralph_config_sections")
         return {}
@@ -399,7 +403,9 @@ def test_plugin_implementing_every_hookspec_gets_every_call() -> None:
     host = PluginHost(extra_plugins=[plugin], load_entry_points=False)
     # building the registries already called every register hook once
     registered = sorted(name for name, _ in plugin.calls)
-    assert registered == sorted(name for name in hook_names() if name.startswith("ralph_register_"))
+    assert registered == sorted(
+        name for name in hook_names() if name.startswith("ralph_register_") and name != "ralph_register_commands"
+    )  # commands are registered only when the CLI asks (RalphGroup)
 
     for name in hook_names():
         plugin.calls.clear()
@@ -495,5 +501,89 @@ def test_ralph_help_works_with_a_broken_plugin(fake_dists: FakeDists) -> None:
     result = invoke(["--help"])
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output and "plugins" in result.output
-    assert fake_dists.imported() == []  # --help never loads plugins
+    assert "sandbox" in result.output  # the docker plugin's command: plugins were loaded for the list
     assert invoke(["--version"]).exit_code == 0
+
+
+# -- registering in code, disabled names, API versions, commands ---------------------------
+
+
+def test_extra_plugin_that_is_also_installed_is_registered_once(fake_dists: FakeDists, own_runners: list[str]) -> None:
+    fake_dists.add({"fake-runner": "ralph_fake_runner"}, {"ralph_fake_runner": runner_module("fake")})
+    module = importlib.import_module("ralph_fake_runner")
+    host = PluginHost(extra_plugins=[module], environ={})
+    assert host.runners.names() == sorted([*own_runners, "fake"])
+    assert host.runners.providers["fake"] == "'fake-runner' (fake-dist 1.0)"
+    # and without the installed entry point it is registered from code
+    alone = PluginHost(extra_plugins=[module], environ={DISABLE_ENV: "fake-runner"})
+    assert alone.runners.providers["fake"] == "'ralph_fake_runner' (registered in code)"
+
+
+def test_an_unknown_name_says_which_plugins_are_disabled(fake_dists: FakeDists) -> None:
+    fake_dists.add({"fake": "ralph_fake_runner"}, {"ralph_fake_runner": runner_module("fake")})
+    host = PluginHost(environ={DISABLE_ENV: "fake"})
+    with pytest.raises(PluginError, match=r"runner 'fake' is not available: plugin 'fake' is disabled \(RALPH_DISABLE_PLUGINS\)"):
+        host.runners.get("fake")
+    with pytest.raises(PluginError, match=r"unknown runner 'nope'; available: .*; not loaded: 'fake' \(is disabled"):
+        host.runners.get("nope")
+
+
+@pytest.mark.parametrize(("declared", "loads"), [("1", True), ("1.0", True), (1, True), ("2", False), ("1.1", False), ("0.9", False), ("one", False)])
+def test_plugin_api_version_is_checked(fake_dists: FakeDists, declared: object, loads: bool) -> None:
+    source = runner_module("versioned") + f"\nRALPH_API = {declared!r}\n"
+    fake_dists.add({"versioned": "ralph_fake_versioned"}, {"ralph_fake_versioned": source})
+    host = PluginHost(environ={})
+    info = info_of(host, "versioned")
+    assert ("versioned" in host.runners.names()) is loads
+    assert (info.error is None) is loads
+    if not loads:
+        assert host.pm.get_plugin("versioned") is None
+        assert info.status.startswith("INCOMPATIBLE:" if declared != "one" else "INCOMPATIBLE: RALPH_API = 'one' is not a version")
+
+
+COMMAND_MODULE = """
+import click
+from ralph.api import hookimpl
+
+@click.command("hello")
+def hello():
+    '''Say hello from a plugin.'''
+    click.echo("hello from a plugin")
+
+@click.command("run")
+def not_ralphs_run():
+    '''Tries to replace ralph run.'''
+
+@hookimpl
+def ralph_register_commands(cli):
+    cli.add_command(hello)
+    cli.add_command(not_ralphs_run)
+"""
+
+BROKEN_COMMANDS = """
+from ralph.api import hookimpl
+
+@hookimpl
+def ralph_register_commands(cli):
+    raise RuntimeError("commands exploded")
+"""
+
+
+def test_plugins_add_commands_but_cannot_replace_ralphs(fake_dists: FakeDists) -> None:
+    fake_dists.add(
+        {"greeter": "ralph_fake_greeter", "fake-cmd-broken": "ralph_fake_cmd_broken"},
+        {"ralph_fake_greeter": COMMAND_MODULE, "ralph_fake_cmd_broken": BROKEN_COMMANDS},
+    )
+    result = CliRunner().invoke(cli, ["hello"], catch_exceptions=False)
+    assert result.exit_code == 0 and result.stdout.strip() == "hello from a plugin"
+    assert "plugin 'greeter' (fake-dist 1.0) adds command(s) that exist already, left out: run" in result.stderr
+    assert "plugin 'fake-cmd-broken' (fake-dist 1.0) could not add its commands: RuntimeError: commands exploded" in result.stderr
+    helped = CliRunner().invoke(cli, ["--help"], catch_exceptions=False)
+    assert "Say hello from a plugin." in helped.stdout
+    assert "Run the loop until every story" in CliRunner().invoke(cli, ["run", "--help"]).stdout
+
+
+def test_ralphs_own_commands_do_not_load_plugins(fake_dists: FakeDists) -> None:
+    fake_dists.standard()
+    assert CliRunner().invoke(cli, ["status", "--help"], catch_exceptions=False).exit_code == 0
+    assert fake_dists.imported() == []

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ralph.lifecycle.report import build_report, render_text, review_analytics
+from ralph.lifecycle.report import build_project_report, render_text, review_analytics
 from ralph.testing.project import RalphProject, story
 
 LIFECYCLE = (
@@ -124,7 +124,7 @@ def test_gate_failures_and_timeouts_from_events(tmp_path: Path) -> None:
         {"kind": "iteration_finished", "iteration": 2, "seconds": 60, "cost": 0.25, "timed_out": True, "exit_code": -9},
     ]
     (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    report = build_report([run], [{"id": "US-001", "title": "t", "passes": False, "reviewCount": 0}])
+    report = build_project_report([run], [{"id": "US-001", "title": "t", "passes": False, "reviewCount": 0}])
     (row,) = report.stories
     assert (row.iterations, row.gate_failures, row.seconds, row.cost) == (2, 1, 90, 0.75)
     first, second = report.iterations

@@ -7,7 +7,6 @@ sends, and at what it refuses.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from ralph.api import ConfigSection
 
 DEFAULT_TOOLS: dict[str, list[str]] = {
     "implement": ["Bash", "Read", "Edit", "Write"],
@@ -19,10 +21,8 @@ DEFAULT_TOOLS: dict[str, list[str]] = {
 the CLI refuses every other built-in tool.  A mode or purpose not listed gets the CLI's own set."""
 
 
-class ClaudeConfig(BaseModel):
+class ClaudeConfig(ConfigSection):
     """Settings of the ``claude`` agent."""
-
-    model_config = ConfigDict(extra="forbid")
 
     binary: str | None = Field(None, description="path of the claude executable (default: found automatically)")
     extra_args: list[str] = Field(default_factory=list, description="arguments appended to every claude command")

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterable
 
-from ralph.contracts import AgentView, Check
+from ralph.api import AgentView, Check
 
 __all__ = ["CREDENTIAL_VARS", "binary_check", "credential_checks"]
 
@@ -107,7 +107,7 @@ def _credential_fix(view: AgentView) -> str:
 
 
 def _endpoint_check(base_url: str, view: AgentView) -> Check:
-    from ralph.loop.preflight import endpoint_answers
+    from ralph.api import endpoint_answers
 
     if view.network == "none":
         return Check(

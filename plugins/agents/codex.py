@@ -29,11 +29,10 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ralph import hookimpl
-from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, ProcessSpec
+from ralph.api import Agent, AgentEvent, AgentInvocation, Availability, ProcessSpec, hookimpl
 
 if TYPE_CHECKING:
-    from ralph.settings import Settings
+    from ralph.api import Settings
 
 __all__ = ["BASE_URL_ENV", "BINARY_ENV_VAR", "CodexAgent", "bundled_binary", "resolve_binary", "toml_value"]
 

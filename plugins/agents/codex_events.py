@@ -29,7 +29,7 @@ import json
 import re
 from typing import Any
 
-from ralph.contracts import AgentEvent
+from ralph.api import AgentEvent
 
 __all__ = ["MAX_CONTENT", "classify", "parse_line"]
 
@@ -96,7 +96,8 @@ def _parse(line: str) -> list[AgentEvent]:
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
         return [AgentEvent("result", data={"is_error": False, "usage": usage, "total_cost_usd": None})]
     if kind == "turn.failed":
-        error = obj.get("error") if isinstance(obj.get("error"), dict) else {}
+        raw_error = obj.get("error")
+        error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
         message = str(error.get("message") or "the turn failed")
         return _failure(message, "turn.failed") + [
             AgentEvent("result", text=message, data={"is_error": True, "terminal_reason": "turn_failed"})

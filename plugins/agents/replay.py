@@ -29,8 +29,7 @@ import os
 import sys
 from pathlib import Path
 
-from ralph import hookimpl
-from ralph.contracts import Agent, AgentEvent, AgentInvocation, Availability, Check, PreflightContext, ProcessSpec
+from ralph.api import Agent, AgentEvent, AgentInvocation, Availability, Check, PreflightContext, ProcessSpec, hookimpl
 
 SCRIPT_ENV = "RALPH_REPLAY_SCRIPT"
 

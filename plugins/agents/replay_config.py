@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from ralph.api import ConfigSection
 
 
-class ReplayConfig(BaseModel):
+class ReplayConfig(ConfigSection):
     """``[tool.ralph.replay]``."""
-
-    model_config = ConfigDict(extra="forbid")
 
     script: str | None = None

@@ -41,7 +41,7 @@ import json
 import re
 from typing import Any
 
-from ralph.contracts import AgentEvent
+from ralph.api import AgentEvent
 
 __all__ = ["MAX_CONTENT", "classify_failure", "parse_line"]
 
@@ -170,8 +170,18 @@ def _message_content(obj: dict[str, Any]) -> list[Any]:
     return content if isinstance(content, list) else []
 
 
+def _str(obj: dict[str, Any], key: str) -> str:
+    value = obj.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _dict(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
-    message = obj.get("message") if isinstance(obj.get("message"), dict) else {}
+    message = _dict(obj, "message")
     api_error = bool(obj.get("is_api_error_message")) or (
         message.get("model") == "<synthetic>" and bool(obj.get("error"))
     )
@@ -181,7 +191,7 @@ def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
             continue
         btype = block.get("type")
         if btype == "text":
-            body = block.get("text") if isinstance(block.get("text"), str) else ""
+            body = _str(block, "text")
             failure = classify_failure(body, error_context=api_error)
             if failure:
                 events.append(AgentEvent(failure, text=body, data={"source": "assistant"}))
@@ -261,18 +271,18 @@ def _user(obj: dict[str, Any]) -> list[AgentEvent]:
 
 def _result(obj: dict[str, Any]) -> list[AgentEvent]:
     data = {key: obj.get(key) for key in _RESULT_KEYS if key in obj}
-    data["is_error"] = bool(obj.get("is_error"))
-    body = obj.get("result") if isinstance(obj.get("result"), str) else ""
+    is_error = data["is_error"] = bool(obj.get("is_error"))
+    body = _str(obj, "result")
     if not body and isinstance(obj.get("errors"), list):
         body = "\n".join(str(e) for e in obj["errors"])
-    terminal = obj.get("terminal_reason") if isinstance(obj.get("terminal_reason"), str) else None
+    terminal = _str(obj, "terminal_reason") or None
     events = []
-    failure = classify_failure(body, error_context=data["is_error"], terminal_reason=terminal)
+    failure = classify_failure(body, error_context=is_error, terminal_reason=terminal)
     if failure:
         events.append(AgentEvent(failure, text=body, data={"source": "result"}))
-    elif data["is_error"] and _is_rate_limit(body, obj.get("api_error_status"), obj.get("api_error_type"), None):
+    elif is_error and _is_rate_limit(body, obj.get("api_error_status"), obj.get("api_error_type"), None):
         events.append(AgentEvent("rate_limit", text=body, data={"source": "result", "status": obj.get("api_error_status")}))
-    if data["is_error"]:
+    if is_error:
         events.append(
             AgentEvent(
                 "error",
@@ -305,7 +315,7 @@ def _system(obj: dict[str, Any]) -> list[AgentEvent]:
 
 
 def _rate_limit(obj: dict[str, Any]) -> list[AgentEvent]:
-    info = obj.get("rate_limit_info") if isinstance(obj.get("rate_limit_info"), dict) else {}
+    info = _dict(obj, "rate_limit_info")
     data = {
         "status": info.get("status"),
         "resets_at": info.get("resetsAt"),

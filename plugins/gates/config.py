@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from ralph.api import ConfigSection
 
 
-class VerifyConfig(BaseModel):
+class VerifyConfig(ConfigSection):
     """``[tool.ralph.verify]``: the test gate running the task list's verifyCommands."""
-
-    model_config = ConfigDict(extra="forbid")
 
     soft_timeout: float = Field(300.0, gt=0, description="seconds before a warning")
     hard_timeout: float = Field(600.0, gt=0, description="seconds before the commands are killed")
 
 
-class QualityConfig(BaseModel):
+class QualityConfig(ConfigSection):
     """``[tool.ralph.quality]``: the optional quality review (soft gate)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     enabled: bool = False
     soft_timeout: float = Field(120.0, gt=0)
@@ -25,10 +23,8 @@ class QualityConfig(BaseModel):
     prompt: str | None = Field(None, description="path to a custom quality-review prompt")
 
 
-class SpecConfig(BaseModel):
+class SpecConfig(ConfigSection):
     """``[tool.ralph.spec]``: the spec gate (an independent reviewer's structured verdict, hard)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     enabled: bool | None = Field(None, description="default: on under skip-review, off under review")
     agent: str | None = Field(None, description="agent plugin of the reviewer (default: the review agent)")

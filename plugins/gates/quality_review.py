@@ -9,8 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ralph import hookimpl
-from ralph.contracts import Gate, GateContext, GateResult
+from ralph.api import Gate, GateContext, GateResult, hookimpl
 
 QUALITY_PROMPT = """You are a code-quality reviewer with a fresh context. Do not change any file.
 Review this diff of story {story} for code quality only (naming, duplication, error handling,

@@ -21,8 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ralph import hookimpl
-from ralph.contracts import Gate, GateContext, GateResult
+from ralph.api import Gate, GateContext, GateResult, hookimpl
 
 MAX_DIFF_CHARS = 60_000
 MAX_PRD_CHARS = 8_000

@@ -52,8 +52,8 @@ class Verdict:
         lines = [f"Spec reviewer ({reviewer}): {'MET' if self.met else 'NOT MET'}"]
         for item in self.unmet:
             lines.append(f"- Missing: {item.get('criterion', '')} (where: {item.get('where', '-')}) — {item.get('why', '')}")
-        for item in self.extra:
-            lines.append(f"- Extra: {item}")
+        for extra in self.extra:
+            lines.append(f"- Extra: {extra}")
         lines.append(f"Verdict (verbatim): {self.raw}")
         return "\n".join(lines)
 
@@ -83,7 +83,7 @@ def parse_verdict(answer: str) -> Verdict:
     for text in _candidates(answer):
         try:
             obj = json.loads(text)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             return Verdict(False, malformed=f"the verdict is not valid JSON ({exc.msg})", raw=text[:2000])
         if not isinstance(obj, dict) or "verdict" not in obj:
             continue

@@ -11,8 +11,7 @@ import signal
 import subprocess
 import time
 
-from ralph import hookimpl
-from ralph.contracts import Gate, GateContext, GateResult
+from ralph.api import Gate, GateContext, GateResult, hookimpl
 
 
 class VerifyCommandsGate(Gate):

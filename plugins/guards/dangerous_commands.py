@@ -26,8 +26,7 @@ from __future__ import annotations
 import os
 import re
 
-from ralph import hookimpl
-from ralph.contracts import Denial, HookEvent
+from ralph.api import Denial, HookEvent, hookimpl
 from ralph_plugins.guards.git import GitView, parse_git, short_flag, view
 from ralph_plugins.guards.programs import fetches, find_roots
 from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Analysis, Command, analyze, resolve_path
@@ -100,8 +99,8 @@ def is_secret_path(path: str) -> bool:
 
 
 def is_direct(event: HookEvent) -> bool:
-    """No sandbox around the agent: outside a loop, or a loop with the ``direct`` runner."""
-    return event.loop is None or event.loop.runner == "direct"
+    """No sandbox around the agent: outside a loop, or a loop whose runner does not isolate it."""
+    return event.loop is None or not event.loop.isolated
 
 
 def _under(path: str, root: str) -> bool:

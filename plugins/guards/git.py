@@ -222,8 +222,8 @@ def inspect(w: Any, call: Any) -> None:
                 reads = bool(_READS_OUTPUT.match(key))
                 w.code(value, call.st.copy(), Flow(stdin=("pipe", "git's output") if reads else None,
                                                    depth=call.flow.depth), f"`git -c {key}`")
-    for code in v.shell_aliases:
-        w.code(code, call.st.copy(), call.flow, "a `!` git alias")
+    for alias_code in v.shell_aliases:
+        w.code(alias_code, call.st.copy(), call.flow, "a `!` git alias")
     sub, args = v.sub, v.args
     if not sub or sub == "!":
         return
@@ -261,7 +261,7 @@ def inspect(w: Any, call: Any) -> None:
             w.run([Word(a) for a in args[1:]], {}, call.st.copy(), Flow(depth=call.flow.depth),
                   [*call.wrappers, "git bisect run"], [])
     if sub in ("difftool", "mergetool") and any(a in ("-x", "--extcmd") or a.startswith("--extcmd=") for a in args):
-        w.opaque(f"`git {sub} --extcmd` runs a command", f"use `git diff`")
+        w.opaque(f"`git {sub} --extcmd` runs a command", "use `git diff`")
     if any(a.startswith(("--upload-pack", "--receive-pack", "--exec=", "--template")) or a in ("-u", "--exec")
            for a in args) and sub in ("fetch", "pull", "clone", "ls-remote", "archive", "push", "init", "remote"):
         w.opaque(f"`git {sub}` with --upload-pack/--receive-pack/--exec/--template runs a program",

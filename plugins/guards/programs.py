@@ -511,6 +511,7 @@ def _interpreter(w: Walker, call: Call) -> None:
     else:
         w.stdin_program(name, call.flow, call.st, shell=False)
         return
+    assert script is not None
     if script.procsub:
         w.pipe(f"{name} {script.text}")
     elif not script.dynamic and is_stdin_path(script.text, w.cwd):

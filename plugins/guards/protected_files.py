@@ -20,8 +20,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from ralph import hookimpl
-from ralph.contracts import Denial, HookEvent
+from ralph.api import Denial, HookEvent, hookimpl
 from ralph_plugins.guards.shell import Command, analyze, resolve_path
 
 RULE = "protected-file"

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ralph import hookimpl
-from ralph.contracts import Denial, HookEvent
+from ralph.api import Denial, HookEvent, hookimpl
 
 SESSION_KEY = "files_read"
 RULE = "read-before-edit"

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ralph import hookimpl
-from ralph.contracts import Denial, HookEvent
+from ralph.api import Denial, HookEvent, hookimpl
 
 RULE = "review-scope"
 EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path", "NotebookEdit": "notebook_path"}

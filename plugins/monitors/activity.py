@@ -9,8 +9,7 @@ session and the prompt's length: never the prompt text.
 
 from __future__ import annotations
 
-from ralph import hookimpl
-from ralph.contracts import HookEvent
+from ralph.api import HookEvent, hookimpl
 
 READ_LOG_KEY = "files_read"
 ACTIVITY_LOG = "activity.jsonl"

@@ -15,8 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from ralph import hookimpl
-from ralph.contracts import HookEvent
+from ralph.api import HookEvent, hookimpl
 
 DEFAULT_WINDOW = 200_000
 WINDOW_ENV = "CLAUDE_CONTEXT_WINDOW"

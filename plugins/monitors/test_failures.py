@@ -18,8 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ralph import hookimpl
-from ralph.contracts import HookEvent
+from ralph.api import HookEvent, hookimpl
 
 LOG_NAME = "test-failures.log"
 MAX_LOG_BYTES = 100 * 1024

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ralph import hookimpl
-from ralph.contracts import IterationMode, Policy, Selection, Snapshot, StoryState, Violation
+from ralph.api import AUTO_APPROVED_PREFIX, IterationMode, Policy, Selection, Snapshot, StoryState, Violation, hookimpl
 
 if TYPE_CHECKING:
-    from ralph.tasks import Story, TaskList
+    from ralph.api import Story, TaskList
 
-AUTO_APPROVE_PREFIX = "[AUTO-APPROVED AT CAP]"
 INITIAL = StoryState(False, None, 0)
 
 
@@ -36,7 +34,7 @@ class ReviewPolicy(Policy):
         return self.settings.config.review_cap
 
     def select(self, tasks: TaskList) -> Selection | None:
-        from ralph.tasks import ready_stories
+        from ralph.api import ready_stories
 
         story = _first(tasks, "changes_requested")
         if story is not None:
@@ -76,7 +74,7 @@ class ReviewPolicy(Policy):
             if number >= self.cap:
                 lines.append(
                     f"- This review reaches the cap of {self.cap}: if issues remain, approve anyway and put "
-                    f"them in reviewFeedback prefixed with {AUTO_APPROVE_PREFIX}."
+                    f"them in reviewFeedback prefixed with {AUTO_APPROVED_PREFIX}."
                 )
         elif selection.mode == "review-fix" and story is not None:
             lines.append(

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ralph import hookimpl
-from ralph.contracts import IterationMode, Policy, Selection, Snapshot, Violation
+from ralph.api import IterationMode, Policy, Selection, Snapshot, Violation, hookimpl
 
 if TYPE_CHECKING:
-    from ralph.tasks import TaskList
+    from ralph.api import TaskList
 
 
 class SkipReviewPolicy(Policy):
@@ -19,7 +18,7 @@ class SkipReviewPolicy(Policy):
     uses_review = False
 
     def select(self, tasks: TaskList) -> Selection | None:
-        from ralph.tasks import ready_stories
+        from ralph.api import ready_stories
 
         ready = ready_stories(tasks, [s for s in tasks.userStories if not s.passes])
         return Selection("implement", ready[0].id, "highest-priority open story") if ready else None

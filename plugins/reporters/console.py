@@ -11,11 +11,9 @@ import atexit
 import sys
 from typing import Any, TextIO
 
-from ralph import hookimpl
-from ralph.contracts import LoopEvent
+from ralph.api import LoopEvent, hookimpl, render_run_report, render_run_summary
 
-from .runstate import RunState
-from .runstate import fmt_elapsed as _fmt_elapsed
+from .runstate import RunState, fmt_elapsed
 
 
 class ConsoleView:
@@ -70,6 +68,9 @@ class ConsoleView:
         self.footer.start()
         atexit.register(self.stop_footer)  # an error that ends the process mid-run must not leave it drawn
 
+    def on_follow_ended(self, data: dict[str, Any]) -> None:
+        self.stop_footer()
+
     def stop_footer(self) -> None:
         """Take the footer off the screen (idempotent)."""
         footer, self.footer = self.footer, None
@@ -92,7 +93,7 @@ class ConsoleView:
     def on_iteration_started(self, data: dict[str, Any]) -> None:
         self.status(
             f"iteration {data['iteration']}/{data['max_iterations']} | {data['mode']} | {data.get('story')} | "
-            f"elapsed {_fmt_elapsed(data.get('elapsed', 0))} | cost ${data.get('cost_so_far', 0):.4f}"
+            f"elapsed {fmt_elapsed(data.get('elapsed', 0))} | cost ${data.get('cost_so_far', 0):.4f}"
         )
 
     def on_agent_event(self, data: dict[str, Any]) -> None:
@@ -156,12 +157,10 @@ class ConsoleView:
 
     def on_run_finished(self, data: dict[str, Any]) -> None:
         self.stop_footer()
-        self.stdout.write("\n" + render_summary(data) + "\n")
+        self.stdout.write("\n" + render_run_summary(data) + "\n")
         report = data.get("report") or {}
         if report.get("failed") or report.get("quality_warnings"):
-            from ralph.loop.runreport import render_markdown
-
-            self.stdout.write("\n" + render_markdown(report))
+            self.stdout.write("\n" + render_run_report(report))
         if data.get("stash"):
             self.stdout.write("\n" + data["stash"] + "\n")
         self.stdout.flush()
@@ -215,30 +214,6 @@ def _tool_summary(tool: dict[str, Any]) -> str:
         if key in tool_input:
             return str(tool_input[key])[:120]
     return ""
-
-
-def render_summary(data: dict[str, Any]) -> str:
-    """The final table: one row per story, then totals."""
-    stories = data.get("stories", [])
-    rows = [("story", "title", "state", "reviews")]
-    for story in stories:
-        if story["passes"] and story.get("reviewStatus") == "approved":
-            state = "approved (auto, at cap)" if story.get("autoApproved") else "approved"
-        elif story["passes"]:
-            state = "done"
-        else:
-            state = story.get("reviewStatus") or "open"
-        rows.append((story["id"], story["title"][:40], state, str(story["reviewCount"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    done = sum(1 for s in stories if s["passes"])
-    lines.append("")
-    lines.append(
-        f"{done}/{len(stories)} stories done | {data.get('iterations')} iterations | "
-        f"cost ${data.get('cost_usd', 0):.4f} | {_fmt_elapsed(data.get('elapsed', 0))} | {data.get('reason')}"
-    )
-    return "\n".join(lines)
 
 
 VIEW = ConsoleView()

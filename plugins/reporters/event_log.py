@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from ralph import hookimpl
-from ralph.contracts import LoopEvent
+from ralph.api import LoopEvent, hookimpl
 
 
 @hookimpl

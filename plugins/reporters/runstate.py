@@ -1,4 +1,4 @@
-"""What the live footer shows, folded from loop events (stdlib only, so it is cheap to test).
+"""What the live footer shows, folded from loop events (stdlib and ralph.api only, so it is cheap to test).
 
 The same events drive it in ``ralph run`` (in-process) and in ``ralph status
 --follow`` (read back from the run's ``events.jsonl``).
@@ -11,14 +11,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ralph.api import format_elapsed
+
 __all__ = ["RunState", "fmt_elapsed"]
 
 
-def fmt_elapsed(seconds: float) -> str:
-    """``m:ss``, or ``h:mm:ss`` from an hour on."""
-    minutes, secs = divmod(int(max(0.0, seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+fmt_elapsed = format_elapsed
 
 
 def _epoch(data: dict[str, Any]) -> float:
@@ -78,7 +76,8 @@ class RunState:
             self.mode, self.story = str(data.get("mode") or ""), str(data.get("story") or "")
             self.cost = float(data.get("cost_so_far") or self.cost)
             self.stories = int(data.get("stories") or self.stories)
-            self.done = int(data.get("stories_done") if data.get("stories_done") is not None else self.done)
+            done = data.get("stories_done")
+            self.done = int(done) if done is not None else self.done
             self.note = ""
         elif kind == "iteration_finished":
             self.cost = float(data.get("cost_so_far") or self.cost)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Callable
 
-from ralph import hookimpl
-from ralph.contracts import Availability, ProcessOutcome, ProcessSpec, Runner
+from ralph.api import Availability, ProcessOutcome, ProcessSpec, Runner, hookimpl
 
 if TYPE_CHECKING:
-    from ralph.plugin.manager import Registry
+    from ralph.api import Registry
 
 PREFERRED = ("docker-sandbox",)
 

@@ -19,13 +19,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ralph import hookimpl
-from ralph.contracts import AgentView, Availability, Check, ProcessOutcome, ProcessSpec, Runner
+from ralph.api import AgentView, Availability, Check, ProcessOutcome, ProcessSpec, Runner, hookimpl
 
 from .docker.naming import DEFAULT_IMAGE, HOOK_CLIENT
 
 if TYPE_CHECKING:
-    from ralph.contracts import PreflightContext
+    from ralph.api import PreflightContext
 
     from .docker.engine import Options, Sandbox
 
@@ -52,6 +51,7 @@ class DockerSandboxRunner(Runner):
 
     name = "docker-sandbox"
     description = "agent in a hardened container (docker SDK): caps dropped, read-only root, network policy"
+    isolates = True
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
@@ -115,14 +115,12 @@ class DockerSandboxRunner(Runner):
 
     def agent_view(self) -> AgentView:
         """The allowlisted environment, the state dir as home, the project (and ralph's code) as files."""
-        import ralph
-        import ralph_plugins
-        import ralph_templates
+        from ralph.api import hook_packages
 
         cfg = self.config()
         names = list(dict.fromkeys([*cfg.env_allowlist, *cfg.env]))
         mounted = [Path(self.settings.project_dir).resolve()] + [
-            Path(m.__file__).resolve().parent for m in (ralph, ralph_plugins, ralph_templates)  # type: ignore[arg-type]
+            path for path in hook_packages().values()
         ]
 
         def sees(path: Path) -> bool:
@@ -158,7 +156,7 @@ class DockerSandboxRunner(Runner):
 
     def prepare(self, project_dir: Path) -> None:
         """Remove leftovers of a crashed run of this project (found by label); start the proxy."""
-        from ralph.errors import UnavailableError
+        from ralph.api import UnavailableError
 
         from .docker import engine
 
@@ -187,7 +185,7 @@ class DockerSandboxRunner(Runner):
         try:
             return self._sandbox.run(spec, on_line, timeout, cancel)
         except engine.SandboxError as exc:
-            from ralph.errors import UnavailableError
+            from ralph.api import UnavailableError
 
             raise UnavailableError(str(exc)) from None
 
@@ -221,3 +219,12 @@ def ralph_config_sections() -> dict[str, type]:
 
 
 __all__ = ["DEFAULT_IMAGE", "DockerSandboxRunner", "prepare_state_dir"]
+
+
+@hookimpl
+def ralph_register_commands(cli: Any) -> None:
+    """``ralph sandbox build|clean`` and ``ralph doctor`` (click only until they run)."""
+    from .docker.commands import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)

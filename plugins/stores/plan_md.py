@@ -49,12 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ralph import hookimpl
-from ralph.contracts import TaskStore
-from ralph.errors import TaskListError
+from ralph.api import TaskListError, TaskStore, hookimpl
 
 if TYPE_CHECKING:
-    from ralph.tasks import TaskList
+    from ralph.api import TaskList
 
 REVIEW_DEFAULTS: dict[str, Any] = {"reviewStatus": None, "reviewCount": 0, "reviewFeedback": ""}
 TEXT_FIELDS = ("id", "title", "description", "acceptanceCriteria", "priority", "passes", "dependsOn")
@@ -63,7 +61,7 @@ TEXT_FIELDS = ("id", "title", "description", "acceptanceCriteria", "priority", "
 
 def _defaults() -> dict[str, Any]:
     """Every optional story field with its default (review fields, notes, ``failed`` ...)."""
-    from ralph.tasks import Story
+    from ralph.api import Story
 
     out = dict(REVIEW_DEFAULTS)
     for name, info in Story.model_fields.items():
@@ -133,7 +131,7 @@ def _fail(source: Path, line: int, field_name: str, message: str) -> TaskListErr
 
 
 def _scan(raw: str, source: Path) -> _Scan:
-    from ralph.lifecycle.plan import story_id_problem
+    from ralph.api import story_id_problem
 
     lines = raw.splitlines(keepends=True)
     bodies = [_split_eol(line)[0] for line in lines]
@@ -147,8 +145,8 @@ def _scan(raw: str, source: Path) -> _Scan:
             fenced[n] = inside
 
     # story blocks
-    headings = [(n, _HEADING.match(body)) for n, body in enumerate(bodies) if not fenced[n]]
-    headings = [(n, m) for n, m in headings if m]
+    matches = [(n, _HEADING.match(body)) for n, body in enumerate(bodies) if not fenced[n]]
+    headings = [(n, m) for n, m in matches if m]
     blocks: dict[str, _Block] = {}
     in_block = [False] * len(lines)
     for pos, (n, match) in enumerate(headings):
@@ -173,10 +171,10 @@ def _scan(raw: str, source: Path) -> _Scan:
         if fenced[n] or in_block[n]:
             continue
         body, eol = _split_eol(line)
-        match = _CHECKBOX.match(body)
-        if not match:
+        checkbox = _CHECKBOX.match(body)
+        if not checkbox:
             continue
-        story_id = match.group("id")
+        story_id = checkbox.group("id")
         problem = story_id_problem(story_id)
         if problem:
             if _LOOKS_LIKE_ID.search(story_id):
@@ -185,7 +183,7 @@ def _scan(raw: str, source: Path) -> _Scan:
         if story_id in seen:
             raise _fail(source, n, "id", f"duplicate story id {story_id!r} (also on line {seen[story_id] + 1})")
         seen[story_id] = n
-        rest = match.group("rest")
+        rest = checkbox.group("rest")
         comment, state, trail = "", {}, ""
         found = _COMMENT.search(rest)
         if found:
@@ -198,7 +196,7 @@ def _scan(raw: str, source: Path) -> _Scan:
             trail = rest[len(stripped):]
             rest = stripped
         stories.append(
-            _StoryLine(n, match.group("pre"), match.group("mark"), match.group("mid"), story_id, match.group("sp"), rest, comment, state, trail, eol)
+            _StoryLine(n, checkbox.group("pre"), checkbox.group("mark"), checkbox.group("mid"), story_id, checkbox.group("sp"), rest, comment, state, trail, eol)
         )
     for story_id, block in blocks.items():
         if story_id not in seen:
@@ -212,7 +210,7 @@ def _scan(raw: str, source: Path) -> _Scan:
 def _read_comment(text: str, source: Path, n: int) -> dict[str, Any]:
     try:
         state = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise _fail(source, n, "ralph comment", f"not valid JSON ({exc.msg}): write <!-- ralph: {{\"reviewCount\": 1}} -->") from None
     if not isinstance(state, dict):
         raise _fail(source, n, "ralph comment", "must hold a JSON object")
@@ -226,7 +224,7 @@ def _read_comment(text: str, source: Path, n: int) -> dict[str, Any]:
 
 
 def _read_block(block: _Block, bodies: list[str], fenced: list[bool], source: Path) -> None:
-    from ralph.lifecycle.plan import story_id_problem
+    from ralph.api import story_id_problem
 
     description: list[str] = []
     notes: list[str] = []
@@ -272,7 +270,7 @@ def _read_block(block: _Block, bodies: list[str], fenced: list[bool], source: Pa
 
 
 def _ids(text: str, source: Path, n: int) -> list[str]:
-    from ralph.lifecycle.plan import story_id_problem
+    from ralph.api import story_id_problem
 
     ids = [part for part in re.split(r"[\s,;`*]+", text) if part and part.lower() not in {"none", "-", "and"}]
     for story_id in ids:
@@ -317,7 +315,7 @@ class PlanMdStore(TaskStore):
         return ralph_dir / self.filename
 
     def parse(self, raw: str, source: Path) -> TaskList:
-        from ralph.tasks import parse_tasks
+        from ralph.api import parse_tasks
 
         scan = _scan(raw, source)
         if not scan.stories:

@@ -6,12 +6,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ralph import hookimpl
-from ralph.contracts import TaskStore
-from ralph.errors import TaskListError
+from ralph.api import TaskStore, hookimpl
 
 if TYPE_CHECKING:
-    from ralph.tasks import TaskList
+    from ralph.api import TaskList
 
 
 class TasksJsonStore(TaskStore):
@@ -24,7 +22,7 @@ class TasksJsonStore(TaskStore):
         return ralph_dir / self.filename
 
     def parse(self, raw: str, source: Path) -> TaskList:
-        from ralph.tasks import parse_tasks
+        from ralph.api import decode_json, parse_tasks
 
         return parse_tasks(decode_json(raw, source), str(source))
 
@@ -39,21 +37,13 @@ class TasksJsonStore(TaskStore):
         if not isinstance(old, dict):
             return json.dumps(new, indent=2, ensure_ascii=False) + "\n"
         merged = _merge(old, new)
-        from ralph_plugins.stores.prd_json import JsonScanError, indent_unit, patch_json_text
+        from ralph.api import JsonScanError, indent_unit, patch_json_text
 
         assert previous_raw is not None
         try:
             return patch_json_text(previous_raw, merged)
         except JsonScanError:  # text json accepts but the patcher cannot scan: re-serialise instead
             return json.dumps(merged, indent=indent_unit(previous_raw), ensure_ascii=False) + "\n"
-
-
-def decode_json(raw: str, source: Path) -> Any:
-    """``json.loads`` with an error naming the file, line and column."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise TaskListError(f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
 def _merge(old: Any, new: Any) -> Any:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ralph import hookimpl
-from ralph.contracts import ValidationContext, Violation
+from ralph.api import ValidationContext, Violation, hookimpl
 
 MESSAGE = (
     "There are uncommitted changes:\n{files}\nBefore stopping: (1) update {progress} with what was "
@@ -28,7 +27,7 @@ def ralph_validate(context: ValidationContext) -> list[Violation]:
     if not lines:
         return []
     shown = "\n".join(f"  {line}" for line in lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
-    from ralph.loop.engine import progress_log
+    from ralph.api import progress_log
 
     progress = progress_log(context.tasks_path.parent)
     try:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ralph import hookimpl
-from ralph.contracts import ValidationContext, Violation
+from ralph.api import ValidationContext, Violation, hookimpl
 
 
 @hookimpl

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from ralph import hookimpl
-from ralph.contracts import ValidationContext, Violation
+from ralph.api import ValidationContext, Violation, hookimpl
 
 
 @hookimpl
 def ralph_validate(context: ValidationContext) -> list[Violation]:
     """Schema violations: missing file, bad JSON, missing/mistyped fields, duplicate ids, empty notes."""
-    from ralph.tasks import structural_problems
+    from ralph.api import structural_problems
 
     if context.raw is None:
         return [Violation("schema", f"{context.tasks_path} does not exist: restore the task list.")]

@@ -6,8 +6,7 @@ trusted snapshot the check is skipped with a warning (Check 2 still runs).
 
 from __future__ import annotations
 
-from ralph import hookimpl
-from ralph.contracts import ValidationContext, Violation
+from ralph.api import ValidationContext, Violation, hookimpl
 
 
 @hookimpl
@@ -18,8 +17,9 @@ def ralph_validate(context: ValidationContext) -> list[Violation]:
     if context.snapshot is None or context.mode is None:
         return [
             Violation(
-                "transitions-skipped",
+                "transitions",
                 "Warning: no pre-iteration snapshot or iteration mode; transition check (2.5) skipped.",
+                severity="warning",
             )
         ]
     return context.policy.transition_violations(context.mode, context.snapshot, context.tasks)

@@ -61,7 +61,46 @@ def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+class RalphGroup(click.Group):
+    """ralph's own commands, plus those plugins add through ``ralph_register_commands``.
+
+    Plugins are loaded only when the full list is needed (``ralph --help``) or
+    a command is not one of ralph's own, so ``ralph run`` and the others start
+    without importing every plugin first.  A plugin cannot shadow ralph's own.
+    """
+
+    plugin_commands: dict[str, click.Command] | None = None
+
+    def _plugin_commands(self) -> dict[str, click.Command]:
+        if self.plugin_commands is None:
+            self.plugin_commands = {}
+            from ralph.errors import RalphError
+            from ralph.plugin.manager import PluginHost
+
+            try:
+                host = PluginHost()
+            except RalphError as exc:  # e.g. two plugins registering one runner name
+                click.echo(f"ralph: warning: plugin commands are not available: {exc}", err=True)
+                return self.plugin_commands
+            staging = click.Group()
+            host.register_commands(staging, reserved=set(self.commands))
+            self.plugin_commands = dict(staging.commands)
+        return self.plugin_commands
+
+    def forget_plugin_commands(self) -> None:
+        """Load plugins' commands afresh on the next lookup (tests install plugins in-process)."""
+        self.plugin_commands = None
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command name, plugins' included."""
+        return sorted({*self.commands, *self._plugin_commands()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """ralph's own command ``cmd_name``, else a plugin's."""
+        return self.commands.get(cmd_name) or self._plugin_commands().get(cmd_name)
+
+
+@click.group(cls=RalphGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ralph")
 def cli() -> None:
     """Run an AI coding agent in a Ralph loop: fresh context every iteration,
@@ -209,7 +248,7 @@ def run(
         "usage_limit_max_wait": max_wait,
         "live": False if no_live else None,
     }
-    session = open_session(project_dir.resolve(), overrides)
+    session = open_session(project_dir.resolve(), overrides, strict=True)
     loop = session.build_loop()
     loop.rerun = rerun
     if dry_run:
@@ -285,13 +324,13 @@ def plugins() -> None:
 
     host = PluginHost()
     provided: dict[str, list[str]] = {}
-    for registry in (host.runners, host.agents, host.policies, host.stores):
+    for registry in (host.runners, host.agents, host.policies, host.stores, host.gates):
         for name, provider in registry.providers.items():
             plugin = provider.split("'")[1] if "'" in provider else provider
             provided.setdefault(plugin, []).append(f"{registry.kind} {name}")
     rows = [("plugin", "provides", "distribution", "version", "status")]
     for info in host.infos:
-        state = "disabled" if info.disabled else ("FAILED: " + info.error if info.error else "loaded")
+        state = info.status
         what = ", ".join(provided.get(info.name, []) + _roles(host, info.name)) or "-"
         rows.append((info.name, what, info.distribution, info.version, state))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -335,6 +374,7 @@ ROLE_OF_HOOK = {
     "ralph_user_prompt_submit": "prompt hook",
     "ralph_prompt_context": "prompt context",
     "ralph_preflight": "pre-flight check",
+    "ralph_register_commands": "commands",
 }
 
 
@@ -348,11 +388,11 @@ def _roles(host: Any, plugin_name: str) -> list[str]:
 
 def _register_command_modules() -> None:
     """Commands defined in their own modules (each imports only click at import time)."""
+    from ralph.cli.doctor import doctor
     from ralph.cli.lifecycle import COMMANDS
-    from ralph.cli.sandbox import doctor, sandbox
     from ralph.cli.worktrees import worktrees
 
-    for command in (*COMMANDS, sandbox, doctor, worktrees):
+    for command in (*COMMANDS, doctor, worktrees):
         cli.add_command(command)
 
 

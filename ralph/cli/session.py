@@ -5,10 +5,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ralph.plugin.manager import PluginHost
 from ralph.settings import Settings
+
+if TYPE_CHECKING:
+    from ralph.loop.engine import Loop
 
 
 @dataclass
@@ -18,9 +21,12 @@ class Session:
     host: PluginHost
     settings: Settings
 
-    def build_loop(self):  # type: ignore[no-untyped-def]
+    def build_loop(self) -> Loop:
+        """The loop of ``ralph run``.  Refuses when a plugin failed to load: it may be a
+        validator, gate or guard, and a check is never skipped silently."""
         from ralph.loop.engine import build_loop
 
+        self.host.require_all_loaded()
         config = self.settings.config
         return build_loop(self.settings, self.host, config.runner, config.agent, config.policy)
 
@@ -30,16 +36,22 @@ def open_session(
     overrides: dict[str, Any] | None = None,
     host: PluginHost | None = None,
     environ: dict[str, str] | None = None,
+    strict: bool = False,
 ) -> Session:
-    """Load plugins (warning about broken ones), then config with env and CLI overrides."""
+    """Load plugins (warning about broken ones), then config with env and CLI overrides.
+
+    Returns the plugin host and the ``Settings`` every plugin is constructed with.
+    ``strict`` (``ralph run``): a plugin that did not load is an error, not a warning.
+    """
     from ralph.config import load_config
 
     host = host or PluginHost(environ=environ)
+    if strict:
+        host.require_all_loaded()
     for failure in host.failures:
         sys.stderr.write(
-            f"ralph: warning: plugin {failure.name!r} ({failure.distribution}) failed to load and is skipped: "
-            f"{failure.error}\n"
+            f"ralph: warning: plugin {failure.describe()} is not loaded: {failure.status}\n"
         )
-    config, plugin_config, source = load_config(project_dir, overrides, host.config_sections(), environ)
-    settings = Settings(project_dir=project_dir, config=config, plugin_config=plugin_config, config_source=source)
+    config, plugin_config, _ = load_config(project_dir, overrides, host.config_sections(), environ)
+    settings = Settings(project_dir=project_dir, config=config, plugin_config=plugin_config)
     return Session(host, settings)

@@ -51,17 +51,10 @@ def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str
     )
     hook = context.host.pm.hook
     if name == "PreToolUse":
-        denials = [d for result in hook.ralph_pre_tool_use(event=event) for d in (result or [])]
+        denials = _collect(context.host, hook.ralph_pre_tool_use, "guard", event)
         if not denials:
             return {}
-        reason = "\n".join(f"[{d.rule}] {d.reason}" for d in denials)
-        return {
-            "hookSpecificOutput": {
-                "hookEventName": "PreToolUse",
-                "permissionDecision": "deny",
-                "permissionDecisionReason": reason,
-            }
-        }
+        return deny(payload, "\n".join(f"[{d.rule}] {d.reason}" for d in denials))
     if name in ("PostToolUse", "SessionStart", "UserPromptSubmit"):
         caller = {
             "PostToolUse": hook.ralph_post_tool_use,
@@ -70,7 +63,7 @@ def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str
         }[name]
         if name == "SessionStart":
             context.session.set("stop_blocks", 0)
-        messages = [m for result in caller(event=event) for m in (result or []) if m]
+        messages = [m for m in _collect(context.host, caller, "monitor", event) if m]
         if not messages:
             return {}
         return {"hookSpecificOutput": {"hookEventName": name, "additionalContext": "\n\n".join(messages)}}
@@ -79,10 +72,42 @@ def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str
     return {}
 
 
+def _collect(host: Any, caller: Any, kind: str, event: HookEvent) -> list[Any]:
+    """Every implementation's items, in pluggy's order; one that raises is a ``PluginFailure``
+    naming it (the loop denies the call and stops; the hook client outside a loop fails open)."""
+    from ralph.plugin.manager import PluginFailure
+
+    items: list[Any] = []
+    for impl in reversed(caller.get_hookimpls()):
+        try:
+            result = impl.function(event=event)
+        except Exception as exc:
+            raise PluginFailure(kind, host.describe(impl.plugin_name), impl.plugin_name, exc) from exc
+        items.extend(result or [])
+    return items
+
+
+def deny(payload: dict[str, Any], reason: str) -> dict[str, Any]:
+    """The output refusing the tool call of a PreToolUse ``payload`` (other events: a Stop block,
+    or nothing)."""
+    name = payload.get("hook_event_name")
+    if name == "PreToolUse":
+        return {
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }
+        }
+    if name == "Stop":
+        return {"decision": "block", "reason": reason}
+    return {}
+
+
 def _stop(payload: dict[str, Any], context: HookContext) -> dict[str, Any]:
     if context.stop_checks is None:
         return {}
-    violations = [v for v in context.stop_checks() if v.check != "transitions-skipped"]
+    violations = [v for v in context.stop_checks() if v.is_error]
     if not violations:
         context.session.set("stop_blocks", 0)
         return {}

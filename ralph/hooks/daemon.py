@@ -26,17 +26,15 @@ DEFAULT_IDLE_SECONDS = 600.0
 
 def _code_stamp() -> float:
     """The newest modification time among ralph's and its default plugins' source files."""
-    import ralph
-    import ralph_plugins
+    from ralph.hooks.wiring import hook_packages
 
     newest = 0.0
-    for package in (ralph, ralph_plugins):
-        for root in package.__path__:
-            for path in Path(root).rglob("*.py"):
-                try:
-                    newest = max(newest, path.stat().st_mtime)
-                except OSError:
-                    continue
+    for root in hook_packages().values():
+        for path in root.rglob("*.py"):
+            try:
+                newest = max(newest, path.stat().st_mtime)
+            except OSError:
+                continue
     return newest
 
 

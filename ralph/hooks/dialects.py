@@ -52,7 +52,8 @@ def from_dialect(payload: dict[str, Any], environ: dict[str, str]) -> dict[str, 
     if environ.get(DIALECT_ENV) != "codex":
         return payload
     tool = payload.get("tool_name")
-    tool_input = payload.get("tool_input") if isinstance(payload.get("tool_input"), dict) else {}
+    raw_input = payload.get("tool_input")
+    tool_input: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
     if tool == "apply_patch" or (tool in ("Edit", "Write") and "command" in tool_input and "file_path" not in tool_input):
         patch = str(tool_input.get("command") or tool_input.get("patch") or "")
         return {**payload, "tool_name": "Bash", "tool_input": {"command": patch_as_shell(patch)},

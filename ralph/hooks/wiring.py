@@ -16,7 +16,25 @@ from ralph.hooks.answers import EVENTS
 
 
 def hook_client_path() -> Path:
+    """The stdlib-only hook client script the agent's hooks run."""
     return Path(__file__).with_name("client.py")
+
+
+HOOK_PACKAGES = ("ralph", "ralph_plugins", "ralph_templates")
+"""The import packages the hook client loads when no loop answers (ralph's own distribution)."""
+
+
+def hook_packages() -> dict[str, Path]:
+    """Where the packages of ``HOOK_PACKAGES`` are on this machine, without importing them:
+    a runner that runs the agent elsewhere (a container) mounts or ships these directories."""
+    import importlib.util
+
+    found = {}
+    for name in HOOK_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            found[name] = Path(spec.origin).resolve().parent
+    return found
 
 
 def hook_command() -> str:

@@ -20,6 +20,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ralph.contracts import AUTO_APPROVED_PREFIX
 from ralph.errors import UsageError
 from ralph.fsutil import atomic_write_text
 
@@ -216,7 +217,7 @@ def render_summary(tasks: TaskList, started: str | None, today: date, review_cap
         lines.append(f"- {last_run}")
     lines += ["", "## Stories", "", "| Story | Title | State | Reviews |", "| --- | --- | --- | --- |"]
     for story in tasks.userStories:
-        auto = story.reviewFeedback.startswith("[AUTO-APPROVED AT CAP]")
+        auto = story.reviewFeedback.startswith(AUTO_APPROVED_PREFIX)
         if story.passes and story.reviewStatus == "approved":
             state = "approved at cap" if auto else "approved"
         else:
@@ -224,7 +225,7 @@ def render_summary(tasks: TaskList, started: str | None, today: date, review_cap
         title = story.title.replace("|", "\\|")
         lines.append(f"| {story.id} | {title} | {state} | {story.reviewCount} |")
     analytics = review_analytics(
-        [{"id": s.id, "passes": s.passes, "reviewCount": s.reviewCount, "autoApproved": s.reviewFeedback.startswith("[AUTO-APPROVED AT CAP]")} for s in tasks.userStories],
+        [{"id": s.id, "passes": s.passes, "reviewCount": s.reviewCount, "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX)} for s in tasks.userStories],
         review_cap,
     )
     lines += ["", "## Review analytics", ""] + [f"- {line}" for line in analytics.lines()]

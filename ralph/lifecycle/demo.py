@@ -119,7 +119,7 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     """Run the demo loop; returns the loop's exit code."""
     from ralph.cli.session import open_session
 
-    from ralph_plugins.agents.claude import resolve_binary
+    from ralph.claude_cli import resolve_binary
 
     work = Path(tempfile.mkdtemp(prefix="ralph-demo-"))
     project = (directory or work / "greeting").resolve()

@@ -2,7 +2,8 @@
 
 The run (in another terminal, in the background, with the agent in the sandbox)
 appends every event to ``events.jsonl`` in its run directory; this tails that file
-and feeds each event to the same console view ``ralph run`` uses, footer included.
+and gives each event to the reporters, as ``ralph run`` does (the console view, footer
+included; the event log skips them: they carry no run directory).
 """
 
 from __future__ import annotations
@@ -47,14 +48,14 @@ def follow_run(project_dir: Path, live: bool | None = None, state_dir: str | Non
     from ralph.gitutil import git_dir
     from ralph.loop.lock import ProjectLock
     from ralph.loop.rundir import latest_run
-    from ralph_plugins.reporters.console import ConsoleView
+    from ralph.plugin.manager import PluginHost
 
     run_dir = latest_run(project_dir, state_dir)
     if run_dir is None:
         sys.stderr.write("ralph: no ralph run recorded for this project yet (start one with `ralph run`)\n")
         return 1
     lock = ProjectLock(git_dir(project_dir))
-    view = ConsoleView(live=live)
+    host = PluginHost()
     path = run_dir / "events.jsonl"
     offset = 0
     try:
@@ -63,17 +64,17 @@ def follow_run(project_dir: Path, live: bool | None = None, state_dir: str | Non
             events, offset = _new_events(path, offset)
             for record in events:
                 kind = record.pop("kind")
-                view.handle(LoopEvent(kind, record, None))
+                if kind == "run_started" and live is False:
+                    record["live"] = False  # --no-live: plain lines even on a terminal
+                host.emit(LoopEvent(kind, record, None))
                 if kind == "run_finished":
                     return 0
             if not running and not events:
-                view.stop_footer()
                 sys.stderr.write(f"ralph | the run in {run_dir} stopped without finishing (killed?)\n")
                 return 1
             time.sleep(POLL_SECONDS)
     except KeyboardInterrupt:
-        view.stop_footer()
         sys.stderr.write("ralph | stopped following (the run goes on)\n")
         return 130
     finally:
-        view.stop_footer()
+        host.emit(LoopEvent("follow_ended", {}, None))  # the console view takes its footer down

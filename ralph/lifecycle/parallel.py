@@ -543,8 +543,8 @@ def _run_children(worktrees: list[Worktree], run_args: list[str], out: TextIO, e
                 except ProcessLookupError:
                     pass
                 child.process.wait()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     codes = [_exit_status(child.process.returncode) for child in children]
     out.write("\nralph: parallel run finished\n")
     for child, code in zip(children, codes):

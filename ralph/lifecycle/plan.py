@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ralph.errors import UsageError
+from ralph.ralphfiles import STORY_ID_PATTERN, story_id_problem
 
 if TYPE_CHECKING:
     from ralph.contracts import TaskStore
@@ -37,25 +38,6 @@ __all__ = [
     "prd_is_template",
     "story_id_problem",
 ]
-
-# -- story ids ------------------------------------------------------------------------
-
-STORY_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}-[0-9]{1,9}")
-"""A letter, then letters, digits, ``_`` or ``-``, then ``-`` and a number: ``US-001``,
-``BUG-12``, ``api_v2-3``, ``US-003-2`` (a slice split off ``US-003``).  No spaces, quotes,
-dots, colons, brackets or shell/regex metacharacters, so an id is safe in a commit message,
-a ``grep -F``, a file name and a plan.md story line (``- [ ] US-001: Title``)."""
-
-
-def story_id_problem(story_id: str) -> str | None:
-    """Why ``story_id`` is not a valid story id, or None when it is."""
-    if STORY_ID_PATTERN.fullmatch(story_id):
-        return None
-    return (
-        f"{story_id!r} is not a valid story id: use a letter-led prefix and a number, "
-        "like US-001 (letters, digits, '_' and '-' only; split slices as US-001-2)"
-    )
-
 
 # -- PRD-N folders (seed 001) -------------------------------------------------------------
 
@@ -418,7 +400,7 @@ def run_plan_session(
 
     from ralph.hooks.bundle import PLUGIN_DIR, export_bundle
     from ralph.errors import UnavailableError
-    from ralph_plugins.agents.claude import resolve_binary
+    from ralph.claude_cli import resolve_binary
 
     if not ralph_dir.is_dir():
         raise UsageError(f"{ralph_dir} does not exist: run `ralph init` first")

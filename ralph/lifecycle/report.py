@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-AUTO_APPROVED = "[AUTO-APPROVED AT CAP]"
+from ralph.contracts import AUTO_APPROVED_PREFIX
+
 MODE_COLOURS = {"implement": "#2563eb", "review": "#d97706", "review-fix": "#7c3aed"}
 OTHER_COLOUR = "#6b7280"
 FAIL_COLOUR = "#dc2626"
@@ -216,14 +217,14 @@ def stories_from_tasks(tasks: Any) -> list[dict[str, Any]]:
             "passes": s.passes,
             "reviewStatus": s.reviewStatus,
             "reviewCount": s.reviewCount,
-            "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED),
+            "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX),
             "failed": bool(getattr(s, "failed", False)),
         }
         for s in tasks.userStories
     ]
 
 
-def build_report(
+def build_project_report(
     run_dirs: list[Path], stories: list[dict[str, Any]] | None, cap: int = 5, title: str = "ralph report"
 ) -> Report:
     """Combine the runs (laid end to end, oldest first) with the story states.
@@ -323,10 +324,10 @@ def render_text(report: Report) -> str:
             lines.append("  ".join("-" * w for w in widths))
     if report.iterations:
         lines += ["", "iterations (who did each):"]
-        for row in report.iterations:
-            who = f"{row.agent or '?'} ({row.model or 'default model'})"
-            lines.append(f"  {row.run} #{row.number} {row.mode} {row.story or '-'} — {who}")
-            lines += [f"      verdict {v}" for v in row.verdicts]
+        for iteration in report.iterations:
+            who = f"{iteration.agent or '?'} ({iteration.model or 'default model'})"
+            lines.append(f"  {iteration.run} #{iteration.number} {iteration.mode} {iteration.story or '-'} — {who}")
+            lines += [f"      verdict {v}" for v in iteration.verdicts]
     lines += ["", "review analytics:"] + [f"  {line}" for line in report.analytics.lines()]
     return "\n".join(lines)
 
@@ -370,12 +371,12 @@ def timeline_svg(report: Report, width: int = 1100) -> str:
         parts.append(f'<text x="{x:.1f}" y="{axis_y + 18}" text-anchor="middle" class="tick">{_esc(_duration(tick))}</text>')
     lane_of = {lane: index for index, lane in enumerate(lanes)}
     for row in report.iterations:
-        index = lane_of.get(row.story or "", None)
-        if index is None:
+        lane_index = lane_of.get(row.story or "", None)
+        if lane_index is None:
             continue
         x = label_w + row.start * scale
         w = max(row.seconds * scale, 3.0)
-        y = top + index * lane_h + 5
+        y = top + lane_index * lane_h + 5
         colour = MODE_COLOURS.get(row.mode, OTHER_COLOUR)
         stroke = f' stroke="{FAIL_COLOUR}" stroke-width="3"' if row.failed else ""
         tip = (
@@ -497,7 +498,8 @@ def project_report(
         if current is not None:
             ids = {s["id"] for s in current}
             dirs = [d for d in dirs if any(row.story in ids for row in run_iterations(d))]
-        return build_report(dirs, current, cap, title)
+        return build_project_report(dirs, current, cap, title)
+    run_dir: Path | None
     if run:
         candidate = Path(run)
         run_dir = candidate if candidate.is_dir() else parent / run
@@ -507,6 +509,6 @@ def project_report(
     else:
         run_dir = latest_run(project_dir, state_dir)
     if run_dir is None:
-        return build_report([], current or [], cap, title)
+        return build_project_report([], current or [], cap, title)
     stories = None if _read_summary(run_dir) else current
-    return build_report([run_dir], stories, cap, title)
+    return build_project_report([run_dir], stories, cap, title)

@@ -21,7 +21,15 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
     events = read_events(run_dir)
     if as_json:
         return json.dumps({"run_dir": str(run_dir), "running": running, "summary": summary, "events": len(events)}, indent=2)
-    lines = [f"run directory: {run_dir}", f"state: {'running' if running else 'finished' if summary else 'stopped (no summary: the run was killed)'}"]
+    if running:
+        state = "running"
+    elif summary is None:
+        state = "stopped (no summary: the run was killed)"
+    elif summary.get("exit_code") == 2:  # a plugin failure or an internal error stopped it
+        state = f"stopped (exit 2): {summary.get('reason')}"
+    else:
+        state = "finished"
+    lines = [f"run directory: {run_dir}", f"state: {state}"]
     started = [e for e in events if e.get("kind") == "iteration_started"]
     if started:
         last = started[-1]
@@ -34,9 +42,9 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
         for event in started[-30:]:
             lines.append(f"  #{event['iteration']} {event['mode']} {event.get('story')} — {who_did(event)}")
     if summary:
-        from ralph_plugins.reporters.console import render_summary
+        from ralph.loop.runreport import render_run_summary
 
-        lines += ["", render_summary(summary)]
+        lines += ["", render_run_summary(summary)]
     return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ralph.contracts import (
+    AUTO_APPROVED_PREFIX,
     Agent,
     AgentEvent,
     AgentInvocation,
@@ -36,10 +37,11 @@ from ralph.errors import RalphError, TaskListError, UsageError
 from ralph.fsutil import atomic_write_text
 from ralph.gitutil import commit_paths, git_dir, head
 from ralph.loop.lock import ProjectLock
-from ralph.plugin.manager import PluginHost
+from ralph.plugin.manager import PluginFailure, PluginHost
 from ralph.loop.prompt import relative_dir, render_prompt
 from ralph.loop.rundir import new_run_dir
 from ralph.settings import Settings
+from ralph.ralphfiles import progress_log
 from ralph.tasks import REVIEW_FIELDS, TaskList
 
 PROMISE = re.compile(r"<promise>\s*COMPLETE\s*</promise>")
@@ -144,6 +146,8 @@ class Loop:
 
         self.keeper = GateKeeper(self)
         self.sessions: dict[str, Any] = {}
+        self.plugin_failure: PluginFailure | None = None
+        """Set when a guard or Stop check raised in the hook server: the run stops after the iteration."""
         self.current: tuple[Selection, TaskList, str | None] | None = None
         """(selection, pre-iteration tasks, checkpoint commit) of the running iteration."""
         self.checks: list[Check] = []
@@ -227,7 +231,7 @@ class Loop:
             skip_review=not self.policy.uses_review,
             check_git=check_git,
         )
-        return [v for v in self.host.validate(context) if v.check != "transitions-skipped" or mode is not None]
+        return self.host.validate(context)
 
     # -- the run -------------------------------------------------------------------------
 
@@ -268,6 +272,10 @@ class Loop:
         try:
             self.runner.prepare(self.project_dir)
             return self._iterate(tasks)
+        except PluginFailure as exc:  # a check that cannot run stops the run: fail-closed
+            self.emit("run_stopped", plugin=exc.name, provider=exc.plugin, plugin_kind=exc.kind, error=exc.error)
+            self._finish(EXIT_USAGE, f"stopped: {exc}", self._current_tasks(tasks))
+            raise
         except RalphError:
             raise
         except Exception as exc:  # fail-closed: stop with a clear error, keep the evidence
@@ -276,10 +284,12 @@ class Loop:
             trace = traceback.format_exc()
             (self.run_dir / "crash.txt").write_text(trace, encoding="utf-8")
             self.emit("loop_crashed", error=f"{type(exc).__name__}: {exc}", traceback=trace[-4000:])
-            raise RalphError(
+            stop = RalphError(
                 f"the loop stopped on an internal error: {type(exc).__name__}: {exc} (traceback in "
                 f"{self.run_dir / 'crash.txt'}; the project is as the last iteration left it)"
-            ) from exc
+            )
+            self._finish(EXIT_USAGE, str(stop), self._current_tasks(tasks))
+            raise stop from exc
         finally:
             self._restore_signal_handlers(previous_handlers)
             try:
@@ -290,6 +300,11 @@ class Loop:
                     self.emit("hook_error", error=error[-4000:])
                 self._remove_marker()
                 lock.release()
+
+    def _current_tasks(self, fallback: TaskList) -> TaskList:
+        """The task list on disk, or ``fallback`` when it does not parse (for the summary of a stop)."""
+        _, tasks, _ = self.read_tasks()
+        return tasks if tasks is not None else fallback
 
     def _prepare_repository(self) -> None:
         """Keep the marker out of git, deal with the user's uncommitted work and earlier state."""
@@ -439,6 +454,8 @@ class Loop:
             self.keeper.before_iteration(selection, checkpoint)
             feedback = self.keeper.story_context(selection) + feedback
             tasks = self._one_iteration(record, selection, tasks, feedback, checkpoint)
+            if self.plugin_failure is not None:
+                raise self.plugin_failure
             if record.usage_limit and not self.cancel.is_set():
                 stop = self._usage_limit(record)
                 if stop is not None:
@@ -653,9 +670,12 @@ class Loop:
             after = self._undo(record, before, after, raw, violations)
         else:
             self._last_good_raw = raw
-        record.violations = [v.message for v in violations if v.check != "transitions-skipped"]
+        record.violations = [v.message for v in violations if v.is_error]
         for violation in violations:
-            self.emit("violation", iteration=record.number, check=violation.check, story=violation.story_id, message=violation.message)
+            self.emit(
+                "violation", iteration=record.number, check=violation.check, story=violation.story_id,
+                message=violation.message, severity=violation.severity,
+            )
         self.emit(
             "iteration_finished",
             iteration=record.number,
@@ -929,7 +949,7 @@ class Loop:
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "pid": os.getpid(),
             "max_iterations": self.config.max_iterations,
-            "mode": "sandbox" if self.runner.name != "direct" else "direct",
+            "mode": "sandbox" if self.runner.isolates else "direct",
             "runner": self.runner.name,
             "skipReview": not self.policy.uses_review,
             "reviewCap": self.config.review_cap,
@@ -988,11 +1008,12 @@ class Loop:
                 self.project_dir / ".codex" / "hooks.json",
             ],
             checkpoint=checkpoint,
+            isolated=self.runner.isolates,
         )
 
     def answer_hook(self, request: dict[str, Any]) -> dict[str, Any]:
         """Answer one agent-side hook call with the loop's trusted state and plugins."""
-        from ralph.hooks.answers import HookContext, answer
+        from ralph.hooks.answers import HookContext, answer, deny
         from ralph.hooks.sessionstore import MemorySession
 
         payload = request.get("payload") or {}
@@ -1009,7 +1030,12 @@ class Loop:
 
         assert self.run_dir is not None
         context = HookContext(self.host, self.project_dir, session, self.run_dir, self.loop_view(), stop_checks)
-        output = answer(payload, context, dict(request.get("env") or {}))
+        try:
+            output = answer(payload, context, dict(request.get("env") or {}))
+        except PluginFailure as exc:  # a guard (or a Stop check) that cannot run: deny, and stop the run
+            self.plugin_failure = exc
+            self.cancel.set()
+            output = deny(payload, f"ralph: {exc}")
         if output:
             self.emit("hook", event=payload.get("hook_event_name"), tool=payload.get("tool_name"), output=output)
         return output
@@ -1019,7 +1045,7 @@ class Loop:
     def _install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
             return {}
-        previous = {}
+        previous: dict[int, Any] = {}
 
         def handle(signum: int, _frame: Any) -> None:
             self.cancel.set()
@@ -1044,7 +1070,7 @@ class Loop:
                 "passes": s.passes,
                 "reviewStatus": s.reviewStatus,
                 "reviewCount": s.reviewCount,
-                "autoApproved": s.reviewFeedback.startswith("[AUTO-APPROVED AT CAP]"),
+                "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX),
             }
             for s in tasks.userStories
         ]
@@ -1058,24 +1084,18 @@ class Loop:
             "stories": stories,
             "records": [record.__dict__ for record in self.records],
         }
-        from ralph.loop.runreport import build_report, render_markdown
+        from ralph.loop.runreport import build_run_report, render_run_report
 
-        report = build_report(tasks, self.keeper, reason, exit_code)
+        report = build_run_report(tasks, self.keeper, reason, exit_code)
         summary["report"] = report
         if self.stash_message:
             summary["stash"] = self.stash_message
         if self.run_dir is not None:
             atomic_write_text(self.run_dir / "report.json", json.dumps(report, indent=2))
-            atomic_write_text(self.run_dir / "report.md", render_markdown(report))
+            atomic_write_text(self.run_dir / "report.md", render_run_report(report))
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         self.emit("run_finished", **summary)
         return result
-
-
-def progress_log(ralph_dir: Path) -> Path:
-    """``progress.txt`` (seed 000), or ``progress.md`` where a PRD folder uses seed 001's name."""
-    text, markdown = ralph_dir / "progress.txt", ralph_dir / "progress.md"
-    return markdown if markdown.is_file() and not text.is_file() else text
 
 
 def _done(tasks: TaskList) -> int:

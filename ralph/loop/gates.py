@@ -10,6 +10,7 @@ working branch reset to before the story's work.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import dataclass, field
@@ -17,10 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ralph.contracts import Gate, GateContext, GateResult, Selection
-from ralph.loop.storystate import StoryState, truncate
+from ralph.loop.storystate import StoryAttempts, truncate
+
+from ralph.plugin.manager import PluginFailure
 
 if TYPE_CHECKING:
     from ralph.loop.engine import IterationRecord, Loop
+    from ralph.plugin.manager import PluginHost
+    from ralph.settings import Settings
     from ralph.tasks import TaskList
 
 GATED_MODES = ("implement", "review-fix")
@@ -61,20 +66,32 @@ class GateKeeper:
         self.loop = loop
         self.config = loop.config
         self.states_dir = state_root(self.config.state_dir) / "projects" / project_key(loop.project_dir) / "stories"
-        gates = [cls(loop.settings) for cls in (loop.host.gates.get(n) for n in loop.host.gates.names())]
-        self.gates: list[Gate] = sorted((g for g in gates if g.enabled()), key=lambda g: (not g.hard, g.order))
-        self.states: dict[str, StoryState] = {}
+        self.gates: list[Gate] = sorted(self._enabled_gates(loop.host, loop.settings), key=lambda g: (not g.hard, g.order))
+        self.states: dict[str, StoryAttempts] = {}
         self.failed: list[FailedStory] = []
         self.quality_warnings: dict[str, list[str]] = {}
         self.expanded_context: dict[str, str] = {}
         self.verdicts: list[dict[str, Any]] = []
         """Every structured verdict a gate returned (the spec reviewer's), for the report."""
 
+    @staticmethod
+    def _enabled_gates(host: PluginHost, settings: Settings) -> list[Gate]:
+        """Every registered gate that is enabled here; one that raises doing so stops the run."""
+        gates = []
+        for name in host.gates.names():
+            try:
+                gate = host.gates.get(name)(settings)
+                if gate.enabled():
+                    gates.append(gate)
+            except Exception as exc:
+                raise PluginFailure("gate", host.gates.providers[name], host.gates.owners[name], exc) from exc
+        return gates
+
     # -- state ---------------------------------------------------------------------------------
 
-    def state(self, story_id: str) -> StoryState:
+    def state(self, story_id: str) -> StoryAttempts:
         if story_id not in self.states:
-            self.states[story_id] = StoryState.load(self.states_dir, story_id, self.config.max_attempts)
+            self.states[story_id] = StoryAttempts.load(self.states_dir, story_id, self.config.max_attempts)
         return self.states[story_id]
 
     def pending_states(self) -> list[Path]:
@@ -160,13 +177,11 @@ class GateKeeper:
                     iteration=record.number,
                     soft_timeout=soft,
                     hard_timeout=hard,
-                    ask_agent=lambda prompt, g=gate.name: loop.ask_agent(prompt, f"{record.number:03d}.{g}", hard),
+                    ask_agent=functools.partial(self._ask_agent, label=f"{record.number:03d}.{gate.name}", timeout=hard),
                     checkpoint=checkpoint,
                     story_start=state.start_commit,
                     prd_path=loop.ralph_dir / "prd.md",
-                    ask_reviewer=lambda prompt, agent, model, g=gate.name, h=hard: loop.ask_reviewer(
-                        prompt, f"{record.number:03d}.{g}", h, agent, model
-                    ),
+                    ask_reviewer=functools.partial(self._ask_reviewer, label=f"{record.number:03d}.{gate.name}", timeout=hard),
                 )
                 gate_result = self._run_read_only(gate, context, record, story_id)
                 outcome.results.append(gate_result)
@@ -224,7 +239,10 @@ class GateKeeper:
 
         loop = self.loop
         snapshot = TreeSnapshot.take(loop.project_dir)
-        result = gate.run(context)
+        try:
+            result = gate.run(context)
+        except Exception as exc:  # a failing check returns a result; raising means the gate is broken
+            raise PluginFailure("gate", loop.host.provider_of(gate), loop.host.owner_of(gate), exc) from exc
         changes = snapshot.changes()
         if changes:
             snapshot.restore()
@@ -237,6 +255,14 @@ class GateKeeper:
             result.warnings.append(message)
             result.data.setdefault("violations", []).append(message)
         return result
+
+    def _ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
+        return self.loop.ask_agent(prompt, label, timeout)
+
+    def _ask_reviewer(
+        self, prompt: str, agent: str | None, model: str | None, label: str, timeout: float | None
+    ) -> tuple[str, str]:
+        return self.loop.ask_reviewer(prompt, label, timeout, agent, model)
 
     def _timeouts(self, gate: Gate) -> tuple[float | None, float | None]:
         soft, hard = gate.default_soft_timeout, gate.default_hard_timeout
@@ -297,7 +323,7 @@ class GateKeeper:
         self.loop._last_good_raw = raw
         return tasks
 
-    def _escalate(self, record: IterationRecord, state: StoryState, tasks: TaskList) -> str | None:
+    def _escalate(self, record: IterationRecord, state: StoryAttempts, tasks: TaskList) -> str | None:
         decision = state.escalation(self.config.strategy_shifts)
         if decision == "strategy-shift":
             state.strategy_shifts += 1
@@ -317,7 +343,7 @@ class GateKeeper:
         )
         return decision
 
-    def _expanded_context(self, state: StoryState) -> str:
+    def _expanded_context(self, state: StoryAttempts) -> str:
         """Tier 2: the files the error names (that exist in the project) and the project's file list."""
         from ralph.gitutil import git
 
@@ -338,7 +364,7 @@ class GateKeeper:
             parts.append(f"Contents of {name}:\n```\n" + "\n".join(text) + "\n```")
         return "\n\n".join(parts)
 
-    def _stop_story(self, record: IterationRecord, story_id: str, state: StoryState, tasks: TaskList) -> TaskList:
+    def _stop_story(self, record: IterationRecord, story_id: str, state: StoryAttempts, tasks: TaskList) -> TaskList:
         """Tier 3: keep the work on a failure branch, reset the working branch, mark the story failed."""
         from ralph.gitutil import branch_failed_work, git
 

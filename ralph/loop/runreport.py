@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from ralph.tasks import TaskList
 
 
-def build_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code: int) -> dict[str, Any]:
+def build_run_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code: int) -> dict[str, Any]:
     """Completed n/m, and per failed story: attempts, last gate, branch, error, stuck, quality warnings."""
     done = [s for s in tasks.userStories if s.passes]
     failed_by_id = {f.story_id: f for f in keeper.failed}
@@ -46,7 +46,8 @@ def build_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code: in
     }
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_run_report(report: dict[str, Any]) -> str:
+    """The end-of-run report (``run_finished``'s ``report``) as markdown: failed stories, quality warnings."""
     lines = ["# Ralph Loop Execution Summary", "", f"## Completed: {report['completed']}/{report['total']} stories", ""]
     lines.append(f"Result: {report['reason']} (exit {report['exit_code']})")
     if report["failed"]:
@@ -83,3 +84,34 @@ def render_markdown(report: dict[str, Any]) -> str:
         for story_id, items in report["quality_warnings"].items():
             lines += ["", f"### {story_id}"] + [f"- {item}" for item in items]
     return "\n".join(lines) + "\n"
+
+
+def render_run_summary(data: dict[str, Any]) -> str:
+    """The end-of-run table from a ``run_finished`` payload (or summary.json): a row per story, then totals."""
+    stories = data.get("stories", [])
+    rows = [("story", "title", "state", "reviews")]
+    for story in stories:
+        if story["passes"] and story.get("reviewStatus") == "approved":
+            state = "approved (auto, at cap)" if story.get("autoApproved") else "approved"
+        elif story["passes"]:
+            state = "done"
+        else:
+            state = story.get("reviewStatus") or "open"
+        rows.append((story["id"], story["title"][:40], state, str(story["reviewCount"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    done = sum(1 for s in stories if s["passes"])
+    lines.append("")
+    lines.append(
+        f"{done}/{len(stories)} stories done | {data.get('iterations')} iterations | "
+        f"cost ${data.get('cost_usd', 0):.4f} | {format_elapsed(data.get('elapsed', 0))} | {data.get('reason')}"
+    )
+    return "\n".join(lines)
+
+
+def format_elapsed(seconds: float) -> str:
+    """``m:ss``, or ``h:mm:ss`` from an hour on."""
+    minutes, secs = divmod(int(max(0.0, seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

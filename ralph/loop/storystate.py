@@ -81,7 +81,7 @@ class Attempt:
 
 
 @dataclass
-class StoryState:
+class StoryAttempts:
     """The loop's record of one story's failed attempts."""
 
     task_id: str
@@ -175,7 +175,7 @@ class StoryState:
         return path
 
     @classmethod
-    def load(cls, directory: Path, task_id: str, max_iterations: int) -> StoryState:
+    def load(cls, directory: Path, task_id: str, max_iterations: int) -> StoryAttempts:
         path = state_path(directory, task_id).with_suffix(".json")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

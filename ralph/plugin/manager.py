@@ -5,16 +5,21 @@ Environment:
 - ``RALPH_DISABLE_PLUGIN_AUTOLOAD=1`` loads only ralph's own default plugins
   (distribution ``ralph-trustloop``); third-party entry points are ignored.
 
-A plugin that fails to import is recorded and reported (``ralph plugins``
-lists it, other commands warn); it never stops ralph from starting.
+A plugin that fails to import, or needs a newer plugin API than this ralph
+provides (``RALPH_API = "2"`` in its module), is recorded and not loaded:
+``ralph plugins`` lists it and ``ralph --help`` still works, but ``ralph run``
+refuses to start until it is fixed or disabled (a missing validator, gate or
+guard must never be skipped silently; see docs/plugins.md, "When a plugin
+breaks").
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, Callable, Collection, Iterable, TypeVar, cast
 
 import pluggy
 
@@ -33,6 +38,10 @@ from ralph.contracts import (
 )
 from ralph.errors import PluginError
 
+API_VERSION = "1.0"
+"""The plugin API version of this ralph (``major.minor``): a plugin declaring
+``RALPH_API = "1"`` (or ``"1.0"``) loads; one declaring ``"2"`` or ``"1.1"`` does not."""
+API_ATTRIBUTE = "RALPH_API"
 ENTRY_POINT_GROUP = "ralph"
 OWN_DISTRIBUTION = "ralph-trustloop"
 DISABLE_ENV = "RALPH_DISABLE_PLUGINS"
@@ -51,6 +60,23 @@ class PluginInfo:
     module: str
     error: str | None = None
     disabled: bool = False
+    incompatible: bool = False
+    """True when ``error`` says the plugin needs another plugin API version."""
+
+    @property
+    def status(self) -> str:
+        """``loaded``, ``disabled``, ``INCOMPATIBLE: ...`` or ``FAILED: ...`` (for ``ralph plugins``)."""
+        if self.disabled:
+            return "disabled"
+        if self.error:
+            return ("INCOMPATIBLE: " if self.incompatible else "FAILED: ") + self.error
+        return "loaded"
+
+    def describe(self) -> str:
+        """``'name' (distribution version)``, as errors name a plugin."""
+        if self.version:
+            return f"{self.name!r} ({self.distribution} {self.version})"
+        return f"{self.name!r} ({self.distribution})"
 
 
 @dataclass
@@ -60,11 +86,16 @@ class Registry:
     kind: str
     entries: dict[str, type] = field(default_factory=dict)
     providers: dict[str, str] = field(default_factory=dict)
+    owners: dict[str, str] = field(default_factory=dict)
+    """The name of the plugin that registered each entry (for ``RALPH_DISABLE_PLUGINS`` hints)."""
+    not_loaded: dict[str, str] = field(default_factory=dict)
+    """Plugins that are disabled or failed to load (name -> why), named when a lookup fails."""
 
-    def add(self, cls: type, provider: str) -> None:
+    def add(self, cls: type, provider: str, owner: str = "") -> None:
+        """Add ``cls`` under its ``name``; a name taken already is an error naming both providers."""
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name:
-            raise PluginError(f"plugin {provider!r} registered a {self.kind} without a `name`: {cls!r}")
+            raise PluginError(f"plugin {provider} registered a {self.kind} without a `name`: {cls!r}")
         if name in self.entries:
             raise PluginError(
                 f"two plugins register the {self.kind} {name!r}: {self.providers[name]} and {provider}; "
@@ -72,16 +103,51 @@ class Registry:
             )
         self.entries[name] = cls
         self.providers[name] = provider
+        self.owners[name] = owner or provider
 
     def get(self, name: str) -> type:
+        """The class registered as ``name``; an unknown name is an error listing what exists
+        and which plugins are disabled or broken (one of them may be the provider)."""
         try:
             return self.entries[name]
         except KeyError:
-            known = ", ".join(sorted(self.entries)) or "none"
-            raise PluginError(f"unknown {self.kind} {name!r}; available: {known}") from None
+            pass
+        if name in self.not_loaded:
+            raise PluginError(f"{self.kind} {name!r} is not available: plugin {name!r} {self.not_loaded[name]}")
+        known = ", ".join(sorted(self.entries)) or "none"
+        message = f"unknown {self.kind} {name!r}; available: {known}"
+        if self.not_loaded:
+            message += "; not loaded: " + ", ".join(f"{n!r} ({why})" for n, why in sorted(self.not_loaded.items()))
+        raise PluginError(message)
 
     def names(self) -> list[str]:
+        """The registered names, sorted."""
         return sorted(self.entries)
+
+
+def api_incompatibility(required: object) -> str | None:
+    """Why a plugin declaring ``RALPH_API = required`` cannot load here (None: it can)."""
+    if required is None:
+        return None
+    text = str(required).strip()
+    try:
+        parts = [int(part) for part in text.split(".")]
+    except ValueError:
+        return f"{API_ATTRIBUTE} = {required!r} is not a version like \"1\" or \"1.0\""
+    if not parts or len(parts) > 2:
+        return f"{API_ATTRIBUTE} = {required!r} is not a version like \"1\" or \"1.0\""
+    major, minor = (int(part) for part in API_VERSION.split("."))
+    need_major, need_minor = parts[0], parts[1] if len(parts) > 1 else 0
+    if need_major == major and need_minor <= minor:
+        return None
+    return (
+        f"needs ralph plugin API {text}, this ralph provides {API_VERSION}: "
+        + ("upgrade ralph" if (need_major, need_minor) > (major, minor) else "use a release of the plugin for this ralph")
+    )
+
+
+def _warn_on_stderr(line: str) -> None:
+    sys.stderr.write(f"ralph: warning: {line}\n")
 
 
 def _truthy(value: str | None) -> bool:
@@ -101,22 +167,27 @@ class PluginHost:
         self.pm = pluggy.PluginManager("ralph")
         self.pm.add_hookspecs(hookspecs)
         self.infos: list[PluginInfo] = []
+        self.silenced: dict[str, str] = {}
+        """Reporters disabled after they raised (plugin name -> the error)."""
+        self.warn: Callable[[str], None] = _warn_on_stderr
+        """Where warnings about plugins go (a one-line message; stderr by default)."""
         disabled = {n.strip() for n in environ.get(DISABLE_ENV, "").split(",") if n.strip()}
         only_own = _truthy(environ.get(NO_AUTOLOAD_ENV))
         if load_entry_points:
             self._load_entry_points(disabled, only_own)
         for plugin in extra_plugins:
-            name = getattr(plugin, "__name__", None) or type(plugin).__name__
-            if name in disabled:
-                continue
-            self.pm.register(plugin, name=name)
-            self.infos.append(PluginInfo(name, "registered in code", "", name))
+            self._register_in_code(plugin, disabled)
         self.pm.check_pending()
-        self.runners = self._registry("runner", "ralph_register_runners", Runner)
-        self.agents = self._registry("agent", "ralph_register_agents", Agent)
-        self.policies = self._registry("policy", "ralph_register_policies", Policy)
-        self.stores = self._registry("task store", "ralph_register_task_stores", TaskStore)
-        self.gates = self._registry("gate", "ralph_register_gates", Gate)
+        not_loaded = {
+            info.name: (f"is disabled ({DISABLE_ENV})" if info.disabled else f"did not load: {info.status}")
+            for info in self.infos
+            if info.disabled or info.error
+        }
+        self.runners = self._registry("runner", "ralph_register_runners", Runner, not_loaded)
+        self.agents = self._registry("agent", "ralph_register_agents", Agent, not_loaded)
+        self.policies = self._registry("policy", "ralph_register_policies", Policy, not_loaded)
+        self.stores = self._registry("task store", "ralph_register_task_stores", TaskStore, not_loaded)
+        self.gates = self._registry("gate", "ralph_register_gates", Gate, not_loaded)
 
     # -- loading ----------------------------------------------------------------
 
@@ -134,6 +205,10 @@ class PluginHost:
                 continue
             try:
                 plugin = ep.load()
+                problem = api_incompatibility(getattr(plugin, API_ATTRIBUTE, None))
+                if problem is not None:
+                    self.infos.append(PluginInfo(ep.name, dist, version, ep.value, error=problem, incompatible=True))
+                    continue
                 self.pm.register(plugin, name=ep.name)
                 try:
                     self.pm.check_pending()  # a misspelled hook name in *this* plugin
@@ -147,50 +222,112 @@ class PluginHost:
                 continue
             self.infos.append(PluginInfo(ep.name, dist, version, ep.value))
 
-    def _registry(self, kind: str, hook_name: str, base: type[T]) -> Registry:
-        registry = Registry(kind)
+    def _register_in_code(self, plugin: Any, disabled: set[str]) -> None:
+        """Register a plugin object or module passed in code (tests, embedding).
+
+        A module that is also installed under an entry point is registered once:
+        the installed registration stands (so ``extra_plugins=[my_plugin]`` in a
+        plugin's own tests works whether or not the package is installed).
+        """
+        name = getattr(plugin, "__name__", None) or type(plugin).__name__
+        if name in disabled or self.pm.is_registered(plugin):
+            return
+        problem = api_incompatibility(getattr(plugin, API_ATTRIBUTE, None))
+        if problem is not None:
+            raise PluginError(f"plugin {name!r} (registered in code) {problem}")
+        unique, number = name, 1
+        while self.pm.has_plugin(unique):
+            number += 1
+            unique = f"{name}-{number}"
+        self.pm.register(plugin, name=unique)
+        self.infos.append(PluginInfo(unique, "registered in code", "", name))
+
+    def _registry(self, kind: str, hook_name: str, base: type, not_loaded: dict[str, str]) -> Registry:
+        registry = Registry(kind, not_loaded=not_loaded)
         caller = getattr(self.pm.hook, hook_name)
         for impl in caller.get_hookimpls():
-            provider = self._describe(impl.plugin_name)
+            provider = self.describe(impl.plugin_name)
 
-            def register(cls: type, _provider: str = provider) -> None:
+            def register(cls: type, _provider: str = provider, _owner: str = impl.plugin_name) -> None:
                 if not (isinstance(cls, type) and issubclass(cls, base)):
                     raise PluginError(f"plugin {_provider} registered {cls!r}, which is not a {base.__name__}")
-                registry.add(cls, _provider)
+                registry.add(cls, _provider, _owner)
 
             impl.function(register=register)
         return registry
 
-    def _describe(self, plugin_name: str) -> str:
+    def describe(self, plugin_name: str) -> str:
+        """``'name' (distribution version)`` for error messages."""
         for info in self.infos:
             if info.name == plugin_name:
-                if info.version:
-                    return f"{plugin_name!r} ({info.distribution} {info.version})"
-                return f"{plugin_name!r} ({info.distribution})"
+                return info.describe()
         return repr(plugin_name)
+
+    def _entry_of(self, obj: object) -> tuple[Registry, str] | None:
+        for registry in (self.gates, self.runners, self.agents, self.policies, self.stores):
+            for name, cls in registry.entries.items():
+                if type(obj) is cls or obj is cls:
+                    return registry, name
+        return None
+
+    def provider_of(self, obj: object) -> str:
+        """The plugin that registered ``obj``'s class (a gate, runner ...), described for errors."""
+        found = self._entry_of(obj)
+        return found[0].providers[found[1]] if found else repr(type(obj).__name__)
+
+    def owner_of(self, obj: object) -> str:
+        """The name of the plugin that registered ``obj``'s class (what ``RALPH_DISABLE_PLUGINS`` takes)."""
+        found = self._entry_of(obj)
+        return found[0].owners[found[1]] if found else type(obj).__name__
 
     # -- typed hook calls -----------------------------------------------------------
 
     @property
     def failures(self) -> list[PluginInfo]:
+        """Plugins that failed to load or are incompatible with this ralph."""
         return [info for info in self.infos if info.error]
 
+    def require_all_loaded(self) -> None:
+        """Raise unless every enabled plugin loaded: ``ralph run`` never runs without one
+        (it may be a validator, gate or guard).  Disabling it explicitly is the way on."""
+        if not self.failures:
+            return
+        parts = [
+            f"plugin {info.describe()} {'is incompatible' if info.incompatible else 'failed to load'}: {info.error}"
+            for info in self.failures
+        ]
+        names = ",".join(info.name for info in self.failures)
+        raise PluginError(
+            "; ".join(parts) + f" — ralph does not run without it: fix it, or disable it with {DISABLE_ENV}={names}"
+        )
+
     def config_sections(self) -> dict[str, type]:
+        """Every plugin's config section model by section name (a duplicate is an error)."""
         sections: dict[str, type] = {}
         for impl in self.pm.hook.ralph_config_sections.get_hookimpls():
-            for name, model in (impl.function() or {}).items():
+            provided: dict[str, type] = cast("dict[str, type]", impl.function() or {})
+            for name, model in provided.items():
                 if name in sections:
                     raise PluginError(
-                        f"two plugins define the config section {name!r}; one is {self._describe(impl.plugin_name)}"
+                        f"two plugins define the config section {name!r}; one is {self.describe(impl.plugin_name)}"
                     )
                 sections[name] = model
         return sections
 
     def validate(self, context: ValidationContext) -> list[Violation]:
-        results = self.pm.hook.ralph_validate(context=context)
-        return [violation for result in results for violation in (result or [])]
+        """Every validator's violations.  A validator that raises stops the caller with a
+        ``PluginFailure`` naming it (the loop is fail-closed)."""
+        violations: list[Violation] = []
+        for impl in reversed(self.pm.hook.ralph_validate.get_hookimpls()):
+            try:
+                result = cast("list[Violation] | None", impl.function(context=context))
+            except Exception as exc:
+                raise PluginFailure("validator", self.describe(impl.plugin_name), impl.plugin_name, exc) from exc
+            violations.extend(result or [])
+        return violations
 
     def prompt_context(self, run_dir: Path, iteration: int, since: float) -> list[str]:
+        """Feedback items from every ``ralph_prompt_context`` implementation."""
         results = self.pm.hook.ralph_prompt_context(run_dir=run_dir, iteration=iteration, since=since)
         return [item for result in results for item in (result or []) if item]
 
@@ -200,16 +337,78 @@ class PluginHost:
         return [check for result in results for check in (result or [])]
 
     def emit(self, event: LoopEvent) -> None:
-        self.pm.hook.ralph_loop_event(event=event)
+        """Give ``event`` to every reporter.  A reporter that raises is disabled for the rest
+        of this host's life with a warning (and a ``reporter_disabled`` event to the others)."""
+        failed: list[tuple[str, Exception]] = []
+        for impl in reversed(self.pm.hook.ralph_loop_event.get_hookimpls()):
+            if impl.plugin_name in self.silenced:
+                continue
+            try:
+                impl.function(event=event)
+            except Exception as exc:  # noqa: BLE001 - reporters are isolated (DESIGN.md)
+                self.silenced[impl.plugin_name] = f"{type(exc).__name__}: {exc}"
+                failed.append((impl.plugin_name, exc))
+        for name, error in failed:
+            plugin = self.describe(name)
+            self.warn(
+                f"reporter {plugin} raised {type(error).__name__}: {error} on a {event.kind!r} event; "
+                "it is disabled for the rest of this run"
+            )
+            info = next((i for i in self.infos if i.name == name), None)
+            self.emit(
+                LoopEvent(
+                    "reporter_disabled",
+                    {"plugin": name, "distribution": info.distribution if info else "", "error": f"{type(error).__name__}: {error}"},
+                    event.run_dir,
+                )
+            )
 
-    def add_listener(self, plugin: Any, name: str) -> None:
-        """Register a plugin object for the rest of this process (reporters of one run)."""
-        self.pm.register(plugin, name=name)
+    def register_commands(self, cli: Any, reserved: Collection[str] = ()) -> None:
+        """Let every plugin add its commands to ``cli`` (a click group).  A command named
+        like one of ``reserved`` (ralph's own) or one another plugin added is dropped with a
+        warning naming the plugin; a registration that raises is skipped with a warning.
+        Neither stops the command line."""
+        for impl in reversed(self.pm.hook.ralph_register_commands.get_hookimpls()):
+            before = dict(cli.commands)
+            plugin = self.describe(impl.plugin_name)
+            try:
+                impl.function(cli=cli)
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
+                cli.commands.clear()
+                cli.commands.update(before)
+                self.warn(f"plugin {plugin} could not add its commands: {type(exc).__name__}: {exc}")
+                continue
+            clashes = sorted(
+                name for name, command in cli.commands.items()
+                if name in reserved or (name in before and before[name] is not command)
+            )
+            for name in clashes:
+                if name in before:
+                    cli.commands[name] = before[name]
+                else:
+                    del cli.commands[name]
+            if clashes:
+                self.warn(f"plugin {plugin} adds command(s) that exist already, left out: {', '.join(clashes)}")
 
     def remove(self, name: str) -> None:
+        """Unregister plugin ``name`` (if registered)."""
         plugin = self.pm.get_plugin(name)
         if plugin is not None:
             self.pm.unregister(plugin)
+
+
+class PluginFailure(PluginError):
+    """A validator, gate or guard raised: the run stops (exit 2) naming the plugin."""
+
+    def __init__(self, kind: str, plugin: str, name: str, error: BaseException) -> None:
+        self.kind = kind
+        self.plugin = plugin
+        self.name = name
+        self.error = f"{type(error).__name__}: {error}"
+        super().__init__(
+            f"{kind} plugin {plugin} raised {self.error}; the run stopped (a check that cannot run is not "
+            f"skipped): fix it, or disable it with {DISABLE_ENV}={name}"
+        )
 
 
 def hook_names() -> list[str]:

@@ -1,0 +1,71 @@
+"""Test helpers for ralph and for plugin authors.
+
+Enable the fixtures yourself (ralph no longer loads into every pytest run)::
+
+    # conftest.py
+    pytest_plugins = ["ralph.testing"]
+
+or ``pytest -p ralph.testing``.  Fixtures: ``ralph_project`` (a git project with
+``ralph init`` done, :class:`RalphProject`), ``ralph_cli`` (the CLI in-process),
+``scripted_model`` and ``claude_agent_env`` (the real Claude Code CLI against a
+scripted local model), ``claude_binary``.
+
+Builders, importable without pytest: :func:`story` (a valid story dict),
+:class:`ReplayScript` and its actions (``say``, ``write_file``, ``set_fields``,
+``commit`` ...), :func:`settings_for` (the ``Settings`` a plugin is constructed
+with), :func:`make_event` (a ``HookEvent`` for a guard), :func:`make_project`,
+:func:`wait_for`, :func:`process_alive`.  :func:`require` skips a test whose
+real component is missing, and fails it under ``CI=true``.  See docs/plugins.md.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ralph.testing.hooks import MemorySession, make_event
+from ralph.testing.project import RalphProject, make_project, process_alive, settings_for, story, wait_for
+from ralph.testing.replay import (
+    ReplayScript,
+    append_file,
+    commit,
+    cost,
+    exit_with,
+    run,
+    say,
+    set_fields,
+    sleep,
+    write_file,
+)
+
+__all__ = [
+    "MemorySession",
+    "RalphProject",
+    "ReplayScript",
+    "append_file",
+    "commit",
+    "cost",
+    "exit_with",
+    "make_event",
+    "make_project",
+    "process_alive",
+    "run",
+    "say",
+    "set_fields",
+    "settings_for",
+    "sleep",
+    "story",
+    "wait_for",
+    "write_file",
+]
+
+if "pytest" in sys.modules:  # loaded by pytest (-p ralph.testing): offer the fixtures
+    from ralph.testing.pytest_plugin import (  # noqa: F401
+        claude_agent_env,
+        claude_binary,
+        ralph_cli,
+        ralph_project,
+        scripted_model,
+    )
+    from ralph.testing.requirements import must_run, require
+
+    __all__ += ["must_run", "require"]

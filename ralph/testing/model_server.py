@@ -459,7 +459,7 @@ class ScriptedModelServer:
         if self._server is None:
             raise RuntimeError("ScriptedModelServer is not started")
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> ScriptedModelServer:
         """Bind an ephemeral port and serve in a daemon thread."""

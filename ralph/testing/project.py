@@ -61,6 +61,15 @@ def process_alive(pid: int) -> bool:
     return "State:\tZ" not in status
 
 
+def settings_for(project_dir: Path, environ: dict[str, str] | None = None, **overrides: Any) -> Any:
+    """The ``Settings`` plugins are constructed with in ``project_dir``: its config file,
+    ``RALPH_*`` variables of ``environ`` (default: the process's) and ``overrides`` as
+    command-line flags (``runner="nice"``), every installed plugin's section validated."""
+    from ralph.cli.session import open_session
+
+    return open_session(project_dir, overrides or None, environ=environ).settings
+
+
 def ralph_command() -> list[str]:
     """How to start the ralph CLI of this interpreter as a real process."""
     # -P: the project has a ralph/ directory that would shadow the package from the cwd

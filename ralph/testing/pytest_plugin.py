@@ -1,4 +1,4 @@
-"""pytest fixtures for ralph and for plugin authors (registered through ``pytest11``).
+"""pytest fixtures for ralph and for plugin authors (enable with ``pytest_plugins = ["ralph.testing"]``).
 
 - ``ralph_project``: a temporary git project with ``ralph init`` done
   (:class:`ralph.testing.project.RalphProject`).
@@ -50,7 +50,7 @@ def scripted_model() -> Iterator[Callable[[Any], Any]]:
 def claude_binary() -> Path:
     """The real Claude Code CLI (skip, or fail under CI=true, when there is none)."""
     from ralph.testing.requirements import require
-    from ralph_plugins.agents.claude import resolve_binary
+    from ralph.claude_cli import resolve_binary
 
     binary, source = resolve_binary()
     require(binary is not None, "the real Claude Code CLI was not found (pip install claude-agent-sdk)")

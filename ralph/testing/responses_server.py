@@ -166,7 +166,7 @@ def encode_turn(turn: Turn, input_chars: int) -> bytes:
                       "content_index": 0, "delta": block.text})
             )
         out.append(_sse({"type": "response.output_item.done", "output_index": index, "item": item}))
-    usage = {
+    usage: dict[str, Any] = {
         "input_tokens": _tokens(" " * input_chars),
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": _tokens(" " * output_chars),
@@ -302,7 +302,7 @@ class ScriptedResponsesServer:
         if self._server is None:
             raise RuntimeError("ScriptedResponsesServer is not started")
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def start(self) -> ScriptedResponsesServer:
         """Bind an ephemeral port and serve in a daemon thread."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from ralph.api import ConfigSection
 
 from .naming import DEFAULT_IMAGE
 
@@ -18,10 +20,8 @@ DEFAULT_ENV_ALLOWLIST = [
 DEFAULT_ALLOW_HOSTS = ["api.anthropic.com:443"]
 
 
-class SandboxConfig(BaseModel):
+class SandboxConfig(ConfigSection):
     """Settings of the ``docker-sandbox`` runner."""
-
-    model_config = ConfigDict(extra="forbid")
 
     image: str = Field(DEFAULT_IMAGE, description="sandbox image (build it with `ralph sandbox build`)")
     network: Literal["none", "allowlist", "open"] = Field(

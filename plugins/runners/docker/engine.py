@@ -21,7 +21,7 @@ import docker.errors
 from docker.types import Mount
 from docker.utils.socket import frames_iter
 
-from ralph.contracts import ProcessOutcome, ProcessSpec
+from ralph.api import ProcessOutcome, ProcessSpec, hook_packages
 
 from .naming import (
     IN_CONTAINER_BIN,
@@ -92,15 +92,6 @@ def sweep(client: Any, project_dir: Path | None = None) -> list[str]:
         except docker.errors.NotFound:
             pass
     return removed
-
-
-def ralph_library_dirs() -> dict[str, Path]:
-    """The host's ralph, ralph_plugins and ralph_templates package directories."""
-    import ralph
-    import ralph_plugins
-    import ralph_templates
-
-    return {m.__name__: Path(m.__file__).resolve().parent for m in (ralph, ralph_plugins, ralph_templates)}  # type: ignore[arg-type]
 
 
 def program_of(spec: ProcessSpec) -> str | None:
@@ -248,7 +239,7 @@ class Sandbox:
             mounts.append(Mount(str(git / "hooks"), str(git / "hooks"), type="bind", read_only=True))
             if (git / "config").is_file():
                 mounts.append(Mount(str(git / "config"), str(git / "config"), type="bind", read_only=True))
-        for name, path in ralph_library_dirs().items():
+        for name, path in hook_packages().items():
             mounts.append(Mount(f"{IN_CONTAINER_LIB}/{name}", str(path), type="bind", read_only=True))
         run_dir = spec.env.get(RUN_DIR_ENV)
         if run_dir and Path(run_dir).is_dir():

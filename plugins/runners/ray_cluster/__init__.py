@@ -6,7 +6,7 @@ when this runner or ``ralph run --parallel --engine ray`` is used.  See docs/ray
 
 from __future__ import annotations
 
-from ralph import hookimpl
+from ralph.api import hookimpl
 
 from .runner import RayRunner
 

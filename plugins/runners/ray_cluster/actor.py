@@ -26,8 +26,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ralph.hooks.relay import HookRelay
-from ralph.workspace import WorkspaceState, capture, init_checkout, mirror
+from ralph.api.hooks import HookRelay
+from ralph.api.workspace import WorkspaceState, capture, init_checkout, mirror
 
 KILL_GRACE_SECONDS = 3.0
 HOOK_ANSWER_SECONDS = 55.0

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ralph.errors import RalphError
+from ralph.api import RalphError
 
 
 @dataclass

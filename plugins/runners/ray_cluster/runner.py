@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ralph.contracts import Availability, ProcessOutcome, ProcessSpec, Runner
-from ralph.errors import RalphError
+from ralph.api import Availability, ProcessOutcome, ProcessSpec, RalphError, Runner
 
 if TYPE_CHECKING:
-    from ralph.workspace import WorkspaceState
+    from ralph.api.workspace import WorkspaceState
 
 SECTION = "ray"
 NO_RAY = "the ray package is not installed: pip install 'ralph-trustloop[ray]'"
@@ -120,9 +119,9 @@ class RayRunner(Runner):
         if avoid is not None:
             options["scheduling_strategy"] = _another_node(avoid, self._lost_nodes, cfg)
         remote = ray.remote(WorkspaceActor).options(**options)
-        from ralph.hooks import client
+        from ralph.api.hooks import hook_client_path
 
-        self._actor = remote.remote(Path(client.__file__).read_text(encoding="utf-8"))
+        self._actor = remote.remote(hook_client_path().read_text(encoding="utf-8"))
         self._known = set()
         try:
             self._where = ray.get(self._actor.where.remote(), timeout=max(cfg.call_timeout, 120))
@@ -155,7 +154,7 @@ class RayRunner(Runner):
         timeout: float | None,
         cancel: threading.Event,
     ) -> ProcessOutcome:
-        from ralph.workspace import capture
+        from ralph.api.workspace import capture
 
         assert self._project is not None, "prepare() was not called"
         start = capture(self._project)  # what to restore if the node dies
@@ -185,8 +184,8 @@ class RayRunner(Runner):
         cancel: threading.Event,
         start: WorkspaceState,
     ) -> ProcessOutcome:
-        from ralph.hooks.client import ask_loop
-        from ralph.workspace import capture
+        from ralph.api.hooks import ask_loop
+        from ralph.api.workspace import capture
 
         assert self._project is not None
         cfg = self.config()
@@ -237,7 +236,7 @@ class RayRunner(Runner):
 
     def _bring_back(self) -> None:
         """Mirror the node's checkout onto the project (only new commits travel)."""
-        from ralph.workspace import WorkspaceError, head, mirror
+        from ralph.api.workspace import WorkspaceError, head, mirror
 
         assert self._project is not None
         current = head(self._project)
@@ -249,7 +248,7 @@ class RayRunner(Runner):
         self._known.add(state.head)
 
     def _restore(self, start: WorkspaceState) -> None:
-        from ralph.workspace import mirror
+        from ralph.api.workspace import mirror
 
         assert self._project is not None
         mirror(self._project, start, branch=self._branch)
@@ -296,7 +295,7 @@ def _forwarded_env(patterns: list[str]) -> dict[str, str]:
 
 
 def _current_branch(project: Path) -> str | None:
-    from ralph.workspace import git
+    from ralph.api.workspace import git
 
     result = git(project, "symbolic-ref", "-q", "--short", "HEAD", check=False)
     return result.stdout.decode().strip() or None

@@ -1,7 +1,8 @@
-"""``ralph sandbox build|clean`` and ``ralph doctor`` (stdlib + click at import time).
+"""``ralph sandbox build|clean``: the docker-sandbox runner's command (its pre-flight checks feed ``ralph doctor``).
 
-Registered in ralph/cli/main.py (``cli.add_command(sandbox)``, ``cli.add_command(doctor)``);
-also runnable alone: ``python -P -m ralph.cli.sandbox sandbox build --offline-base``.
+The runner's plugin adds them through ``ralph_register_commands``; this module
+imports only click (the docker SDK is imported inside the commands).  Also
+runnable alone: ``python -P -m ralph_plugins.runners.docker.commands sandbox build --offline-base``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import click
 
-__all__ = ["doctor", "sandbox"]
+__all__ = ["COMMANDS", "sandbox"]
 
 
 @click.group()
@@ -32,8 +33,8 @@ def build(base: str | None, offline_base: bool, suite: str, mirror: str, tag: st
     The agent CLI and ralph's code are mounted read-only at run time.  An image
     that already matches the recipe (label ralph.recipe) is reused.
     """
-    from ralph_plugins.runners.docker import engine, image
-    from ralph_plugins.runners.docker.naming import DEFAULT_IMAGE, OFFLINE_BASE_IMAGE
+    from . import engine, image
+    from .naming import DEFAULT_IMAGE, OFFLINE_BASE_IMAGE
 
     if base and offline_base:
         raise click.UsageError("--base and --offline-base exclude each other")
@@ -55,7 +56,7 @@ def build(base: str | None, offline_base: bool, suite: str, mirror: str, tag: st
 @click.option("-d", "--project-dir", type=click.Path(file_okay=False, path_type=Path), help="Only this project's leftovers.")
 def clean(project_dir: Path | None) -> None:
     """Remove ralph's sandbox containers and networks (found by the ralph.sandbox label)."""
-    from ralph_plugins.runners.docker import engine
+    from . import engine
 
     try:
         removed = engine.sweep(engine.connect(), project_dir.resolve() if project_dir else None)
@@ -65,35 +66,14 @@ def clean(project_dir: Path | None) -> None:
     click.echo("removed: " + (", ".join(removed) if removed else "nothing"))
 
 
-@click.command()
-@click.option("-d", "--project-dir", type=click.Path(file_okay=False, path_type=Path), default=".", show_default="current directory")
-@click.option("--runner", help="Check this runner instead of the configured one (e.g. docker-sandbox).")
-@click.option("--agent", help="Check this agent instead of the configured one.")
-def doctor(project_dir: Path, runner: str | None, agent: str | None) -> None:
-    """Run the checks `ralph run` makes before iteration 1, and print them all.
-
-    Runner and agent availability, then their pre-flight checks: the agent
-    binary runs, credentials are visible where the agent runs (or the model
-    endpoint answers), the sandbox image and its network policy, files the agent
-    needs.  Exit 1 when a check fails.
-    """
-    from ralph.lifecycle.doctor import diagnose
-
-    bad = 0
-    for check in diagnose(project_dir.resolve(), runner, agent):
-        mark = "ok  " if check.ok else ("warn" if check.ok is None else "FAIL")
-        bad += check.ok is False
-        click.echo(f"[{mark}] {check.what}" + (f"\n       fix: {check.fix}" if check.fix else ""))
-    sys.exit(1 if bad else 0)
-
-
 @click.group()
 def _main() -> None:
-    """Standalone entry point (until these commands are registered in ralph.cli.main)."""
+    """Standalone entry point (``ralph`` registers these commands itself)."""
 
+
+COMMANDS = (sandbox,)
 
 _main.add_command(sandbox)
-_main.add_command(doctor)
 
 if __name__ == "__main__":
     _main()

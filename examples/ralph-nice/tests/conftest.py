@@ -1,0 +1,3 @@
+"""The example's tests use ralph's fixtures (opt-in: ralph.testing is a pytest plugin)."""
+
+pytest_plugins = ["ralph.testing"]

@@ -1,0 +1,190 @@
+"""ralph's public plugin API: the one module a plugin imports from ralph.
+
+Everything a runner, agent, policy, validator, task store, gate, guard,
+monitor or reporter needs is here; anything not in ``__all__`` is internal and
+may change without notice.  See docs/plugins.md for how to write each kind.
+
+Declare the API version your plugin was written for in its module (or on the
+object you register)::
+
+    RALPH_API = "1"
+
+ralph refuses to load a plugin that needs a newer major version, or a newer
+minor version of the same major (``ralph plugins`` lists it as incompatible).
+
+Importing this module is cheap (no pydantic): hook calls import it.  The names
+backed by pydantic models (``TaskList``, ``Story``, ``ConfigSection`` ...) are
+imported the first time they are used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ralph import hookimpl
+from ralph.claude_cli import locate_claude_cli
+from ralph.contracts import (
+    AUTO_APPROVED_PREFIX,
+    Agent,
+    AgentEvent,
+    AgentInvocation,
+    AgentView,
+    Availability,
+    Check,
+    Denial,
+    Gate,
+    GateContext,
+    GateResult,
+    HookEvent,
+    IterationMode,
+    LoopEvent,
+    LoopView,
+    Policy,
+    PreflightContext,
+    ProcessOutcome,
+    ProcessSpec,
+    Runner,
+    Selection,
+    SessionStore,
+    Severity,
+    Snapshot,
+    StoryState,
+    TaskStore,
+    ValidationContext,
+    Violation,
+)
+from ralph.errors import ConfigError, PluginError, RalphError, TaskListError, UnavailableError, UsageError
+from ralph.events import EventKind
+from ralph.plugin.manager import API_VERSION, Registry
+from ralph.ralphfiles import progress_log, story_id_problem
+from ralph.settings import Settings
+
+if TYPE_CHECKING:
+    from ralph.config import ConfigSection, RalphConfig
+    from ralph.jsonpatch import JsonScanError, decode_json, indent_unit, json_line_of, patch_json_text, same_json
+    from ralph.cli.session import Session, open_session
+    from ralph.hooks.wiring import hook_packages
+    from ralph.loop.preflight import endpoint_answers
+    from ralph.loop.runreport import format_elapsed, render_run_report, render_run_summary
+    from ralph.process import KILL_GRACE_SECONDS, run_process
+    from ralph.tasks import (
+        REVIEW_FIELDS,
+        ReviewStatus,
+        Story,
+        TaskList,
+        parse_tasks,
+        ready_stories,
+        structural_problems,
+    )
+
+__all__ = [
+    "API_VERSION",
+    "AUTO_APPROVED_PREFIX",
+    "Agent",
+    "AgentEvent",
+    "AgentInvocation",
+    "AgentView",
+    "Availability",
+    "Check",
+    "ConfigError",
+    "ConfigSection",
+    "Denial",
+    "EventKind",
+    "Gate",
+    "GateContext",
+    "GateResult",
+    "HookEvent",
+    "IterationMode",
+    "JsonScanError",
+    "KILL_GRACE_SECONDS",
+    "LoopEvent",
+    "LoopView",
+    "PluginError",
+    "Policy",
+    "PreflightContext",
+    "ProcessOutcome",
+    "ProcessSpec",
+    "REVIEW_FIELDS",
+    "RalphConfig",
+    "RalphError",
+    "Registry",
+    "ReviewStatus",
+    "Runner",
+    "Selection",
+    "Session",
+    "SessionStore",
+    "Settings",
+    "Severity",
+    "Snapshot",
+    "Story",
+    "StoryState",
+    "TaskList",
+    "TaskListError",
+    "TaskStore",
+    "UnavailableError",
+    "UsageError",
+    "ValidationContext",
+    "Violation",
+    "decode_json",
+    "endpoint_answers",
+    "format_elapsed",
+    "hook_packages",
+    "hookimpl",
+    "indent_unit",
+    "json_line_of",
+    "locate_claude_cli",
+    "parse_tasks",
+    "patch_json_text",
+    "progress_log",
+    "ready_stories",
+    "render_run_report",
+    "render_run_summary",
+    "run_process",
+    "open_session",
+    "same_json",
+    "story_id_problem",
+    "structural_problems",
+]
+
+# Names whose modules are not needed by every plugin (pydantic models, subprocess, json):
+# loaded on first use (PEP 562), so hook calls stay cheap.
+_LAZY = {
+    "JsonScanError": "ralph.jsonpatch",
+    "decode_json": "ralph.jsonpatch",
+    "indent_unit": "ralph.jsonpatch",
+    "json_line_of": "ralph.jsonpatch",
+    "patch_json_text": "ralph.jsonpatch",
+    "same_json": "ralph.jsonpatch",
+    "format_elapsed": "ralph.loop.runreport",
+    "hook_packages": "ralph.hooks.wiring",
+    "endpoint_answers": "ralph.loop.preflight",
+    "Session": "ralph.cli.session",
+    "open_session": "ralph.cli.session",
+    "render_run_report": "ralph.loop.runreport",
+    "render_run_summary": "ralph.loop.runreport",
+    "KILL_GRACE_SECONDS": "ralph.process",
+    "run_process": "ralph.process",
+    "ConfigSection": "ralph.config",
+    "RalphConfig": "ralph.config",
+    "REVIEW_FIELDS": "ralph.tasks",
+    "ReviewStatus": "ralph.tasks",
+    "Story": "ralph.tasks",
+    "TaskList": "ralph.tasks",
+    "parse_tasks": "ralph.tasks",
+    "ready_stories": "ralph.tasks",
+    "structural_problems": "ralph.tasks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ralph.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,202 @@
+"""Meta-tests of the public plugin API (``ralph.api``) and of the core/plugin boundary."""
+
+from __future__ import annotations
+
+import ast
+import enum
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ralph.api
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGINS = ROOT / "plugins"
+CORE = ROOT / "ralph"
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every import statement in ``path`` (relative ones resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = ".".join(_package_of(path).split(".")[: len(_package_of(path).split(".")) - node.level + 1])
+                module = f"{package}.{node.module}" if node.module else package
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+    return found
+
+
+def _package_of(path: Path) -> str:
+    """The dotted package a file under plugins/ or ralph/ belongs to (``ralph_plugins.runners``)."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts[:-1])
+    if parts and parts[0] == "plugins":
+        parts[0] = "ralph_plugins"
+    return ".".join(parts)
+
+
+def _plugin_family(module: str) -> str:
+    """``ralph_plugins.runners.docker.engine`` -> ``ralph_plugins.runners``."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_default_plugins_import_ralph_only_through_ralph_api() -> None:
+    offending = []
+    for path in sorted(PLUGINS.rglob("*.py")):
+        own_family = _plugin_family(_package_of(path) + ".x")
+        for line, module in _imports(path):
+            where = f"{path.relative_to(ROOT)}:{line}: {module}"
+            if module == "ralph" or module.startswith("ralph."):
+                if module != "ralph.api" and not module.startswith("ralph.api."):
+                    offending.append(where)
+            elif module.startswith("ralph_plugins"):
+                if _plugin_family(module) != own_family:
+                    offending.append(where + " (another plugin's internals)")
+    assert offending == [], "plugins must import ralph only through ralph.api:\n" + "\n".join(offending)
+
+
+# ralph.testing's fixtures for the real CLIs of ralph's own default agents (claude_binary,
+# codex_binary) find them the way those agents do; they are test helpers, imported by no command.
+CORE_MAY_IMPORT_PLUGINS = {"ralph/testing/pytest_plugin.py"}
+
+
+def test_core_imports_no_default_plugin() -> None:
+    offending = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in sorted(CORE.rglob("*.py"))
+        if path.relative_to(ROOT).as_posix() not in CORE_MAY_IMPORT_PLUGINS
+        for line, module in _imports(path)
+        if module == "ralph_plugins" or module.startswith("ralph_plugins.")
+    ]
+    assert offending == [], "the core must not import default plugins:\n" + "\n".join(offending)
+
+
+def _own_doc(obj: object) -> str | None:
+    doc = obj.__dict__.get("__doc__") if isinstance(obj, type) else getattr(obj, "__doc__", None)
+    if not isinstance(doc, str) or not doc.strip():
+        return None
+    if isinstance(obj, type) and doc.startswith(f"{obj.__name__}("):  # dataclass's generated signature
+        return None
+    return doc
+
+
+def _attribute_docstrings(path: Path) -> set[str]:
+    """Top-level names assigned in ``path`` and followed by a string literal (attribute docstrings)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    body = tree.body
+    for node, following in zip(body, body[1:]):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str):
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_every_public_name_is_documented() -> None:
+    documented_constants: set[str] = set()
+    for path in CORE.rglob("*.py"):
+        documented_constants |= _attribute_docstrings(path)
+    missing = []
+    for name in ralph.api.__all__:
+        obj = getattr(ralph.api, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            if _own_doc(obj) is None:
+                missing.append(name)
+            if inspect.isclass(obj):
+                missing += [f"{name}.{m}" for m in _undocumented_members(obj)]
+        elif name not in documented_constants:
+            missing.append(f"{name} (a constant or alias: give it an attribute docstring where it is defined)")
+    assert missing == [], "public names without a docstring:\n" + "\n".join(missing)
+
+
+def _undocumented_members(cls: type) -> list[str]:
+    out = []
+    if issubclass(cls, enum.Enum):
+        return [member.name for member in cls if not (member.__doc__ or "").strip() or member.__doc__ == cls.__doc__]
+    for attr, value in vars(cls).items():
+        if attr.startswith("_"):
+            continue
+        function = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+        if inspect.isfunction(function) and not (function.__doc__ or "").strip():
+            out.append(attr)
+    return out
+
+
+def test_all_names_resolve_and_star_import_works() -> None:
+    namespace: dict[str, object] = {}
+    exec("from ralph.api import *", namespace)  # noqa: S102 - the import a plugin author may write
+    assert set(ralph.api.__all__) <= set(namespace)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        ralph.api.nope  # noqa: B018
+
+
+def test_importing_ralph_api_does_not_import_pydantic() -> None:
+    code = "import sys, ralph.api; print(sorted(m for m in sys.modules if m.split('.')[0] in {'pydantic', 'click', 'docker'}))"
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_py_typed_ships_with_the_package() -> None:
+    assert (CORE / "py.typed").is_file()
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^ralph = \[.*"py\.typed"', pyproject, re.M), "py.typed must be package data of ralph"
+
+
+def _kind_literals(node: ast.expr) -> list[str]:
+    """The kind strings an ``emit`` argument can be: a literal, both branches of
+    ``"a" if x else "b"``, or the first argument of ``LoopEvent("kind", ...)``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        return _kind_literals(node.body) + _kind_literals(node.orelse)
+    if isinstance(node, ast.Call) and node.args:
+        return _kind_literals(node.args[0])
+    return []
+
+
+def _emitted_kinds() -> dict[str, str]:
+    kinds = {}
+    for path in CORE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "emit" and node.args:
+                for kind in _kind_literals(node.args[0]):
+                    kinds[kind] = f"{path.relative_to(ROOT)}:{node.lineno}"
+    return kinds
+
+
+def test_every_emitted_event_kind_is_an_event_kind_member() -> None:
+    members = {kind.value for kind in ralph.api.EventKind}
+    emitted = _emitted_kinds()
+    assert len(emitted) > 20, emitted
+    unknown = {kind: where for kind, where in emitted.items() if kind not in members}
+    assert unknown == {}, "add these kinds to ralph/events.py (EventKind) with their payload documented"
+
+
+def test_event_kinds_are_strings_and_documented() -> None:
+    kind = ralph.api.EventKind.RUN_STARTED
+    assert kind == "run_started" and f"{kind}" == "run_started" and ralph.api.EventKind("run_started") is kind
+    for member in ralph.api.EventKind:
+        assert "Payload" in member.doc, member
+
+
+def test_event_kinds_are_listed_in_the_plugin_docs() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen", ROOT / "docs" / "generate_hooks_md.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (ROOT / "docs" / "plugins.md").read_text(encoding="utf-8")
+    assert text == module.render_events(text), "docs/plugins.md's event table is stale: run python docs/generate_hooks_md.py"
+    missing = [kind.value for kind in ralph.api.EventKind if f"`{kind.value}`" not in text]
+    assert missing == []
