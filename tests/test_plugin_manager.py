@@ -140,6 +140,14 @@ def fake_dists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake
 
 
 @pytest.fixture(scope="module")
+def installed_runners() -> list[str]:
+    """Every installed distribution's runners before a test adds fakes (the example package's too)."""
+    host = PluginHost(environ={})
+    assert not host.failures, host.failures
+    return host.runners.names()
+
+
+@pytest.fixture(scope="module")
 def own_runners() -> list[str]:
     """ralph's own runners, whatever they are today (computed, never hard-coded)."""
     host = PluginHost(environ={NO_AUTOLOAD_ENV: "1"})
@@ -166,12 +174,12 @@ def test_own_plugins_load_without_failures(own_runners: list[str]) -> None:
 
 
 def test_third_party_runner_is_listed_with_distribution_and_version(
-    fake_dists: FakeDists, own_runners: list[str]
+    fake_dists: FakeDists, installed_runners: list[str]
 ) -> None:
     fake_dists.add({"fake-runner": "ralph_fake_runner"}, {"ralph_fake_runner": runner_module("fake")})
     host = PluginHost(environ={})
     assert host.failures == []
-    assert host.runners.names() == sorted([*own_runners, "fake"])
+    assert host.runners.names() == sorted([*installed_runners, "fake"])
     assert host.runners.get("fake").__module__ == "ralph_fake_runner"
     assert host.runners.providers["fake"] == "'fake-runner' (fake-dist 1.0)"
     info = info_of(host, "fake-runner")
@@ -190,15 +198,15 @@ def test_duplicate_runner_name_names_both_providers(fake_dists: FakeDists) -> No
     assert DISABLE_ENV in message  # says how to resolve it
 
 
-def test_duplicate_is_resolved_by_disabling_one(fake_dists: FakeDists, own_runners: list[str]) -> None:
+def test_duplicate_is_resolved_by_disabling_one(fake_dists: FakeDists, installed_runners: list[str]) -> None:
     fake_dists.add({"fake-direct": "ralph_fake_direct"}, {"ralph_fake_direct": runner_module("direct")})
     host = PluginHost(environ={DISABLE_ENV: "fake-direct"})
-    assert host.runners.names() == own_runners
+    assert host.runners.names() == installed_runners
     assert host.runners.providers["direct"].startswith("'direct' (")
 
 
 def test_plugin_failing_at_import_is_recorded_and_others_still_load(
-    fake_dists: FakeDists, own_runners: list[str]
+    fake_dists: FakeDists, installed_runners: list[str]
 ) -> None:
     fake_dists.standard()
     host = PluginHost(environ={})
@@ -208,12 +216,12 @@ def test_plugin_failing_at_import_is_recorded_and_others_still_load(
     assert (broken.distribution, broken.version, broken.module) == ("fake-dist", "1.0", "ralph_fake_broken")
     assert host.pm.get_plugin("fake-broken") is None
     # the other third-party plugin and all of ralph's own still load
-    assert host.runners.names() == sorted([*own_runners, "fake"])
+    assert host.runners.names() == sorted([*installed_runners, "fake"])
     assert all(info.error is None for info in host.infos if info.name != "fake-broken")
 
 
 @pytest.mark.parametrize("setting", ["fake-broken,fake-runner", " fake-broken , fake-runner ", "fake-runner,,fake-broken,"])
-def test_disable_plugins_by_name(fake_dists: FakeDists, own_runners: list[str], setting: str) -> None:
+def test_disable_plugins_by_name(fake_dists: FakeDists, installed_runners: list[str], setting: str) -> None:
     fake_dists.standard()
     host = PluginHost(environ={DISABLE_ENV: setting})
     assert host.failures == []
@@ -223,13 +231,13 @@ def test_disable_plugins_by_name(fake_dists: FakeDists, own_runners: list[str], 
         assert (info.distribution, info.version) == ("fake-dist", "1.0")
         assert host.pm.get_plugin(name) is None
     assert fake_dists.imported() == []  # disabled plugins are never imported
-    assert host.runners.names() == own_runners
+    assert host.runners.names() == installed_runners
 
 
-def test_disable_one_of_ralphs_own_plugins(fake_dists: FakeDists, own_runners: list[str]) -> None:
+def test_disable_one_of_ralphs_own_plugins(fake_dists: FakeDists, installed_runners: list[str]) -> None:
     host = PluginHost(environ={DISABLE_ENV: " direct "})
     assert info_of(host, "direct").disabled
-    assert host.runners.names() == [name for name in own_runners if name != "direct"]
+    assert host.runners.names() == [name for name in installed_runners if name != "direct"]
 
 
 def test_disable_autoload_loads_only_own_plugins(fake_dists: FakeDists, own_runners: list[str]) -> None:
@@ -252,7 +260,7 @@ def test_autoload_setting_that_is_not_true_keeps_autoload(fake_dists: FakeDists,
 
 
 def test_misspelled_hookimpl_in_third_party_plugin_is_a_failure(
-    fake_dists: FakeDists, own_runners: list[str]
+    fake_dists: FakeDists, installed_runners: list[str]
 ) -> None:
     fake_dists.add(
         {"fake-misspelled": "ralph_fake_misspelled", "fake-runner": "ralph_fake_runner"},
@@ -266,7 +274,7 @@ def test_misspelled_hookimpl_in_third_party_plugin_is_a_failure(
     # the whole plugin is skipped (its correctly spelled hook too); the others load
     assert host.pm.get_plugin("fake-misspelled") is None
     assert "misspelled" not in host.runners.names()
-    assert host.runners.names() == sorted([*own_runners, "fake"])
+    assert host.runners.names() == sorted([*installed_runners, "fake"])
 
 
 def test_misspelled_hookimpl_in_plugin_registered_in_code_raises() -> None:
@@ -508,11 +516,11 @@ def test_ralph_help_works_with_a_broken_plugin(fake_dists: FakeDists) -> None:
 # -- registering in code, disabled names, API versions, commands ---------------------------
 
 
-def test_extra_plugin_that_is_also_installed_is_registered_once(fake_dists: FakeDists, own_runners: list[str]) -> None:
+def test_extra_plugin_that_is_also_installed_is_registered_once(fake_dists: FakeDists, installed_runners: list[str]) -> None:
     fake_dists.add({"fake-runner": "ralph_fake_runner"}, {"ralph_fake_runner": runner_module("fake")})
     module = importlib.import_module("ralph_fake_runner")
     host = PluginHost(extra_plugins=[module], environ={})
-    assert host.runners.names() == sorted([*own_runners, "fake"])
+    assert host.runners.names() == sorted([*installed_runners, "fake"])
     assert host.runners.providers["fake"] == "'fake-runner' (fake-dist 1.0)"
     # and without the installed entry point it is registered from code
     alone = PluginHost(extra_plugins=[module], environ={DISABLE_ENV: "fake-runner"})
