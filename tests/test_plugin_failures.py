@@ -30,8 +30,12 @@ def install(tmp_path: Path, plugin: str, source: str, name: str = "brk") -> dict
     return {"PYTHONPATH": str(site)}
 
 
+MET = say('```json\n{"verdict": "met", "unmet": [], "extra": []}\n```')
+"""The spec gate's reviewer (an extra call of the replay agent) finds every criterion met."""
+
+
 def script(project: RalphProject, tmp_path: Path, *iterations: list[dict[str, Any]]) -> dict[str, str]:
-    built = ReplayScript()
+    built = ReplayScript().extra_call("spec", None, MET)
     for number, actions in enumerate(iterations, 1):
         built.iteration(number, *actions)
     return {"RALPH_REPLAY_SCRIPT": str(built.write(tmp_path / "script.json"))}
@@ -197,7 +201,7 @@ def test_a_guard_that_raises_denies_the_call_and_stops_the_run(project: RalphPro
         with open({str(tmp_path / "hook-answer.json")!r}, "w") as out:
             out.write(answer)
     """))
-    built = ReplayScript().iteration(1, run_step(f"{sys.executable} {caller}"), *IMPLEMENT)
+    built = ReplayScript().extra_call("spec", None, MET).iteration(1, run_step(f"{sys.executable} {caller}"), *IMPLEMENT)
     env["RALPH_REPLAY_SCRIPT"] = str(built.write(tmp_path / "guard-script.json"))
     result = run(project, env)
     assert result.returncode == 2

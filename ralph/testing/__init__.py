@@ -58,14 +58,11 @@ __all__ = [
     "write_file",
 ]
 
-if "pytest" in sys.modules:  # loaded by pytest (-p ralph.testing): offer the fixtures
-    from ralph.testing.pytest_plugin import (  # noqa: F401
-        claude_agent_env,
-        claude_binary,
-        ralph_cli,
-        ralph_project,
-        scripted_model,
-    )
+# Loaded by pytest (-p ralph.testing, or pytest_plugins = ["ralph.testing"]): pytest follows this
+# to the module defining the fixtures.  Importing ralph.testing elsewhere never imports pytest.
+pytest_plugins = ["ralph.testing.pytest_plugin"]
+
+if "pytest" in sys.modules:
     from ralph.testing.requirements import must_run, require
 
     __all__ += ["must_run", "require"]

@@ -38,6 +38,8 @@ def test_a_loop_runs_through_the_nice_runner(ralph_project: RalphProject) -> Non
         set_fields("US-001", passes=True, notes="greets"),
         commit("feat: [US-001] - Greet"),
     )
+    # without a review cycle ralph's spec gate asks a reviewer (here the replay agent again) for a verdict
+    script.extra_call("spec", None, say('```json\n{"verdict": "met", "unmet": [], "extra": []}\n```'))
     ralph_project.env["RALPH_REPLAY_SCRIPT"] = str(script.write(ralph_project.state_dir.parent / "script.json"))
     result = ralph_project.run("run", "--runner", "nice", "--agent", "replay", "--skip-review", "-n", "2")
     assert result.returncode == 0, result.stderr
