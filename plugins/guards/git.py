@@ -237,10 +237,18 @@ def inspect(w: Any, call: Any) -> None:
     if sub in RUNS_CODE:
         w.opaque(f"`git {sub}` runs configured programs or rewrites refs in ways the guard does not follow",
                  "use ordinary git commands (commit, branch, log ...)")
+    from ralph_plugins.guards.programs import has_long
+
+    for name in ("HUSKY", "HUSKY_SKIP_HOOKS", "SKIP"):  # exported earlier on the line
+        if name in call.st.vars and name not in call.cmd.assignments:
+            value = call.st.vars[name]
+            call.cmd.assignments[name] = value if isinstance(value, str) else "$?"
     if sub == "rebase":
         for k, a in enumerate(args):
             code = None
-            if a in ("--exec", "-x") and k + 1 < len(args):
+            if a.startswith("--") and not a.startswith("--exec=") and has_long([a], "--exec", 4) and "=" in a:
+                code = a.split("=", 1)[1]
+            elif (a in ("-x",) or (a.startswith("--") and has_long([a], "--exec", 4))) and k + 1 < len(args):
                 code = args[k + 1]
             elif a.startswith("--exec="):
                 code = a.split("=", 1)[1]
@@ -260,10 +268,13 @@ def inspect(w: Any, call: Any) -> None:
         if len(args) > 1:
             w.run([Word(a) for a in args[1:]], {}, call.st.copy(), Flow(depth=call.flow.depth),
                   [*call.wrappers, "git bisect run"], [])
-    if sub in ("difftool", "mergetool") and any(a in ("-x", "--extcmd") or a.startswith("--extcmd=") for a in args):
+    if sub in ("difftool", "mergetool") and any(a == "-x" or has_long([a], "--extcmd", 5) for a in args):
         w.opaque(f"`git {sub} --extcmd` runs a command", f"use `git diff`")
-    if any(a.startswith(("--upload-pack", "--receive-pack", "--exec=", "--template")) or a in ("-u", "--exec")
-           for a in args) and sub in ("fetch", "pull", "clone", "ls-remote", "archive", "push", "init", "remote"):
+    runs_program = any(has_long([a], n, 5) for a in args for n in ("--upload-pack", "--receive-pack", "--exec",
+                                                                     "--template"))
+    if (runs_program or ("-u" in args and sub == "clone")) and sub in (
+        "fetch", "pull", "clone", "ls-remote", "archive", "push", "init", "remote"
+    ):
         w.opaque(f"`git {sub}` with --upload-pack/--receive-pack/--exec/--template runs a program",
                  "drop the option")
     if sub == "clone":

@@ -22,7 +22,8 @@ Handler = Callable[[Walker, Call], None]
 
 INTERPRETER = re.compile(
     r"^(python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|luajit|deno|bun|tsx|"
-    r"ts-node|Rscript|tclsh[0-9.]*|wish[0-9.]*|osascript|jshell|groovy|julia|guile|racket|irb|jrunscript|qjs)$"
+    r"ts-node|Rscript|R|tclsh[0-9.]*|wish[0-9.]*|osascript|jshell|groovy|julia|guile|racket|irb|jrunscript|qjs|dc|ed|ex|red|"
+    r"ghci|gnuplot|octave|sqlite3|psql|mysql|mariadb|duckdb)$"
 )
 OPAQUE_WRAPPERS = frozenset(
     {"parallel", "strace", "ltrace", "gdb", "lldb", "valgrind", "perf", "firejail", "bwrap", "unshare", "nsenter",
@@ -31,7 +32,8 @@ OPAQUE_WRAPPERS = frozenset(
      "cgexec", "trickle", "numactl", "nix-shell", "direnv", "devbox", "watchexec", "nodemon", "concurrently",
      "npm-run-all", "run-p", "run-s", "sem", "daemonize", "start-stop-daemon", "chpst", "ionice-wrapper", "prlimit",
      "cpulimit", "sshpass", "vipe", "pexec", "rush", "dumb-init", "tini", "catatonit", "setpriv", "capsh", "bindfs",
-     "flatpak-spawn", "toolbox", "distrobox-enter", "eatmydata", "nocache", "timelimit", "with-lock-ex", "lckdo"}
+     "flatpak-spawn", "toolbox", "distrobox-enter", "eatmydata", "nocache", "timelimit", "with-lock-ex", "lckdo",
+     "ssh", "mosh", "kubectl-exec", "vagrant", "nsjail", "minijail0", "firecracker", "qemu-user", "box64", "wine"}
 )
 _FETCHERS = frozenset({"curl", "wget", "fetch", "nc", "ncat", "aria2c", "http", "https", "xh"})
 _STDIN_PATHS = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "/proc/thread-self/fd/0", "-"})
@@ -54,8 +56,33 @@ def inner(w: Walker, call: Call, start: int, *, env: dict[str, Val] | None = Non
           call.redirects)
 
 
+_KNOWN_LONGS = frozenset(
+    {"--pid", "--pgid", "--uid", "--list", "--validate", "--reset-timestamp", "--remove-timestamp", "--version",
+     "--edit", "--shell", "--login", "--replace", "--command", "--exec", "--file", "--makefile", "--eval", "--append",
+     "--ignore-environment", "--null", "--preserve-status", "--foreground", "--verbose", "--interval"}
+)
+
+
+def expand_long(key: str, names: frozenset[str] | set[str]) -> str:
+    """GNU getopt_long accepts any unambiguous prefix of a long option (``--comm`` is ``--command``)."""
+    if key in names or not key.startswith("--"):
+        return key
+    found = [n for n in names if n.startswith(key)]
+    return found[0] if len(found) == 1 else key
+
+
+def has_long(args: list[str], name: str, shortest: int = 4) -> str | None:
+    """The argument that is ``name`` or an abbreviation of it (at least ``shortest`` characters)."""
+    for a in args:
+        key = a.partition("=")[0]
+        if key.startswith("--") and len(key) >= shortest and name.startswith(key):
+            return a
+    return None
+
+
 def getopts(words: list[Word], start: int, values: frozenset[str] | set[str]) -> tuple[dict[str, Word | None], int]:
     """Options from ``start`` up to the first operand: ({option: value or None}, index of that operand)."""
+    longs = frozenset(v for v in values if v.startswith("--")) | _KNOWN_LONGS
     opts: dict[str, Word | None] = {}
     i = start
     while i < len(words):
@@ -67,6 +94,7 @@ def getopts(words: list[Word], start: int, values: frozenset[str] | set[str]) ->
             return opts, i + 1
         if t.startswith("--") and len(t) > 2:
             key, eq, val = t.partition("=")
+            key = expand_long(key, longs)
             if not eq and key in values and i + 1 < len(words):
                 opts[key] = words[i + 1]
                 i += 2
@@ -379,6 +407,18 @@ def _privileged(values: set[str], code: tuple[str, ...] = (), shell_flags: tuple
     return handle
 
 
+def _editor(w: Walker, call: Call) -> None:
+    """Editors run their own commands (``vim -c '!cmd'``, ``emacs --eval``) and read them from stdin in ex mode."""
+    emit(w, call)
+    args = [x.text for x in call.words[1:]]
+    if any(a in ("-c", "--cmd", "-S", "--eval", "-l", "--load", "-x", "--script") or a.startswith(("+", "--eval="))
+           for a in args):
+        w.opaque(f"`{call.name}` with startup commands can run shell commands",
+                 "edit files with the Edit tool or sed, and run commands directly")
+    if call.name != "emacs" and any(a in ("-e", "-E", "-es", "-Es", "-s") for a in args):
+        w.stdin_program(call.name, call.flow, call.st, shell=False)
+
+
 def _sg(w: Walker, call: Call) -> None:
     emit(w, call)
     opts, i = getopts(call.words, 1, {"-c"})
@@ -486,7 +526,14 @@ _INTERPRETER_CODE = {
     "php": ({"-r"}, set(), {"-c", "-d", "-z", "-f"}),
     "lua": ({"-e"}, set(), {"-l"}),
     "Rscript": ({"-e"}, set(), set()),
+    "dc": ({"-e", "--expression"}, set(), {"-f", "--file"}),
+    "sqlite3": ({"-cmd"}, set(), {"-init", "-separator", "-newline", "-nullvalue"}),
+    "psql": ({"-c", "--command"}, set(), {"-d", "--dbname", "-h", "--host", "-p", "--port", "-U", "--username",
+                                          "-f", "--file", "-v", "--set", "-o", "--output"}),
+    "mysql": ({"-e", "--execute"}, set(), {"-u", "--user", "-h", "--host", "-P", "--port", "-D", "--database"}),
 }
+_QUERY_CLIENTS = frozenset({"sqlite3", "psql", "mysql", "mariadb", "duckdb"})
+"""Database shells: their own command language can run shell commands (``.shell``, ``\\!``)."""
 
 
 def _interpreter(w: Walker, call: Call) -> None:
@@ -495,6 +542,11 @@ def _interpreter(w: Walker, call: Call) -> None:
     family = next((k for k in _INTERPRETER_CODE if name.startswith(k)), "")
     if name in ("nodejs", "deno", "bun", "tsx", "ts-node", "qjs"):
         family = "node"
+    if name in ("mariadb",):
+        family = "mysql"
+    if name in _QUERY_CLIENTS:
+        _query_client(w, call, family)
+        return
     code_opts, module_opts, values = _INTERPRETER_CODE.get(family, ({"-e", "-c"}, set(), set()))
     words = call.words
     start = 2 if name in ("deno", "bun") and len(words) > 1 and words[1].text in ("run", "x") else 1
@@ -517,6 +569,23 @@ def _interpreter(w: Walker, call: Call) -> None:
         w.stdin_program(name, call.flow, call.st, shell=False)
     else:
         w.result.scripts.append(script.text)
+
+
+def _query_client(w: Walker, call: Call, family: str) -> None:
+    """``sqlite3 db`` / ``psql`` / ``mysql``: SQL from stdin may hold shell escapes; SQL given inline is read."""
+    code_opts, _, values = _INTERPRETER_CODE.get(family, (set(), set(), set()))
+    opts, i = getopts(call.words, 1, values | code_opts)
+    inline = [v for o, v in opts.items() if o in code_opts and v is not None]
+    operands = call.words[i:]
+    if family == "sqlite3" and len(operands) >= 2:
+        inline.extend(operands[1:])
+    elif family != "sqlite3" and opts.get("-f") is not None or opts.get("--file") is not None:
+        return
+    for word in inline:
+        if word.dynamic or re.search(r"(^|\n|;)\s*(\.shell|\.system|\\!|system\b)", word.text):
+            w.opaque(f"`{call.name}` runs shell commands from its own command language", "run the commands directly")
+    if not inline:
+        w.stdin_program(call.name, call.flow, call.st, shell=False)
 
 
 def _perl_opts(words: list[Word], start: int) -> tuple[dict[str, Word | None], int]:
@@ -734,8 +803,14 @@ def _sed(w: Walker, call: Call) -> None:
     operands: list[Word] = []
     sandbox = False
     i = 1
+    sed_longs = frozenset({"--expression", "--file", "--line-length", "--in-place", "--sandbox", "--quiet", "--silent",
+                           "--regexp-extended", "--separate", "--null-data", "--unbuffered", "--posix", "--debug",
+                           "--follow-symlinks", "--zero-terminated", "--binary", "--help", "--version"})
     while i < len(words):
         t = words[i].text
+        if t.startswith("--") and not words[i].dynamic:
+            key, eq, val = t.partition("=")
+            t = expand_long(key, sed_longs) + eq + val
         if t in ("-e", "--expression", "-f", "--file", "-l", "--line-length") and i + 1 < len(words):
             (scripts if t in ("-e", "--expression") else files if t in ("-f", "--file") else []).append(words[i + 1])
             i += 2
@@ -922,6 +997,11 @@ _HANDLERS: dict[str, Handler] = {
     "linux64": _setarch,
     "i386": _setarch,
     "x86_64": _setarch,
+    "vi": lambda w, call: _editor(w, call),
+    "vim": lambda w, call: _editor(w, call),
+    "nvim": lambda w, call: _editor(w, call),
+    "view": lambda w, call: _editor(w, call),
+    "emacs": lambda w, call: _editor(w, call),
     "flock": _flock,
     "watch": _watch,
     "script": _script,

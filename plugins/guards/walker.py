@@ -30,6 +30,7 @@ _C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\
               "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
 _MAX_WORDS = 256
 _GLOB_TEXT = re.compile(r"[*?]|\[.*\]")
+_STDIN_FILE = re.compile(r"/dev/+(\./+)*(stdin|fd/+0)|/proc/+(self|thread-self|[0-9]+)/+fd/+0")
 # kinds of characters in a word being assembled
 _LIT, _QUOTED, _EXP, _DYNQ, _DYNU = range(5)
 
@@ -59,9 +60,11 @@ class State:
     made: set[str] = field(default_factory=set)
     """Names of files linked, copied or moved on this line (running one is opaque)."""
     functions: set[str] = field(default_factory=set)
+    stdin: tuple[str, str] | None = None
+    """Set by ``exec < file``: the shell's own stdin from then on."""
 
     def copy(self) -> "State":
-        return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions))
+        return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions), self.stdin)
 
 
 @dataclass(frozen=True)
@@ -419,6 +422,10 @@ class Walker:
                 self.unmodelled(child)
         flow2, pairs, _ = self.redirects(inline, st, flow)
         pairs = (outer or []) + pairs
+        if flow2.stdin is None and st.stdin is not None:
+            flow2 = replace(flow2, stdin=st.stdin)
+        if len(words) == 1 and words[0].text == "exec" and flow2.stdin is not None and flow2.stdin[0] != "pipe":
+            st.stdin = flow2.stdin  # `exec < <(curl ...)`: every later command reads that
         if not has_name:
             from ralph_plugins.guards.programs import check_env
 
@@ -539,7 +546,10 @@ class Walker:
             elif node.type == "herestring_redirect":
                 words = [w for c in node.named_children for w in self.words(c, st, flow, split=False)]
                 text = " ".join(w.text for w in words)
-                stdin = ("dyn", "") if any(w.dynamic for w in words) else ("text", text + "\n")
+                if any(w.output for w in words):
+                    stdin = ("procsub", f"<<< {text[:40]}")  # a command's output
+                else:
+                    stdin = ("dyn", "") if any(w.dynamic for w in words) else ("text", text + "\n")
                 pairs.append(("<<<", text))
             elif node.type == "heredoc_redirect":
                 stdin = self._heredoc(node, st, flow, pairs, queue, tails) or stdin
@@ -569,6 +579,8 @@ class Walker:
         if op in ("<", "<>") and fd in ("", "0"):
             if target.procsub:
                 return ("procsub", target.text)
+            if not target.dynamic and target.text.startswith("/") and _STDIN_FILE.fullmatch(target.text):
+                return stdin  # `< /dev/stdin`: the same stdin
             if target.dynamic:
                 return ("dyn", "")
             return ("file", target.text)
@@ -598,10 +610,11 @@ class Walker:
                 text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
             stdin = ("text", text)
         else:
+            output = False
             for child in body.named_children:
                 if child.type != "heredoc_content":
-                    self.words(child, st, flow)
-            stdin = ("dyn", "")
+                    output = output or any(x.output for x in self.words(child, st, flow))
+            stdin = ("procsub", "a heredoc with $(...)") if output else ("dyn", "")
         pairs.append(("<<", "<heredoc>"))
         return stdin
 
