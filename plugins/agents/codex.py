@@ -41,7 +41,6 @@ BINARY_ENV_VAR = "RALPH_CODEX_BINARY"
 BASE_URL_ENV = "RALPH_CODEX_BASE_URL"
 DIALECT_ENV = "RALPH_HOOK_DIALECT"
 PROVIDER_ID = "ralph"
-IN_CONTAINER_HOME = "/tmp/ralph-codex-home"
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
 _WHEEL_PACKAGE = "codex_cli_bin"
 _NOT_FOUND = (
@@ -251,8 +250,11 @@ class CodexAgent(Agent):
         argv += [str(arg) for arg in self._config_value("extra_args", [])]
         argv.append("-")  # the prompt comes on stdin: no argv length limit, not visible in ps
 
-        home = IN_CONTAINER_HOME if sandboxed else str(self._private_home(invocation.run_dir))
-        env = {"CODEX_HOME": home, DIALECT_ENV: "codex"}
+        env = {DIALECT_ENV: "codex"}
+        if not sandboxed:
+            env["CODEX_HOME"] = str(self._private_home(invocation.run_dir))
+        # in ralph's container Codex keeps its state in ~/.codex on the container's tmpfs home
+        # (the run directory is mounted read-only there)
         for var in ("OPENAI_API_KEY", self._config_value("api_key_env", "OPENAI_API_KEY"), BASE_URL_ENV):
             if var in os.environ:
                 env[var] = os.environ[var]

@@ -262,7 +262,7 @@ def status(project_dir: Path, as_json: bool, follow: bool, no_live: bool) -> Non
 
 @cli.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Where to create the example project (new or empty).  [default: a temporary directory]")
-@click.option("--agent", type=click.Choice(["auto", "claude", "replay"]), default="auto", show_default=True, help="claude: the real Claude Code CLI against a scripted local model; replay: the scripted agent.")
+@click.option("--agent", type=click.Choice(["auto", "claude", "codex", "replay"]), default="auto", show_default=True, help="claude / codex: the real Claude Code / Codex CLI against a scripted local model; replay: the scripted agent.")
 @handles_errors
 def demo(directory: Path | None, agent: str) -> None:
     """Run a real loop on a small example project with a SCRIPTED model.
@@ -270,7 +270,9 @@ def demo(directory: Path | None, agent: str) -> None:
     Needs no credentials and no network.  It goes through implement, review
     (changes requested), review-fix and approval, with real git commits and the
     loop's own checks.  Uses the real Claude Code CLI when installed (pip
-    install claude-agent-sdk), else the replay agent.
+    install claude-agent-sdk), else the replay agent; --agent codex drives the
+    real Codex CLI (pip install openai-codex-cli-bin) against a scripted
+    Responses API server.
     """
     from ralph.lifecycle.demo import run_demo
 

@@ -1,8 +1,8 @@
 """``ralph demo``: a real loop on a small example project, with a scripted model.
 
-No credentials and no network: the real Claude Code CLI (when installed)
-talks to ralph's scripted local model server, otherwise the replay agent acts
-out the same steps.  Either way the loop, its validators, git and the
+No credentials and no network: the real Claude Code CLI (when installed; or,
+with ``--agent codex``, the real OpenAI Codex CLI) talks to ralph's scripted
+local model server, otherwise the replay agent acts out the same steps.  Either way the loop, its validators, git and the
 review cycle are real; only the model's decisions are scripted.
 """
 
@@ -143,6 +143,25 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
         echo(f"ralph demo: the real Claude Code CLI ({binary}, found via {source}) talks to a SCRIPTED local "
              f"model server at {server.url}: the model's moves are scripted, everything else is real. "
              "Costs shown are computed by the CLI from the scripted token counts; nothing is billed.")
+    elif agent == "codex":
+        from ralph_plugins.agents.codex import resolve_binary as resolve_codex
+
+        from ralph.errors import UnavailableError
+        from ralph.testing.model_server import IterationScript
+        from ralph.testing.responses_server import ScriptedResponsesServer, codex_env
+        from ralph.testing.scripting import bash_turns
+
+        codex, codex_source = resolve_codex()
+        if codex is None:
+            raise UnavailableError("ralph demo --agent codex: the Codex CLI was not found (pip install openai-codex-cli-bin)")
+        script = IterationScript({n: bash_turns(cmds, say) for n, (cmds, say) in steps.items()})
+        server = ScriptedResponsesServer(script).start()
+        home = work / "codex-user-home"
+        home.mkdir()
+        os.environ.update(codex_env(server.url, home))
+        echo(f"ralph demo: the real Codex CLI ({codex}, found via {codex_source}) talks to a SCRIPTED local "
+             f"Responses API server at {server.url}: the model's moves are scripted, everything else is real "
+             "(Codex reports tokens, not cost). Nothing is billed.")
     else:
         from ralph.testing.scripting import replay_actions
 

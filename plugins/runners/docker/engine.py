@@ -111,6 +111,8 @@ def program_of(spec: ProcessSpec) -> str | None:
     first = spec.argv[0] if spec.argv else ""
     if Path(first).name in ("claude", "claude.exe"):
         return "claude"
+    if Path(first).name in ("codex", "codex.exe"):
+        return "codex"
     if first == sys.executable or Path(first).name.startswith("python"):
         return "python3"
     return None
@@ -192,10 +194,11 @@ class Sandbox:
 
     def allow_list(self, env: dict[str, str]) -> list[str]:
         hosts = list(self.options.allow_hosts)
-        base = env.get("ANTHROPIC_BASE_URL") if "ANTHROPIC_BASE_URL" in self.options.env_names else None
-        if base:
-            url = urlsplit(base)
-            if url.hostname:
+        bases = [env.get("ANTHROPIC_BASE_URL") if "ANTHROPIC_BASE_URL" in self.options.env_names else None]
+        bases.append(env.get("RALPH_CODEX_BASE_URL"))  # the codex agent's endpoint (see docs/agents.md)
+        for base in bases:
+            url = urlsplit(base) if base else None
+            if url is not None and url.hostname:
                 port = url.port or (443 if url.scheme == "https" else 80)
                 hosts.append(f"{url.hostname}:{port}")
         return sorted(set(hosts))
@@ -263,6 +266,11 @@ class Sandbox:
             binary = Path(argv[0]).resolve()
             mounts.append(Mount(f"{IN_CONTAINER_BIN}/claude", str(binary), type="bind", read_only=True))
             argv[0] = f"{IN_CONTAINER_BIN}/claude"
+        elif program == "codex":
+            # a static binary: it runs as is in the image (Codex's own sandbox is off in the container)
+            binary = Path(argv[0]).resolve()
+            mounts.append(Mount(f"{IN_CONTAINER_BIN}/codex", str(binary), type="bind", read_only=True))
+            argv[0] = f"{IN_CONTAINER_BIN}/codex"
         elif program == "python3":
             argv[0] = "python3"
         if self.options.state_dir is not None:
