@@ -197,6 +197,17 @@ class CodexAgent(Agent):
         path, _, reason = self._resolution()
         return Availability.yes() if path is not None else Availability.no(reason)
 
+    def preflight(self, context: Any) -> list[Any]:
+        """The binary runs, a key or a ``codex login`` exists, a configured endpoint answers."""
+        from ralph_plugins.agents.codex_preflight import codex_checks
+
+        path, source, _ = self._resolution()
+        if path is None:
+            return []
+        base_url = self._config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
+        key_env = self._config_value("api_key_env", "OPENAI_API_KEY")
+        return codex_checks(path, source, key_env, base_url, context.view)
+
     def default_model(self) -> str | None:
         """``[tool.ralph.codex] model``: used when no per-mode model or ``--model`` applies."""
         return self._config_value("model", None)

@@ -213,7 +213,7 @@ def _tool_summary(tool: dict[str, Any]) -> str:
     tool_input = tool.get("input") or {}
     for key in ("command", "file_path", "path", "pattern"):
         if key in tool_input:
-            return str(tool_input[key])[:120]
+            return _one_line(str(tool_input[key]))[:120]
     return ""
 
 

@@ -237,7 +237,7 @@ class Loop:
             return []
         from ralph.loop.preflight import preflight_checks
 
-        return preflight_checks(self.settings, self.host, self.runner, self.agent)
+        return preflight_checks(self.settings, self.host, self.runner, self.agent, self.review_agent)
 
     def run(self) -> RunResult:
         """Lock the project, iterate until done, and always clean up (marker, lock, runner)."""
