@@ -201,6 +201,9 @@ class ConsoleView:
     def on_context_exhausted(self, data: dict[str, Any]) -> None:
         self.status(f"{data['story']} exhausted the agent's context ({data['times']}x)")
 
+    def on_earlier_state_continued(self, data: dict[str, Any]) -> None:
+        self.status(f"continuing with the story state the previous run left for {data['stories']}")
+
     def on_user_work_stashed(self, data: dict[str, Any]) -> None:
         self.status(data["message"])
 

@@ -30,7 +30,10 @@ if TYPE_CHECKING:
     from .docker.engine import Options, Sandbox
 
 SECTION = "docker-sandbox"
-NO_SDK = "the docker Python package is not installed: pip install 'ralph-trustloop[docker]'"
+NO_SDK = (
+    "the docker Python package is not importable (it is a dependency of ralph-trustloop; "
+    "reinstall ralph, or pip install 'docker>=7')"
+)
 
 
 def prepare_state_dir(path: Path) -> Path:

@@ -109,6 +109,9 @@ def store_for(ralph_dir: Path, host: Any, name: str | None = None, file: Path | 
     if present:
         return present[0]  # type: ignore[no-any-return]
     known = ", ".join(sorted(s.filename for s in stores))
+    for store in stores:
+        if (ralph_dir / store.filename).is_dir():
+            raise UsageError(f"{ralph_dir / store.filename} is a directory, not a task-list file: remove or rename it")
     raise UsageError(f"{ralph_dir} holds no task list ({known}); run `ralph init` or `ralph plan` first")
 
 
@@ -116,8 +119,10 @@ def load_task_list(store: TaskStore, path: Path) -> TaskList:
     """Read and parse ``path`` with ``store`` (TaskListError names the file)."""
     from ralph.errors import TaskListError
 
+    from ralph.tasks import read_task_text
+
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = read_task_text(path)
     except FileNotFoundError:
         raise TaskListError(f"{path} does not exist") from None
     return store.parse(raw, path)

@@ -134,6 +134,8 @@ class Loop:
         self.stash_ref: str | None = None
         self.stash_message: str | None = None
         self.archived_state: Path | None = None
+        self.continued_state: str | None = None
+        """Set when the state of a previous, normally ended run is continued without asking."""
         self._soft_warned = False
         self._failure_streak: tuple[str, int] = ("", 0)
         self._rate_limit_streak = 0
@@ -159,10 +161,14 @@ class Loop:
 
     def read_tasks(self) -> tuple[str | None, TaskList | None, str | None]:
         """(raw text, parsed list or None, parse error or None)."""
+        from ralph.tasks import read_task_text
+
         try:
-            raw = self.tasks_path.read_text(encoding="utf-8")
+            raw = read_task_text(self.tasks_path)
         except FileNotFoundError:
             return None, None, f"{self.tasks_path} does not exist"
+        except TaskListError as exc:
+            return None, None, str(exc)
         try:
             return raw, self.store.parse(raw, self.tasks_path), None
         except TaskListError as exc:
@@ -184,6 +190,9 @@ class Loop:
                 f"--iteration-limit {self.config.max_iterations} (or iteration_limit in config)"
             )
         git_dir(self.project_dir)
+        from ralph.rundir import check_state_root
+
+        check_state_root(self.config.state_dir)
         if not self.ralph_dir.is_dir():
             raise UsageError(f"{self.ralph_dir} does not exist: run `ralph init` first (or pass --ralph-dir)")
         for name in ("prompt.md", "prd.md"):
@@ -320,6 +329,11 @@ class Loop:
                 f"get it back with `git stash pop {self.stash_ref}`"
             )
         pending = self.keeper.pending_states()
+        previous_end = self.keeper.previous_end()
+        if pending and self.rerun is None and self._ended_cleanly_unchanged(previous_end):
+            # a run that ended normally and a task list nobody changed since: just go on
+            self.continued_state = f"{len(pending)} stor{'y' if len(pending) == 1 else 'ies'} ({(previous_end or {}).get('reason')})"
+            pending = []
         if pending:
             choice = self.rerun
             if choice is None:
@@ -327,8 +341,13 @@ class Loop:
 
                 if not sys.stdin.isatty():
                     names = ", ".join(p.stem for p in pending[:5])
+                    why = (
+                        "the task list changed since that run ended"
+                        if previous_end
+                        else "that run did not end normally (it crashed or was killed)"
+                    )
                     raise UsageError(
-                        f"state of an earlier, unfinished run exists for {names}; pass --resume to continue "
+                        f"state of an earlier run exists for {names} and {why}; pass --resume to continue "
                         "with it or --fresh to archive it and start over"
                     )
                 import click
@@ -341,6 +360,13 @@ class Loop:
                 )
             if choice == "fresh":
                 self.archived_state = self.keeper.archive_states()
+        self.keeper.clear_end()
+
+    def _ended_cleanly_unchanged(self, previous_end: dict[str, Any] | None) -> bool:
+        """True when the previous run reached its end and the task list is byte for byte what it left."""
+        if not previous_end or "tasks_sha256" not in previous_end:
+            return False
+        return previous_end["tasks_sha256"] == _file_sha256(self.tasks_path)
 
     def global_remaining(self) -> float | None:
         """Seconds left before the global hard timeout (None: no global limit)."""
@@ -414,6 +440,8 @@ class Loop:
             self.emit("user_work_stashed", stash=self.stash_ref, message=self.stash_message)
         if self.archived_state:
             self.emit("earlier_state_archived", path=str(self.archived_state))
+        if self.continued_state:
+            self.emit("earlier_state_continued", stories=self.continued_state)
         if self.policy.is_complete(tasks):
             return self._finish(EXIT_COMPLETE, "all stories were already complete", tasks)
         from ralph.gitutil import untracked_files
@@ -1068,6 +1096,9 @@ class Loop:
             atomic_write_text(self.run_dir / "report.json", json.dumps(report, indent=2))
             atomic_write_text(self.run_dir / "report.md", render_markdown(report))
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        self.keeper.record_end(
+            {"run_dir": str(self.run_dir), "exit_code": exit_code, "reason": reason, "tasks_sha256": _file_sha256(self.tasks_path)}
+        )
         self.emit("run_finished", **summary)
         return result
 
@@ -1085,6 +1116,15 @@ def _done(tasks: TaskList) -> int:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:500] if lines else ""
+
+
+def _file_sha256(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

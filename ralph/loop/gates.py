@@ -10,6 +10,7 @@ working branch reset to before the story's work.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -56,11 +57,11 @@ class GateKeeper:
     """Runs gates for a loop and keeps each story's state file."""
 
     def __init__(self, loop: Loop) -> None:
-        from ralph.loop.rundir import state_root, project_key
+        from ralph.loop.rundir import project_state_dir
 
         self.loop = loop
         self.config = loop.config
-        self.states_dir = state_root(self.config.state_dir) / "projects" / project_key(loop.project_dir) / "stories"
+        self.states_dir = project_state_dir(loop.project_dir, self.config.state_dir) / "stories"
         gates = [cls(loop.settings) for cls in (loop.host.gates.get(n) for n in loop.host.gates.names())]
         self.gates: list[Gate] = sorted((g for g in gates if g.enabled()), key=lambda g: (not g.hard, g.order))
         self.states: dict[str, StoryState] = {}
@@ -80,6 +81,35 @@ class GateKeeper:
     def pending_states(self) -> list[Path]:
         """State files left by an earlier (interrupted) run."""
         return sorted(self.states_dir.glob("*.json")) if self.states_dir.is_dir() else []
+
+    @property
+    def end_marker(self) -> Path:
+        """Written when a run reaches its end (any exit code); absent after a crash."""
+        return self.states_dir.parent / "last-run.json"
+
+    def previous_end(self) -> dict[str, Any] | None:
+        """How the previous run of this project ended, or None (no run, or it never reached its end)."""
+        try:
+            data = json.loads(self.end_marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def clear_end(self) -> None:
+        """A run is starting: until it ends, a crash must leave no end marker behind."""
+        try:
+            self.end_marker.unlink()
+        except FileNotFoundError:
+            pass
+
+    def record_end(self, data: dict[str, Any]) -> None:
+        from ralph.fsutil import atomic_write_text
+
+        try:
+            self.end_marker.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.end_marker, json.dumps(data))
+        except OSError:
+            pass  # the next run asks --resume/--fresh, as after a crash
 
     def archive_states(self) -> Path | None:
         """Move earlier state files aside (``--fresh``); returns where they went."""
