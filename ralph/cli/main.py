@@ -81,19 +81,55 @@ project_dir_option = click.option(
 
 @cli.command()
 @project_dir_option
-@click.option("--name", help="Feature name: sets tasks.json branchName to ralph/<name>.")
-@click.option("--ralph-dir", default="ralph", show_default=True, help="Directory to create inside the project.")
-@click.option("--force", is_flag=True, help="Overwrite prompt.md, prd.md, tasks.json and progress.txt if present.")
+@click.option("--name", help="Feature name: sets tasks.json branchName to ralph/<name> (the branch `ralph run` works on).")
+@click.option("--ralph-dir", help="Directory to create (or complete) inside the project.  [default: ralph]")
+@click.option("--force", is_flag=True, help="Replace prompt.md, prd.md, tasks.json and progress.txt if present, keeping a backup of each.")
+@click.option("--commit", is_flag=True, help="Commit what init wrote (and .gitignore), nothing else.")
 @handles_errors
-def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> None:
-    """Scaffold a Ralph loop in a project: prd.md, tasks.json, progress.txt, prompt.md."""
-    from ralph.lifecycle.init import init_project
+def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool, commit: bool) -> None:
+    """Scaffold a Ralph loop in a project: prd.md, tasks.json, progress.txt, prompt.md.
 
-    result = init_project(project_dir.resolve(), name=name, ralph_dir=ralph_dir, force=force)
+    The project must be a git repository (ralph commits every iteration).  In a
+    directory that already holds a loop (e.g. snarktank/ralph's prd.json,
+    prompt.md and progress.txt) only what is missing is added, and what was
+    kept is named; no second task list is created beside an existing one.
+    """
+    from ralph.initproject import KNOWN_LOOP_DIRS, check_repository, commit_init, holds_loop, init_project
+
+    project_dir = project_dir.resolve()
+    if not project_dir.is_dir():
+        from ralph.errors import UsageError
+
+        raise UsageError(f"project directory {project_dir} does not exist")
+    check_repository(project_dir)
+    if ralph_dir is None:
+        ralph_dir = "ralph"
+        found = [d for d in KNOWN_LOOP_DIRS if d != "ralph" and holds_loop(project_dir / d)]
+        if found and not holds_loop(project_dir / "ralph"):
+            from ralph.errors import UsageError
+
+            raise UsageError(
+                f"{project_dir / found[0]} already holds a Ralph loop; adopt it with "
+                f"`ralph init --ralph-dir {found[0]}` (adds only what is missing) or run it as it is with "
+                f"`ralph run --ralph-dir {found[0]}`; nothing was written"
+            )
+    result = init_project(project_dir, name=name, ralph_dir=ralph_dir, force=force)
+
+    def rel(path: Path) -> str:
+        return path.relative_to(project_dir).as_posix() if path.is_relative_to(project_dir) else str(path)
+
+    for original, copy in result.backups:
+        click.echo(f"backed up {rel(original)} to {rel(copy)}")
     for path in result.files_written:
-        click.echo(f"wrote {path}")
+        click.echo(f"wrote {rel(path)}")
+    for path, why in result.kept:
+        click.echo(f"kept {rel(path)}: {why}")
     if result.gitignore_changed:
         click.echo("added .ralph-active to .gitignore")
+    if not result.files_written:
+        click.echo(f"nothing to add: {rel(result.ralph_dir)}/ already holds a complete loop")
+    if commit and (result.files_written or result.gitignore_changed):
+        click.echo(f"committed what init wrote: {commit_init(project_dir, result)} \"ralph init: {result.project_name}\"")
     click.echo("\nNext steps:")
     for number, step in enumerate(result.next_steps, 1):
         click.echo(f"  {number}. {step}")
