@@ -38,7 +38,7 @@ def _location_options(func: Callable[..., Any]) -> Callable[..., Any]:
         "--prd",
         "prd",
         metavar="N",
-        help="Use .ralph/PRD-N/ (seed 001 layout) as the ralph directory.",
+        help="Use the folder .ralph/PRD-N/ as the ralph directory (one folder per PRD, numbered).",
     )(func)
     func = click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")(func)
     func = click.option(

@@ -27,7 +27,7 @@ Exit codes of `ralph run`: 0 complete, 1 iterations exhausted or no story
 selectable, 2 usage or configuration error, 3 finished with failed stories,
 4 global hard timeout, 5 budget reached, 6 paused on the agent's usage limit
 or the API's rate limit, 7 the agent failed repeatedly with the same error,
-130 interrupted.
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 
@@ -67,6 +67,30 @@ def cli() -> None:
     """Run an AI coding agent in a Ralph loop: fresh context every iteration,
     a fresh-context review of every story, and a loop that verifies the agent's
     claims itself."""
+
+
+class RegistryOption(click.Option):
+    """An option whose help ends with the names registered by the loaded plugins.
+
+    The plugins are loaded only when the help is shown (``ralph run --help``), so
+    ``ralph --help`` and every command's start-up stay as fast as without it.
+    """
+
+    def __init__(self, *args: Any, registry: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.registry = registry
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        if record is None:
+            return None
+        try:
+            from ralph.plugins import PluginHost
+
+            names = getattr(PluginHost(), self.registry).names()
+        except Exception:  # a broken plugin must not break --help
+            return record
+        return record[0], f"{record[1]}  Registered: {', '.join(sorted(names))}."
 
 
 project_dir_option = click.option(
@@ -139,14 +163,14 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
 @project_dir_option
 @click.option("-n", "--max-iterations", type=click.IntRange(min=1), help="Iterations before giving up.  [default: 15]")
 @click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")
-@click.option("--prd", "prd", help="Run the PRD folder .ralph/PRD-N/ (seed 001 layout) instead of --ralph-dir.")
+@click.option("--prd", "prd", metavar="N", help="Use the folder .ralph/PRD-N/ as the ralph directory (one folder per PRD, numbered).")
 @click.option("-m", "--model", help="Model name passed to the agent (e.g. opus, sonnet).")
-@click.option("--runner", help="Where the agent runs: direct, auto, docker-sandbox ...  [default: auto]")
+@click.option("--runner", cls=RegistryOption, registry="runners", help="Where the agent runs.  [default: auto]")
 @click.option("--sandbox", "sandbox", flag_value="docker-sandbox", help="Alias of --runner docker-sandbox.")
 @click.option("--no-sandbox", "sandbox", flag_value="direct", help="Alias of --runner direct.")
-@click.option("--agent", help="Agent CLI plugin: claude, codex, replay ...  [default: claude]")
-@click.option("--review-agent", help="Agent CLI plugin of review iterations (e.g. codex).  [default: --agent]")
-@click.option("--policy", help="Mode policy: review or skip-review.  [default: review]")
+@click.option("--agent", cls=RegistryOption, registry="agents", help="Agent CLI plugin.  [default: claude]")
+@click.option("--review-agent", cls=RegistryOption, registry="agents", help="Agent CLI plugin of review iterations (e.g. codex).  [default: --agent]")
+@click.option("--policy", cls=RegistryOption, registry="policies", help="Mode policy: how modes and stories are chosen.  [default: review]")
 @click.option("--skip-review", is_flag=True, help="No review cycle: implement iterations set passes=true.")
 @click.option("--review-cap", type=click.IntRange(min=1), help="Reviews per story before auto-approval.  [default: 5]")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds per iteration.  [default: 3600]")
@@ -167,6 +191,7 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
 @click.option(
     "--timeout-multiplier", type=click.FloatRange(min=0, min_open=True), help="Multiply every timeout (complex tasks)."
 )
+@click.option("--story", "story", metavar="ID", help="Work on this story alone (its dependencies must be done); same checks as a full run.")
 @click.option("--dry-run", is_flag=True, help="Show the mode, story and rendered prompt; run nothing.")
 @click.option("-q", "--quiet", "output", flag_value="quiet", help="Only status lines and the summary.")
 @click.option("-v", "--verbose", "output", flag_value="verbose", help="Also tool results and raw events.")
@@ -195,6 +220,7 @@ def run(
     timeout_multiplier: float | None,
     dry_run: bool,
     output: str | None,
+    story: str | None = None,
     parallel: bool = False,
     groups: bool = False,
 ) -> None:
@@ -245,9 +271,12 @@ def run(
         "usage_limit_max_wait": max_wait,
         "live": False if no_live else None,
     }
+    if story is not None and parallel:
+        raise UsageError("--story runs one story; it does not go with --parallel")
     session = open_session(project_dir.resolve(), overrides)
-    loop = session.build_loop()
+    loop = _build_loop(session, {"runner": runner or sandbox, "agent": agent, "policy": policy})
     loop.rerun = rerun
+    loop.only_story = story
     if dry_run:
         _print_dry_run(loop)
         return
@@ -255,7 +284,37 @@ def run(
     sys.exit(result.exit_code)
 
 
+def _build_loop(session: Any, from_cli: dict[str, str | None]) -> Any:
+    """``session.build_loop()``; an unknown plugin name says where it was set (flag, env var, file)."""
+    from ralph.errors import PluginError
+
+    try:
+        return session.build_loop()
+    except PluginError as exc:
+        import os
+
+        message = str(exc)
+        for key in ("runner", "agent", "policy"):
+            value = getattr(session.settings.config, key)
+            if not message.startswith(f"unknown {key} {value!r}") or from_cli.get(key):
+                continue
+            env = f"RALPH_{key.upper()}"
+            if os.environ.get(env):
+                where = f"the environment variable {env}"
+            elif session.settings.config_source is not None:
+                source = session.settings.config_source
+                table = "[tool.ralph]" if source.name == "pyproject.toml" else "the top level"
+                where = f"{source} ({key} = {value!r} in {table})"
+            else:
+                continue
+            raise PluginError(f"{message} (set by {where}): fix it there or pass --{key}") from None
+        raise
+
+
 def _print_dry_run(loop: Any) -> None:
+    from ralph.gitutil import dirty_paths
+    from ralph.runstart import BUILTIN_PROMPT_NOTE, unselectable_reason, work_branch_plan
+
     selection, prompt, tasks = loop.dry_run()
     click.echo(f"runner:  {loop.runner.name}" + (f" (fallback: {loop.runner.fallback_reason})" if loop.runner.fallback_reason else ""))
     click.echo(f"agent:   {loop.agent.name}" + (f" (reviews: {loop.review_agent.name})" if loop.review_agent is not loop.agent else ""))
@@ -265,8 +324,28 @@ def _print_dry_run(loop: Any) -> None:
             stop = " (ralph run would stop here)" if check.ok is False else ""
             fix = f"; fix: {check.fix}" if check.fix else ""
             click.echo(f"warning: pre-flight: {check.what}{fix}{stop}", err=True)
+    plan = work_branch_plan(loop.project_dir, tasks.branchName)
+    if plan is not None:
+        click.echo(f"branch:  {tasks.branchName} (`ralph run` starts by {plan[1]})")
+    if loop.only_story:
+        click.echo(f"only:    {loop.only_story} (--story)")
+    if loop.prompt is not None and loop.prompt.builtin:
+        from ralph.prompt import relative_dir
+
+        click.echo("note:    " + BUILTIN_PROMPT_NOTE.format(dir=relative_dir(loop.ralph_dir, loop.project_dir)))
+    dirty = dirty_paths(loop.project_dir)
+    if dirty and loop.config.dirty_start == "refuse":
+        shown = ", ".join(line[3:] for line in dirty[:5]) + (" ..." if len(dirty) > 5 else "")
+        click.echo(
+            f"ralph: warning: uncommitted changes ({shown}): `ralph run` will refuse to start until you "
+            "commit or stash them (or set dirty_start = \"stash\")",
+            err=True,
+        )
     if selection is None:
-        state = "complete" if loop.policy.is_complete(tasks) else "no story can be selected"
+        if loop.is_complete(tasks):
+            state = f"{loop.only_story} is complete" if loop.only_story else "complete"
+        else:
+            state = "no story can be selected: " + unselectable_reason(tasks, loop.policy.uses_review)
         click.echo(f"nothing to run: {state}")
         return
     click.echo(f"mode:    {selection.mode}")
@@ -323,7 +402,7 @@ def plugins() -> None:
 
     host = PluginHost()
     provided: dict[str, list[str]] = {}
-    for registry in (host.runners, host.agents, host.policies, host.stores):
+    for registry in (host.runners, host.agents, host.policies, host.stores, host.gates):
         for name, provider in registry.providers.items():
             plugin = provider.split("'")[1] if "'" in provider else provider
             provided.setdefault(plugin, []).append(f"{registry.kind} {name}")

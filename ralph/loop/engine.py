@@ -55,6 +55,7 @@ EXIT_BUDGET = 5
 EXIT_USAGE_LIMIT = 6
 EXIT_AGENT_FAILING = 7
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as shells and seed 001 report it; 130 is SIGINT's
 
 
 @dataclass
@@ -135,6 +136,13 @@ class Loop:
         self.stash_message: str | None = None
         self.archived_state: Path | None = None
         self.continued_state: str | None = None
+        self.only_story: str | None = None
+        """``ralph run --story ID``: the loop works on this story alone."""
+        self.prompt: Any = None
+        """The run's prompt template (a :class:`ralph.runstart.PromptSource`), read once in preflight."""
+        self.branch_note: str | None = None
+        self.archived_branches: list[tuple[str, str]] = []
+        self.interrupt_signal: int | None = None
         """Set when the state of a previous, normally ended run is continued without asking."""
         self._soft_warned = False
         self._failure_streak: tuple[str, int] = ("", 0)
@@ -194,10 +202,16 @@ class Loop:
 
         check_state_root(self.config.state_dir)
         if not self.ralph_dir.is_dir():
-            raise UsageError(f"{self.ralph_dir} does not exist: run `ralph init` first (or pass --ralph-dir)")
-        for name in ("prompt.md", "prd.md"):
-            if not (self.ralph_dir / name).is_file():
-                raise UsageError(f"{self.ralph_dir / name} is missing: restore it or run `ralph init --force`")
+            from ralph.initproject import KNOWN_LOOP_DIRS, holds_loop
+
+            found = [d for d in KNOWN_LOOP_DIRS if holds_loop(self.project_dir / d)]
+            hint = "run `ralph init` first (or pass --ralph-dir)"
+            if found:
+                hint = f"run `ralph init` first, or pass --ralph-dir {found[0]} (a Ralph folder is there)"
+            raise UsageError(f"{self.ralph_dir} does not exist: {hint}")
+        from ralph.runstart import check_only_story, graph_errors, load_prompt
+
+        self.prompt = load_prompt(self.ralph_dir, progress_log(self.ralph_dir).name)
         raw, tasks, error = self.read_tasks()
         if tasks is None:
             raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
@@ -205,6 +219,12 @@ class Loop:
         if problems:
             lines = "\n".join(f"{self.tasks_path}: {v.message}" for v in problems)
             raise TaskListError(f"{lines}\n(the file was left untouched; fix it and run again)")
+        graph = graph_errors(tasks)
+        if graph:
+            lines = "\n".join(f"{self.tasks_path}: {line}" for line in graph)
+            raise TaskListError(f"{lines}\n(no agent was started; fix the task list and run again)")
+        if self.only_story is not None:
+            check_only_story(tasks, self.only_story, self.tasks_path)
         for agent in {id(a): a for a in (self.agent, self.review_agent)}.values():
             unavailable = agent.availability()
             if not unavailable.ok:
@@ -328,6 +348,12 @@ class Loop:
                 f"your uncommitted work was stashed as {self.stash_ref} ({name!r}); "
                 f"get it back with `git stash pop {self.stash_ref}`"
             )
+        from ralph.runstart import archive_failure_branches, checkout_work_branch
+
+        self.archived_branches = archive_failure_branches(self.project_dir)
+        _, listed, _ = self.read_tasks()
+        if listed is not None:
+            self.branch_note = checkout_work_branch(self.project_dir, listed.branchName, self.tasks_path)
         pending = self.keeper.pending_states()
         previous_end = self.keeper.previous_end()
         if pending and self.rerun is None and self._ended_cleanly_unchanged(previous_end):
@@ -393,15 +419,21 @@ class Loop:
     def dry_run(self) -> tuple[Selection | None, str | None, TaskList]:
         """The next iteration's selection and rendered prompt; runs nothing."""
         tasks = self.preflight()
-        selection = self.policy.select(tasks)
+        selection = self.select(tasks)
         if selection is None:
             return None, None, tasks
         return selection, self.render(1, selection, tasks, []), tasks
 
     def render(self, iteration: int, selection: Selection, tasks: TaskList, feedback: list[str]) -> str:
-        template = (self.ralph_dir / "prompt.md").read_text(encoding="utf-8")
+        from ralph.runstart import load_prompt, seed_tokens
+        from ralph.templates import render
+
+        progress = progress_log(self.ralph_dir)
+        if self.prompt is None:
+            self.prompt = load_prompt(self.ralph_dir, progress.name)
+        tokens = seed_tokens(selection.story_id, tasks, self.tasks_path, progress, self.ralph_dir)
         return render_prompt(
-            template,
+            render(self.prompt.text, tokens),
             iteration=iteration,
             max_iterations=self.config.max_iterations,
             ralph_dir=relative_dir(self.ralph_dir, self.project_dir),
@@ -413,6 +445,18 @@ class Loop:
             feedback=feedback,
             tasks_file=relative_dir(self.tasks_path, self.project_dir),
         )
+
+    def select(self, tasks: TaskList) -> Selection | None:
+        """The policy's choice, limited to ``--story``'s story when one is given."""
+        from ralph.runstart import only_story_scope
+
+        return self.policy.select(only_story_scope(tasks, self.only_story))
+
+    def is_complete(self, tasks: TaskList) -> bool:
+        """Every story done (``--story``: that story done), as the policy defines done."""
+        from ralph.runstart import only_story_scope
+
+        return self.policy.is_complete(only_story_scope(tasks, self.only_story))
 
     def _iterate(self, tasks: TaskList) -> RunResult:
         config = self.config
@@ -442,8 +486,15 @@ class Loop:
             self.emit("earlier_state_archived", path=str(self.archived_state))
         if self.continued_state:
             self.emit("earlier_state_continued", stories=self.continued_state)
-        if self.policy.is_complete(tasks):
-            return self._finish(EXIT_COMPLETE, "all stories were already complete", tasks)
+        if self.prompt is not None and self.prompt.builtin:
+            self.emit("builtin_prompt", ralph_dir=relative_dir(self.ralph_dir, self.project_dir))
+        if self.branch_note:
+            self.emit("work_branch", message=self.branch_note)
+        if self.archived_branches:
+            self.emit("failure_branches_archived", branches=[{"from": a, "to": b} for a, b in self.archived_branches])
+        if self.is_complete(tasks):
+            what = f"{self.only_story} was already complete" if self.only_story else "all stories were already complete"
+            return self._finish(EXIT_COMPLETE, what, tasks)
         from ralph.gitutil import untracked_files
 
         feedback: list[str] = []
@@ -453,7 +504,7 @@ class Loop:
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
             if self._check_global_time():
                 return self._finish(EXIT_GLOBAL_TIMEOUT, "global hard timeout reached: the loop stopped cleanly", tasks)
-            selection = self.policy.select(tasks)
+            selection = self.select(tasks)
             if selection is None:
                 return self._finish_unselectable(tasks)
             iteration += 1
@@ -501,7 +552,7 @@ class Loop:
                 return self._finish(
                     EXIT_BUDGET, f"budget reached: ${self.cost:.4f} of ${self.config.max_cost:.4f} spent", tasks
                 )
-            if self.policy.is_complete(tasks) and not record.violations:
+            if self.is_complete(tasks) and not record.violations:
                 how = "promise tag and verified task state" if record.promise else "verified task state (no promise tag)"
                 return self._finish(EXIT_COMPLETE, f"complete: {how}", tasks)
             if record.promise:
@@ -625,6 +676,7 @@ class Loop:
         return tasks, feedback
 
     def _finish_unselectable(self, tasks: TaskList) -> RunResult:
+        from ralph.runstart import unselectable_reason
         from ralph.tasks import blocked_reason
 
         failed = [s.id for s in tasks.userStories if s.failed]
@@ -634,7 +686,8 @@ class Loop:
             if waiting:
                 reason += f"; blocked: {blocked_reason(tasks, waiting)}"
             return self._finish(EXIT_FAILED_STORIES, reason, tasks)
-        return self._finish(EXIT_EXHAUSTED, f"no story can be selected: {blocked_reason(tasks, waiting)}", tasks)
+        reason = unselectable_reason(tasks, self.policy.uses_review)
+        return self._finish(EXIT_EXHAUSTED, f"no story can be selected: {reason}", tasks)
 
     def _one_iteration(
         self,
@@ -682,6 +735,7 @@ class Loop:
         else:
             self._last_good_raw = raw
         record.violations = [v.message for v in violations if v.check != "transitions-skipped"]
+        self._log_unfinished_iteration(record)
         for violation in violations:
             self.emit("violation", iteration=record.number, check=violation.check, story=violation.story_id, message=violation.message)
         self.emit(
@@ -845,6 +899,31 @@ class Loop:
         error = commit_paths(
             self.project_dir, [self.tasks_path, progress], f"ralph: iteration {record.number} - {subject}"
         )
+        if error:
+            self.emit("loop_commit_failed", iteration=record.number, error=error)
+
+    def _log_unfinished_iteration(self, record: IterationRecord) -> None:
+        """A timed-out or failed iteration goes to the progress log (and its commit), not only the event log."""
+        if record.timed_out:
+            what = f"timed out after {self.iteration_timeout():g}s; the loop stopped the agent"
+        elif record.exit_code not in (0, None) and not self.cancel.is_set():
+            what = f"the agent failed (exit code {record.exit_code})"
+        else:
+            return
+        assert self.run_dir is not None
+        raw = self.run_dir / f"iteration-{record.number:03d}.agent.jsonl"
+        progress = progress_log(self.ralph_dir)
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        try:
+            with progress.open("a", encoding="utf-8") as handle:
+                handle.write(
+                    f"\n[ralph loop {stamp}] iteration {record.number} ({record.mode} {record.story_id}): {what}; "
+                    f"work it left uncommitted is still in the tree; the agent's output: {raw}\n"
+                )
+        except OSError as exc:
+            self.emit("loop_commit_failed", iteration=record.number, error=f"progress log: {exc}")
+            return
+        error = commit_paths(self.project_dir, [progress], f"ralph: iteration {record.number} - {what.split(';')[0]}")
         if error:
             self.emit("loop_commit_failed", iteration=record.number, error=error)
 
@@ -1050,6 +1129,7 @@ class Loop:
         previous = {}
 
         def handle(signum: int, _frame: Any) -> None:
+            self.interrupt_signal = self.interrupt_signal or signum
             self.cancel.set()
             self.emit("interrupt", signal=signal.Signals(signum).name)
 
@@ -1064,6 +1144,8 @@ class Loop:
     # -- the end ---------------------------------------------------------------------------
 
     def _finish(self, exit_code: int, reason: str, tasks: TaskList) -> RunResult:
+        if exit_code == EXIT_INTERRUPTED and self.interrupt_signal == signal.SIGTERM:
+            exit_code, reason = EXIT_TERMINATED, f"{reason} (SIGTERM)"
         result = RunResult(exit_code, reason, self.run_dir, self.records, self.cost, tasks)
         stories = [
             {
