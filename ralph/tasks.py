@@ -92,12 +92,12 @@ def read_task_text(path: Path) -> str:
 
 def parse_tasks(data: Any, source: str) -> TaskList:
     """Validate already-decoded JSON; raise TaskListError naming file, story and field."""
-    from ralph.errors import TaskListError
+    from ralph.errors import TaskSchemaError
 
     try:
         return TaskList.model_validate(data)
     except ValidationError as exc:
-        raise TaskListError(explain_errors(exc, data, source)) from None
+        raise TaskSchemaError(explain_errors(exc, data, source)) from None
 
 
 def explain_errors(exc: ValidationError, data: Any, source: str) -> str:

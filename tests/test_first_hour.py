@@ -155,3 +155,143 @@ def test_item13_bad_state_dir_is_a_clear_error(project, tmp_path, where) -> None
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert f"cannot use {state} as ralph's state directory ($RALPH_STATE_DIR)" in result.stderr
+
+
+# -- item 3: init says to commit, --commit, outside git, dry-run warning, branchName ------------------
+
+
+def test_item3_init_outside_a_git_repository_is_a_clear_error(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    result = ralph_in(folder, tmp_path / "state", "init", "--name", "x")
+    assert result.returncode == 2
+    assert "is not inside a git repository" in result.stderr and "git init" in result.stderr
+    assert list(folder.iterdir()) == []
+
+
+def test_item3_init_says_to_commit_and_init_commit_commits_what_it_wrote(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    (repo / "mine.txt").write_text("untracked and not ralph's\n")
+    plain = ralph_in(repo, tmp_path / "state", "init", "--name", "demo")
+    assert plain.returncode == 0, plain.stderr
+    assert "git add ralph .gitignore && git commit" in plain.stdout
+    subprocess.run(["rm", "-rf", str(repo / "ralph"), str(repo / ".gitignore")], check=True)
+
+    result = ralph_in(repo, tmp_path / "state", "init", "--name", "demo", "--commit")
+    assert result.returncode == 0, result.stderr
+    assert "committed what init wrote" in result.stdout
+    committed = subprocess.run(
+        ["git", "show", "--name-only", "--format=%s", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout.split()
+    assert committed[:3] == ["ralph", "init:", "demo"]
+    assert sorted(committed[3:]) == [".gitignore", "ralph/prd.md", "ralph/progress.txt", "ralph/prompt.md", "ralph/tasks.json"]
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    assert status.strip() == "?? mine.txt"  # the user's own file was not committed
+
+
+def test_item3_dry_run_warns_about_an_uncommitted_tree(project: RalphProject, tmp_path: Path) -> None:
+    (project.path / "scratch.txt").write_text("x")
+    result = project.run("run", "--dry-run", "--runner", "direct", "--agent", "replay", env=replay(tmp_path, {}))
+    assert result.returncode == 0, result.stderr
+    assert "warning: uncommitted changes (scratch.txt)" in result.stderr
+    assert "`ralph run` will refuse to start" in result.stderr
+
+
+def test_item3_run_works_on_the_branch_init_named(project: RalphProject, tmp_path: Path) -> None:
+    assert project.tasks()["branchName"] == "ralph/demo"
+    dry = run(project, replay(tmp_path, {}), "--dry-run")
+    assert "branch:  ralph/demo (`ralph run` starts by creating the task list's branch ralph/demo from main" in dry.stdout
+    result = run(project, replay(tmp_path, {1: IMPLEMENT, 2: APPROVE}))
+    assert result.returncode == 0, result.stderr
+    assert "creating the task list's branch ralph/demo from main and switching to it" in result.stderr
+    assert project.git("symbolic-ref", "--short", "HEAD").strip() == "ralph/demo"
+    assert "feat: [US-001] - a" in project.git("log", "--format=%s", "ralph/demo")
+    assert "feat: [US-001] - a" not in project.git("log", "--format=%s", "main")
+
+
+def test_item3_report_html_default_goes_outside_the_project(project: RalphProject, tmp_path: Path) -> None:
+    assert run(project, replay(tmp_path, {1: IMPLEMENT, 2: APPROVE})).returncode == 0
+    result = project.run("report", "--html")
+    assert result.returncode == 0, result.stderr
+    written = Path(result.stdout.strip().splitlines()[-1].removeprefix("wrote ").strip())
+    assert written.is_file() and not written.is_relative_to(project.path)
+    assert project.git("status", "--porcelain").strip() == ""
+    inside = project.run("report", "--html", "report.html")
+    assert inside.returncode == 0, inside.stderr
+    assert "warning: report.html is inside the project" in inside.stderr
+
+
+# -- item 5: unknown dependsOn, cycles, duplicate ids ----------------------------------------------
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize(
+    "stories, expected",
+    [
+        ([story("US-001", dependsOn=["US-404"])], ["US-001 depends on 'US-404', which is not a story"]),
+        (
+            [story("US-001", dependsOn=["US-003"]), story("US-002", dependsOn=["US-001"]), story("US-003", dependsOn=["US-002"])],
+            ["dependency cycle: US-001 -> US-003 -> US-002 -> US-001"],
+        ),
+        ([story("US-001"), story("US-001", title="again")], ["US-001"]),
+    ],
+    ids=["unknown", "cycle", "duplicate"],
+)
+def test_item5_graph_errors_exit_2_naming_the_stories(ralph_project, tmp_path, stories, expected, dry) -> None:
+    ralph_project.write_stories(stories)
+    result = run(ralph_project, replay(tmp_path, {1: IMPLEMENT}), *(["--dry-run"] if dry else []))
+    assert result.returncode == 2, result.stdout + result.stderr
+    for needle in expected:
+        assert needle in result.stderr
+    assert ralph_project.run_dirs() == []  # no run started, no agent
+
+
+# -- item 6: all stories passes=true, nothing selectable: say why -------------------------------------
+
+
+def test_item6_passes_without_approval_says_why(ralph_project: RalphProject, tmp_path: Path) -> None:
+    ralph_project.write_stories(
+        [story("US-001", passes=True, notes="done"), story("US-002", passes=True, notes="done")]
+    )
+    result = run(ralph_project, replay(tmp_path, {}))
+    assert result.returncode == 1
+    line = next(l for l in result.stdout.splitlines() if "no story can be selected:" in l)
+    assert not line.rstrip().endswith(":")
+    assert "US-001, US-002 have passes=true but no approval (reviewStatus null)" in line
+    assert "--skip-review" in line
+    dry = run(ralph_project, replay(tmp_path, {}), "--dry-run")
+    assert "nothing to run: no story can be selected: US-001, US-002 have passes=true" in dry.stdout
+
+
+def test_item6_empty_notes_on_a_done_story_is_named(ralph_project: RalphProject, tmp_path: Path) -> None:
+    ralph_project.write_stories([story("US-001", passes=True, notes="")])
+    result = run(ralph_project, replay(tmp_path, {}))
+    assert result.returncode == 2
+    assert "US-001 has passes=true but empty notes" in result.stderr
+
+
+# -- ralph run --story ID ------------------------------------------------------------------------------
+
+
+def test_story_runs_one_story_alone(ralph_project: RalphProject, tmp_path: Path) -> None:
+    ralph_project.write_stories([story("US-001"), story("US-002", priority=2)])
+    impl2 = [{**a, "set": {**a["set"], "story": "US-002"}} if "set" in a else a for a in IMPLEMENT]
+    appr2 = [{**a, "set": {**a["set"], "story": "US-002"}} if "set" in a else a for a in APPROVE]
+    result = run(ralph_project, replay(tmp_path, {1: impl2, 2: appr2}), "--story", "US-002")
+    assert result.returncode == 0, result.stderr
+    assert ralph_project.story("US-002")["passes"] is True
+    assert ralph_project.story("US-001")["passes"] is False  # never selected
+    assert [e["story"] for e in ralph_project.events("iteration_started")] == ["US-002", "US-002"]
+
+
+def test_story_with_open_dependencies_is_exit_2_naming_them(ralph_project: RalphProject, tmp_path: Path) -> None:
+    ralph_project.write_stories([story("US-001"), story("US-002", dependsOn=["US-001"])])
+    for extra in (["--dry-run"], []):
+        result = run(ralph_project, replay(tmp_path, {1: IMPLEMENT}), "--story", "US-002", *extra)
+        assert result.returncode == 2
+        assert "--story US-002: it depends on US-001, not done yet" in result.stderr
+    unknown = run(ralph_project, replay(tmp_path, {}), "--story", "US-999")
+    assert unknown.returncode == 2 and "no such story" in unknown.stderr and "US-001, US-002" in unknown.stderr
+    assert ralph_project.run_dirs() == []

@@ -241,6 +241,8 @@ def render_summary(data: dict[str, Any]) -> str:
             state = "approved (auto, at cap)" if story.get("autoApproved") else "approved"
         elif story["passes"]:
             state = "done"
+        elif story.get("failed"):
+            state = "failed"
         else:
             state = story.get("reviewStatus") or "open"
         rows.append((story["id"], story["title"][:40], state, str(story["reviewCount"])))

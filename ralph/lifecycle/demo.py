@@ -106,13 +106,34 @@ def prepare_project(path: Path) -> None:
     subprocess.run(["git", "commit", "-q", "-m", "ralph init: greeting demo"], cwd=path, check=True)
 
 
-def demo_environment(home: Path) -> dict[str, str]:
+def demo_environment() -> dict[str, str]:
+    """A git identity for the demo's commits (the user's, when set).
+
+    The run is recorded in the usual state directory, like any project's, so the closing
+    ``ralph status -d <project>`` finds it.
+    """
     env = {}
     for key, value in (("GIT_AUTHOR_NAME", "Ralph Demo"), ("GIT_AUTHOR_EMAIL", "ralph-demo@localhost")):
         env[key] = os.environ.get(key, value)
         env[key.replace("AUTHOR", "COMMITTER")] = os.environ.get(key.replace("AUTHOR", "COMMITTER"), value)
-    env["RALPH_STATE_DIR"] = os.environ.get("RALPH_STATE_DIR", str(home / "state"))
     return env
+
+
+def ralph_command_hint() -> tuple[str, str | None]:
+    """How to call ``ralph`` in the printed hints, and a note when it is not on PATH (a venv not activated)."""
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "ralph"
+    found = shutil.which("ralph")
+    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
+        return "ralph", None
+    if beside.exists():
+        return str(beside), (
+            f"`ralph` is not on your PATH; it is {beside} (or activate its venv: "
+            f"source {beside.parent / 'activate'})"
+        )
+    return "ralph", None
 
 
 def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
@@ -121,13 +142,19 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
 
     from ralph_plugins.agents.claude import resolve_binary
 
+    import shutil
+
     work = Path(tempfile.mkdtemp(prefix="ralph-demo-"))
     project = (directory or work / "greeting").resolve()
     binary, source = resolve_binary()
     if agent == "auto":
         agent = "claude" if binary is not None else "replay"
-    os.environ.update(demo_environment(work))
-    prepare_project(project)
+    os.environ.update(demo_environment())
+    try:
+        prepare_project(project)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
 
     steps = demo_steps()
     server = None
@@ -179,7 +206,17 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     finally:
         if server is not None:
             server.stop()
+        # the scripted CLI's home and the replay script are of no use afterwards; the project is
+        for leftover in (work / "claude-home", work / "replay-script.json"):
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        if directory is not None:
+            shutil.rmtree(work, ignore_errors=True)
     log = subprocess.run(["git", "log", "--format=  %h %s"], cwd=project, capture_output=True, text=True).stdout
     echo(f"\nCommits the loop produced:\n{log}")
-    echo(f"Look around: cd {project} && git log -p; ralph status -d {project}")
+    ralph, note = ralph_command_hint()
+    echo(f"Look around: cd {project} && git log -p; {ralph} status -d {project}; {ralph} report -d {project}")
+    if note:
+        echo(note)
+    if directory is None:
+        echo(f"The example project is kept in {work} so you can look around; remove it with: rm -rf {work}")
     return result.exit_code

@@ -433,16 +433,28 @@ def run_plan_session(
             "the Claude Code CLI was not found (tried --binary, $RALPH_CLAUDE_BINARY, claude on PATH, "
             "the claude-agent-sdk wheel): install it (pip install claude-agent-sdk)"
         )
+    mode = plan_mode(ralph_dir)
+    if dry_run:
+        # the printed command must still work after ralph exits: the bundle goes to the state
+        # directory (outside the project, replaced on each --print-command), not a temporary one
+        import shlex
+
+        from ralph import __version__
+        from ralph.rundir import check_state_root
+
+        bundle = check_state_root() / "plugin-bundle" / __version__
+        export_bundle(bundle, force=True)
+        argv = plan_command(path, bundle / PLUGIN_DIR, project_dir, ralph_dir, model)
+        echo(
+            f"ralph plan: Mode {mode} ({'full planning' if mode == 1 else 'task derivation'}), claude from {source}; "
+            f"plugin bundle kept in {bundle}"
+        )
+        echo(shlex.join(argv))
+        return 0
     with tempfile.TemporaryDirectory(prefix="ralph-plan-") as tmp:
         export_bundle(Path(tmp))
         argv = plan_command(path, Path(tmp) / PLUGIN_DIR, project_dir, ralph_dir, model)
-        mode = plan_mode(ralph_dir)
         echo(f"ralph plan: Mode {mode} ({'full planning' if mode == 1 else 'task derivation'}), claude from {source}")
-        if dry_run:
-            import shlex
-
-            echo(shlex.join(argv))
-            return 0
         return subprocess.run(argv, cwd=project_dir).returncode
 
 

@@ -100,6 +100,8 @@ class Report:
     iterations: list[IterationRow]
     stories: list[StoryRow]
     analytics: Analytics
+    attention: list[str] = field(default_factory=list)
+    """What needs a person (failed and blocked stories, branch, error, retry), from the last run."""
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -274,8 +276,13 @@ def build_report(
         story_row.seconds += row.seconds
         story_row.cost += row.cost
     ordered = [rows_by_id[str(s["id"])] for s in stories] + [r for i, r in rows_by_id.items() if i not in known]
+    from ralph.runreport import needs_a_person
+
+    last = _read_summary(run_dirs[-1]) if run_dirs else None
+    attention = needs_a_person((last or {}).get("report") or {})
     return Report(
-        title, [d.name for d in run_dirs], reason, exit_code, cost, elapsed, iterations, ordered, review_analytics(stories, cap)
+        title, [d.name for d in run_dirs], reason, exit_code, cost, elapsed, iterations, ordered,
+        review_analytics(stories, cap), attention,
     )
 
 
@@ -317,6 +324,8 @@ def render_text(report: Report) -> str:
     else:
         lines.append("no run recorded for this project: story states from the task list only")
     lines.append("")
+    if report.attention:
+        lines += ["NEEDS A PERSON:"] + [f"  {line}" for line in report.attention] + [""]
     for index, row in enumerate(rows):
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         if index == 0:
@@ -432,6 +441,12 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]], classes: Iterab
     return f'<table class="{table_class}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
+def _attention_html(lines: list[str]) -> str:
+    if not lines:
+        return ""
+    return '<section class="attention"><h2>Needs a person</h2><pre>' + _esc("\n".join(lines)) + "</pre></section>"
+
+
 def render_html(report: Report) -> str:
     from ralph.templates import render, template_text
 
@@ -461,7 +476,10 @@ def render_html(report: Report) -> str:
         "CARDS": cards,
         "TIMELINE": timeline_svg(report) if report.iterations else '<p class="empty">No iterations recorded.</p>',
         "STORIES": _table(STORY_COLUMNS, story_rows, story_classes, table_class="stories"),
-        "HISTOGRAM": analytics_svg(report.analytics),
+        "ATTENTION": _attention_html(report.attention),
+        "HISTOGRAM": analytics_svg(report.analytics)
+        if any(s.reviews or s.review_count for s in report.stories)
+        else '<p class="empty">No reviews in this report, so no review chart.</p>',
         "ANALYTICS": "".join(f"<li>{_esc(line)}</li>" for line in report.analytics.lines()),
         "ITERATIONS": _table(("#", "run", "mode", "story", "agent (model)", "time", "cost", "timed out", "violations", "gate failures", "verdicts"), iteration_rows, table_class="iterations"),
     }

@@ -1143,6 +1143,14 @@ class Loop:
 
     # -- the end ---------------------------------------------------------------------------
 
+    def ralph_dir_arg(self) -> str:
+        """`` --ralph-dir X`` (or `` --prd N``) for commands printed to the user; empty for the default."""
+        rel = relative_dir(self.ralph_dir, self.project_dir)
+        if rel == "ralph":
+            return ""
+        match = re.fullmatch(r"\.ralph/PRD-(\d+)", rel)
+        return f" --prd {match.group(1)}" if match else f" --ralph-dir {rel}"
+
     def _finish(self, exit_code: int, reason: str, tasks: TaskList) -> RunResult:
         if exit_code == EXIT_INTERRUPTED and self.interrupt_signal == signal.SIGTERM:
             exit_code, reason = EXIT_TERMINATED, f"{reason} (SIGTERM)"
@@ -1155,6 +1163,8 @@ class Loop:
                 "reviewStatus": s.reviewStatus,
                 "reviewCount": s.reviewCount,
                 "autoApproved": s.reviewFeedback.startswith("[AUTO-APPROVED AT CAP]"),
+                "failed": s.failed,
+                "failureReason": s.failureReason,
             }
             for s in tasks.userStories
         ]
