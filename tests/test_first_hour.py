@@ -72,7 +72,7 @@ def test_item9_docker_sdk_is_a_regular_dependency_imported_lazily() -> None:
 
     required = [r for r in requires("ralph-trustloop") or [] if "extra ==" not in r]
     assert any(r.replace(" ", "").startswith("docker>=") for r in required), required
-    code = "import sys; from ralph.cli import cli; import ralph_plugins.runners.docker_sandbox; print('docker' in sys.modules)"
+    code = "import sys; from ralph.cli.main import cli; import ralph_plugins.runners.docker_sandbox; print('docker' in sys.modules)"
     result = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 

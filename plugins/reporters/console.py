@@ -202,7 +202,7 @@ class ConsoleView:
         self.status(f"{data['story']} exhausted the agent's context ({data['times']}x)")
 
     def on_builtin_prompt(self, data: dict[str, Any]) -> None:
-        from ralph.runstart import BUILTIN_PROMPT_NOTE
+        from ralph.loop.start import BUILTIN_PROMPT_NOTE
 
         self.status(BUILTIN_PROMPT_NOTE.format(dir=data["ralph_dir"]))
 

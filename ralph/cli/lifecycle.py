@@ -115,7 +115,7 @@ def plan(
         store = _store(session, rdir, store_name, file)
         path = file.resolve() if file is not None else store.path(rdir)
         from ralph.errors import TaskSchemaError
-        from ralph.planning import Problem
+        from ralph.lifecycle.plan import Problem
 
         config = session.settings.config
         try:
@@ -222,7 +222,7 @@ def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str |
 
 def _html_target(project_dir: Path, given: str, result: Any, state_dir: str | None) -> Path:
     """Where ``--html`` writes: FILE as given (warning when it would dirty the project), else the run's record."""
-    from ralph.rundir import project_state_dir, runs_dir
+    from ralph.loop.rundir import project_state_dir, runs_dir
 
     if not given:
         base = runs_dir(project_dir, state_dir) / result.runs[-1] if result.runs else project_state_dir(project_dir, state_dir)

@@ -85,7 +85,7 @@ class RegistryOption(click.Option):
         if record is None:
             return None
         try:
-            from ralph.plugins import PluginHost
+            from ralph.plugin.manager import PluginHost
 
             names = getattr(PluginHost(), self.registry).names()
         except Exception:  # a broken plugin must not break --help
@@ -118,7 +118,7 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
     prompt.md and progress.txt) only what is missing is added, and what was
     kept is named; no second task list is created beside an existing one.
     """
-    from ralph.initproject import KNOWN_LOOP_DIRS, check_repository, commit_init, holds_loop, init_project
+    from ralph.lifecycle.init import KNOWN_LOOP_DIRS, check_repository, commit_init, holds_loop, init_project
 
     project_dir = project_dir.resolve()
     if not project_dir.is_dir():
@@ -313,7 +313,7 @@ def _build_loop(session: Any, from_cli: dict[str, str | None]) -> Any:
 
 def _print_dry_run(loop: Any) -> None:
     from ralph.gitutil import dirty_paths
-    from ralph.runstart import BUILTIN_PROMPT_NOTE, unselectable_reason, work_branch_plan
+    from ralph.loop.start import BUILTIN_PROMPT_NOTE, unselectable_reason, work_branch_plan
 
     selection, prompt, tasks = loop.dry_run()
     click.echo(f"runner:  {loop.runner.name}" + (f" (fallback: {loop.runner.fallback_reason})" if loop.runner.fallback_reason else ""))
@@ -330,7 +330,7 @@ def _print_dry_run(loop: Any) -> None:
     if loop.only_story:
         click.echo(f"only:    {loop.only_story} (--story)")
     if loop.prompt is not None and loop.prompt.builtin:
-        from ralph.prompt import relative_dir
+        from ralph.loop.prompt import relative_dir
 
         click.echo("note:    " + BUILTIN_PROMPT_NOTE.format(dir=relative_dir(loop.ralph_dir, loop.project_dir)))
     dirty = dirty_paths(loop.project_dir)

@@ -440,7 +440,7 @@ def run_plan_session(
         import shlex
 
         from ralph import __version__
-        from ralph.rundir import check_state_root
+        from ralph.loop.rundir import check_state_root
 
         bundle = check_state_root() / "plugin-bundle" / __version__
         export_bundle(bundle, force=True)

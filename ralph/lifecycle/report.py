@@ -276,7 +276,7 @@ def build_report(
         story_row.seconds += row.seconds
         story_row.cost += row.cost
     ordered = [rows_by_id[str(s["id"])] for s in stories] + [r for i, r in rows_by_id.items() if i not in known]
-    from ralph.runreport import needs_a_person
+    from ralph.loop.runreport import needs_a_person
 
     last = _read_summary(run_dirs[-1]) if run_dirs else None
     attention = needs_a_person((last or {}).get("report") or {})

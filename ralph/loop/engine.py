@@ -198,18 +198,18 @@ class Loop:
                 f"--iteration-limit {self.config.max_iterations} (or iteration_limit in config)"
             )
         git_dir(self.project_dir)
-        from ralph.rundir import check_state_root
+        from ralph.loop.rundir import check_state_root
 
         check_state_root(self.config.state_dir)
         if not self.ralph_dir.is_dir():
-            from ralph.initproject import KNOWN_LOOP_DIRS, holds_loop
+            from ralph.lifecycle.init import KNOWN_LOOP_DIRS, holds_loop
 
             found = [d for d in KNOWN_LOOP_DIRS if holds_loop(self.project_dir / d)]
             hint = "run `ralph init` first (or pass --ralph-dir)"
             if found:
                 hint = f"run `ralph init` first, or pass --ralph-dir {found[0]} (a Ralph folder is there)"
             raise UsageError(f"{self.ralph_dir} does not exist: {hint}")
-        from ralph.runstart import check_only_story, graph_errors, load_prompt
+        from ralph.loop.start import check_only_story, graph_errors, load_prompt
 
         self.prompt = load_prompt(self.ralph_dir, progress_log(self.ralph_dir).name)
         raw, tasks, error = self.read_tasks()
@@ -348,7 +348,7 @@ class Loop:
                 f"your uncommitted work was stashed as {self.stash_ref} ({name!r}); "
                 f"get it back with `git stash pop {self.stash_ref}`"
             )
-        from ralph.runstart import archive_failure_branches, checkout_work_branch
+        from ralph.loop.start import archive_failure_branches, checkout_work_branch
 
         self.archived_branches = archive_failure_branches(self.project_dir)
         _, listed, _ = self.read_tasks()
@@ -425,7 +425,7 @@ class Loop:
         return selection, self.render(1, selection, tasks, []), tasks
 
     def render(self, iteration: int, selection: Selection, tasks: TaskList, feedback: list[str]) -> str:
-        from ralph.runstart import load_prompt, seed_tokens
+        from ralph.loop.start import load_prompt, seed_tokens
         from ralph.templates import render
 
         progress = progress_log(self.ralph_dir)
@@ -448,13 +448,13 @@ class Loop:
 
     def select(self, tasks: TaskList) -> Selection | None:
         """The policy's choice, limited to ``--story``'s story when one is given."""
-        from ralph.runstart import only_story_scope
+        from ralph.loop.start import only_story_scope
 
         return self.policy.select(only_story_scope(tasks, self.only_story))
 
     def is_complete(self, tasks: TaskList) -> bool:
         """Every story done (``--story``: that story done), as the policy defines done."""
-        from ralph.runstart import only_story_scope
+        from ralph.loop.start import only_story_scope
 
         return self.policy.is_complete(only_story_scope(tasks, self.only_story))
 
@@ -676,7 +676,7 @@ class Loop:
         return tasks, feedback
 
     def _finish_unselectable(self, tasks: TaskList) -> RunResult:
-        from ralph.runstart import unselectable_reason
+        from ralph.loop.start import unselectable_reason
         from ralph.tasks import blocked_reason
 
         failed = [s.id for s in tasks.userStories if s.failed]
