@@ -139,7 +139,7 @@ class Loop:
         self.only_story: str | None = None
         """``ralph run --story ID``: the loop works on this story alone."""
         self.prompt: Any = None
-        """The run's prompt template (a :class:`ralph.runstart.PromptSource`), read once in preflight."""
+        """The run's prompt template (a :class:`ralph.loop.start.PromptSource`), read once in preflight."""
         self.branch_note: str | None = None
         self.archived_branches: list[tuple[str, str]] = []
         self.interrupt_signal: int | None = None
