@@ -193,11 +193,23 @@ class ProcessOutcome:
     stderr: str = ""
 
 
+@dataclass
+class CommandResult:
+    """A loop-owned command (a gate's) run where the agent runs; ``where`` is ``host`` or ``sandbox``."""
+
+    exit_code: int
+    output: str
+    timed_out: bool = False
+    where: str = "host"
+
+
 class Runner(ABC):
     """Where and how the agent process runs (host subprocess, container, remote)."""
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    isolates: ClassVar[bool] = False
+    """True when the agent (and :meth:`run_command`) runs isolated from the host (a sandbox)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -245,6 +257,18 @@ class Runner(ABC):
         with exit 2 and its fix.
         """
         return []
+
+    def run_command(self, command: str, cwd: Path, timeout: float | None) -> CommandResult:
+        """Run a loop-owned shell command (a gate) where the agent runs, output merged.
+
+        The default runs it on the host in its own session and kills the whole session
+        on timeout.  A sandbox runner overrides this so nothing the agent wrote (a
+        ``conftest.py``, a Makefile, ``verifyCommands``) runs on the host.
+        """
+        from ralph.procs import run_shell
+
+        code, output, timed_out = run_shell(command, cwd, timeout)
+        return CommandResult(code, output, timed_out, "host")
 
     fallback_reason: str = ""
     """Set on the runner ``auto`` fell back to: why the preferred one was not used."""
@@ -493,6 +517,10 @@ class GateContext:
     ask_reviewer: Callable[[str, str | None, str | None], tuple[str, str]] | None = None
     """``ask_reviewer(prompt, agent_name, model) -> (answer, "agent/model")``: a fresh, read-only
     session of any agent plugin (None: the loop's review agent); changes it makes are undone."""
+    run_command: Callable[[str, float | None], CommandResult] | None = None
+    """Run a shell command where the agent runs (the runner's :meth:`Runner.run_command`)."""
+    where: str = "host"
+    """Where the runner runs the agent and ``run_command``: ``host`` or ``sandbox``."""
 
 
 @dataclass
@@ -509,6 +537,8 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     """Structured details for the event log and the report (a reviewer's verdict ...)."""
+    where: str = "host"
+    """Where the gate's commands ran: ``host`` or ``sandbox``."""
 
 
 class Gate(ABC):

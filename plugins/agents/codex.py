@@ -25,7 +25,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -156,10 +155,9 @@ def _git_dirs(project_dir: Path) -> list[str]:
     """The repository's git directories (a worktree has two), for Codex's writable roots."""
     found: list[str] = []
     for flag in ("--git-dir", "--git-common-dir"):
-        result = subprocess.run(
-            ["git", "rev-parse", "--path-format=absolute", flag],
-            cwd=project_dir, capture_output=True, text=True, check=False,
-        )
+        from ralph.gitutil import git  # hardened, after the git metadata check
+
+        result = git(project_dir, "rev-parse", "--path-format=absolute", flag, check=False)
         value = result.stdout.strip()
         if result.returncode == 0 and value and value not in found:
             found.append(value)

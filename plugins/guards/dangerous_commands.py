@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from ralph import hookimpl
 from ralph.contracts import Denial, HookEvent
@@ -461,11 +462,10 @@ def current_branch(start: str) -> str | None:
 def _rev_parse(start: str) -> str | None:
     import subprocess
 
+    from ralph.gitutil import git  # hardened, after the git metadata check
+
     try:
-        out = subprocess.run(
-            ["git", "-C", start, "rev-parse", "--abbrev-ref", "HEAD"],
-            capture_output=True, text=True, timeout=3, check=False,
-        )
+        out = git(Path(start), "rev-parse", "--abbrev-ref", "HEAD", check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     branch = out.stdout.strip()

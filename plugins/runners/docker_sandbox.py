@@ -3,8 +3,12 @@
 One long-lived container per project run (named ``ralph-<project path
 sanitized>``, labelled ``ralph.sandbox=1``), one exec per iteration.  The
 project is bind-mounted at its own path and the agent runs as the host user's
-uid:gid; ``.git/hooks`` and ``.git/config`` are read-only; all capabilities are
-dropped, the root filesystem is read-only, pids, memory and CPU are limited.
+uid:gid; ``.git/config``, ``hooks/``, ``info/`` (and ``commondir``,
+``objects/info/alternates`` where they exist) and the hook socket's directory
+are read-only; all capabilities are dropped, the root filesystem is read-only,
+pids, memory and CPU are limited.  Gate commands run in the same container
+(:meth:`DockerSandboxRunner.run_command`), and after every exec every process
+the agent's user left in it is killed.
 Network: ``none``, ``allowlist`` (an internal network whose only way out is a
 proxy container) or ``open``.  See docs/sandbox.md.
 
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ralph import hookimpl
-from ralph.contracts import AgentView, Availability, Check, ProcessOutcome, ProcessSpec, Runner
+from ralph.contracts import AgentView, Availability, Check, CommandResult, ProcessOutcome, ProcessSpec, Runner
 
 from .docker.naming import DEFAULT_IMAGE, HOOK_CLIENT
 
@@ -55,6 +59,7 @@ class DockerSandboxRunner(Runner):
 
     name = "docker-sandbox"
     description = "agent in a hardened container (docker SDK): caps dropped, read-only root, network policy"
+    isolates = True
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
@@ -193,6 +198,21 @@ class DockerSandboxRunner(Runner):
             from ralph.errors import UnavailableError
 
             raise UnavailableError(str(exc)) from None
+
+    def run_command(self, command: str, cwd: Path, timeout: float | None) -> CommandResult:
+        """Gate commands run in the sandbox container (same image, hardening, user, network)."""
+        if self._sandbox is None:
+            self.prepare(Path(cwd))
+        assert self._sandbox is not None
+        from .docker import engine
+
+        try:
+            code, output, timed_out = self._sandbox.run_command(command, Path(cwd), timeout)
+        except engine.SandboxError as exc:
+            from ralph.errors import UnavailableError
+
+            raise UnavailableError(str(exc)) from None
+        return CommandResult(code, output, timed_out, "sandbox")
 
     def cleanup(self) -> None:
         """Remove the container, the proxy and the network, however the run ended."""

@@ -376,6 +376,25 @@ def status(project_dir: Path, as_json: bool, follow: bool, no_live: bool) -> Non
 
 
 @cli.command()
+@project_dir_option
+@click.argument("run", required=False)
+@click.argument("number", required=False, type=click.IntRange(min=1))
+@handles_errors
+def restore(project_dir: Path, run: str | None, number: int | None) -> None:
+    """Bring back work the loop stashed or rolled back, from the run directory's copy.
+
+    RUN is a run directory name (see `ralph status`; default: the latest run that saved
+    work); NUMBER picks one of its copies (default: the first, your work from before the
+    run).  Runs `git apply --3way PATCH`, which you can also run yourself.
+    """
+    from ralph.loop.savedwork import restore as restore_work
+    from ralph.lifecycle.status import run_with_saved_work
+
+    project = project_dir.resolve()
+    click.echo(restore_work(project, run_with_saved_work(project, run), number))
+
+
+@cli.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Where to create the example project (new or empty).  [default: a temporary directory]")
 @click.option("--agent", type=click.Choice(["auto", "claude", "codex", "replay"]), default="auto", show_default=True, help="claude / codex: the real Claude Code / Codex CLI against a scripted local model; replay: the scripted agent.")
 @handles_errors

@@ -72,7 +72,9 @@ Echo = Callable[[str], None]
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    from ralph.gitutil import git  # hardened, after the git metadata check
+
+    result = git(cwd, *args, check=False)
     if check and result.returncode != 0:
         raise UsageError(f"git {' '.join(args)} failed in {cwd}: {(result.stderr or result.stdout).strip()}")
     return result
@@ -270,19 +272,11 @@ def read_metadata(path: Path) -> dict[str, Any]:
 
 
 def _exclude_marker(project_dir: Path) -> None:
-    """Keep ``.ralph-active`` out of git in every worktree.
-
-    Git reads ``info/exclude`` only from the common directory, while the loop adds the
-    marker to its own (per-worktree) git directory's, which git ignores in a worktree.
-    """
+    """Keep ``.ralph-active`` out of git in every worktree (``info/exclude`` of the common dir)."""
+    from ralph.gitutil import ensure_excluded
     from ralph.loop.engine import MARKER_NAME
 
-    exclude = common_dir(project_dir) / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
-    if f"/{MARKER_NAME}" not in existing.split() and MARKER_NAME not in existing.split():
-        with exclude.open("a", encoding="utf-8") as handle:
-            handle.write(("" if existing.endswith("\n") or not existing else "\n") + f"/{MARKER_NAME}\n")
+    ensure_excluded(project_dir, MARKER_NAME)
 
 
 def ensure_worktree(project_dir: Path, unit: Unit, base_branch: str | None, base_commit: str) -> Worktree:
@@ -337,7 +331,6 @@ def ensure_worktree(project_dir: Path, unit: Unit, base_branch: str | None, base
 def _write_group_tasks(project_dir: Path, unit: Unit) -> None:
     """Write the group's task list (only its stories) and commit it on the unit's branch."""
     from ralph.fsutil import atomic_write_text
-    from ralph.gitutil import identity_args
     from ralph.loop.engine import choose_store
     from ralph.lifecycle.plan import load_task_list
     from ralph.cli.session import open_session
@@ -360,12 +353,7 @@ def _write_group_tasks(project_dir: Path, unit: Unit) -> None:
     rel = tasks_path.relative_to(project_dir).as_posix()
     _git(project_dir, "add", "--", rel)
     message = f"ralph: story group {unit.name} ({', '.join(unit.stories)}): task list holds only these stories"
-    result = subprocess.run(
-        ["git", *identity_args(project_dir), "commit", "-q", "--no-verify", "-m", message, "--", rel],
-        cwd=project_dir,
-        capture_output=True,
-        text=True,
-    )
+    result = _git(project_dir, "commit", "-q", "--no-verify", "-m", message, "--", rel, check=False)
     if result.returncode != 0 and "nothing" not in (result.stdout + result.stderr):
         raise UsageError(f"could not commit the task list of {unit.name}: {(result.stderr or result.stdout).strip()}")
 

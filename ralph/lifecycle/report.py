@@ -43,6 +43,8 @@ class IterationRow:
     exit_code: int | None = None
     violations: list[str] = field(default_factory=list)
     gate_failures: list[str] = field(default_factory=list)
+    gates: list[str] = field(default_factory=list)
+    """Each gate run: "tests passed (sandbox)" — where its commands ran."""
     finished: bool = True
     agent: str = ""
     model: str | None = None
@@ -176,8 +178,11 @@ def run_iterations(run_dir: Path, offset: float = 0.0) -> list[IterationRow]:
             clock = row.start + row.seconds
         elif kind == "violation":
             row.violations.append(f"{event.get('check')}: {event.get('message')}")
-        elif kind == "gate" and event.get("passed") is False:
-            row.gate_failures.append(str(event.get("gate")))
+        elif kind == "gate":
+            verdict = "passed" if event.get("passed") else "failed"
+            row.gates.append(f"{event.get('gate')} {verdict} ({event.get('where') or 'host'})")
+            if event.get("passed") is False:
+                row.gate_failures.append(str(event.get("gate")))
         elif kind == "gate_verdict":
             state = "met" if event.get("passed") else "NOT met"
             detail = event.get("malformed") or "; ".join(str(u.get("criterion")) for u in event.get("unmet") or [])
@@ -337,6 +342,10 @@ def render_text(report: Report) -> str:
             lines.append(f"  {row.run} #{row.number} {row.mode} {row.story or '-'} — {who}")
             lines += [f"      verdict {v}" for v in row.verdicts]
     lines += ["", "review analytics:"] + [f"  {line}" for line in report.analytics.lines()]
+    gated = [row for row in report.iterations if row.gates]
+    if gated:
+        lines += ["", "gates (where their commands ran):"]
+        lines += [f"  #{row.number} {row.story or '-'}: {', '.join(row.gates)}" for row in gated]
     return "\n".join(lines)
 
 
@@ -467,6 +476,7 @@ def render_html(report: Report) -> str:
             _duration(row.seconds), f"${row.cost:.4f}",
             "yes" if row.timed_out else "", "; ".join(row.violations) or "", ", ".join(row.gate_failures) or "",
             "; ".join(row.verdicts),
+            ", ".join(row.gates),
         )
         for row in report.iterations
     ]
@@ -481,7 +491,7 @@ def render_html(report: Report) -> str:
         if any(s.reviews or s.review_count for s in report.stories)
         else '<p class="empty">No reviews in this report, so no review chart.</p>',
         "ANALYTICS": "".join(f"<li>{_esc(line)}</li>" for line in report.analytics.lines()),
-        "ITERATIONS": _table(("#", "run", "mode", "story", "agent (model)", "time", "cost", "timed out", "violations", "gate failures", "verdicts"), iteration_rows, table_class="iterations"),
+        "ITERATIONS": _table(("#", "run", "mode", "story", "agent (model)", "time", "cost", "timed out", "violations", "gate failures", "verdicts", "gates (where they ran)"), iteration_rows, table_class="iterations"),
     }
     return render(template_text("report/report.html"), values)
 

@@ -130,10 +130,13 @@ class Loop:
         self.started = time.monotonic()
         self._last_good_raw: str | None = None
         self.hook_server: Any = None
+        self.hook_token = ""
         self.rerun: str | None = None
         """``resume`` or ``fresh`` when state of an earlier run exists (None: ask, or refuse)."""
         self.stash_ref: str | None = None
         self.stash_message: str | None = None
+        self.saved_work: bytes = b""
+        """The stashed work as a patch, written to the run directory when it exists."""
         self.archived_state: Path | None = None
         self.continued_state: str | None = None
         self.only_story: str | None = None
@@ -291,12 +294,29 @@ class Loop:
             raise
         self.started = time.monotonic()
         self.run_dir = new_run_dir(self.project_dir, self.config.state_dir)
+        if self.saved_work:
+            from ralph.loop.savedwork import record_saved_work
+
+            self.stash_message = (self.stash_message or "") + "; " + record_saved_work(
+                self.run_dir, "stash", self.saved_work, "your uncommitted work at run start (also stashed)"
+            )
         from ralph.hooks.server import HookServer
 
-        self.hook_server = HookServer(self.answer_hook).start()
+        import secrets
+
+        self.hook_token = secrets.token_urlsafe(32)
+        self.hook_server = HookServer(
+            self.answer_hook, token=self.hook_token, on_refused=lambda reason: self.emit("hook_refused", reason=reason)
+        ).start()
         try:
+            from ralph.gitutil import GitMetadataChanged, protect
+
+            protect(self.project_dir)
             self.runner.prepare(self.project_dir)
             return self._iterate(tasks)
+        except GitMetadataChanged as exc:
+            self.emit("git_metadata_changed", error=str(exc))
+            raise
         except RalphError:
             raise
         except Exception as exc:  # fail-closed: stop with a clear error, keep the evidence
@@ -318,21 +338,16 @@ class Loop:
                 for error in self.hook_server.errors:
                     self.emit("hook_error", error=error[-4000:])
                 self._remove_marker()
+                from ralph.gitutil import unprotect
+
+                unprotect(self.project_dir)
                 lock.release()
 
     def _prepare_repository(self) -> None:
         """Keep the marker out of git, deal with the user's uncommitted work and earlier state."""
-        from ralph.gitutil import dirty_paths, git, git_dir as find_git_dir, stash_user_work
+        from ralph.gitutil import dirty_paths, ensure_excluded, head as head_of, stash_user_work, work_patch
 
-        # git reads info/exclude from the common dir only (a worktree's own git dir is ignored)
-        common = git(self.project_dir, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
-        base = Path(common.stdout.strip()) if common.returncode == 0 else find_git_dir(self.project_dir)
-        exclude = base / "info" / "exclude"
-        exclude.parent.mkdir(parents=True, exist_ok=True)
-        existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
-        if MARKER_NAME not in existing.split():
-            with exclude.open("a", encoding="utf-8") as handle:
-                handle.write(("" if existing.endswith("\n") or not existing else "\n") + f"/{MARKER_NAME}\n")
+        ensure_excluded(self.project_dir, MARKER_NAME)
         dirty = dirty_paths(self.project_dir)
         if dirty:
             shown = "\n".join(f"  {line}" for line in dirty[:15])
@@ -343,6 +358,9 @@ class Loop:
                     "(or RALPH_DIRTY_START=stash) to let ralph stash them under a named stash"
                 )
             name = f"ralph: your uncommitted work before the run of {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            base = head_of(self.project_dir)
+            # a copy outside the agent's reach (rule 6): `git stash clear` or `git gc` cannot lose it
+            self.saved_work = work_patch(self.project_dir, base) if base else b""
             self.stash_ref = stash_user_work(self.project_dir, name)
             self.stash_message = (
                 f"your uncommitted work was stashed as {self.stash_ref} ({name!r}); "
@@ -777,8 +795,7 @@ class Loop:
                 env={
                     STATE_FILE_ENV: str(self.run_dir / "state.json"),
                     "RALPH_TASKS_FILE": str(self.tasks_path),
-                    "RALPH_RUN_DIR": str(self.run_dir),
-                    "RALPH_HOOK_SOCKET": str(self.hook_server.path),
+                    **self.channel_env(),
                 },
             )
             spec = agent.process(invocation)
@@ -975,7 +992,7 @@ class Loop:
             iteration=int(label.split(".")[0]),
             model=model if model is not None else (self.config.model if agent is self.agent else None),
             hook_settings=self._hook_settings(),
-            env={"RALPH_RUN_DIR": str(self.run_dir), "RALPH_HOOK_SOCKET": str(self.hook_server.path)},
+            env=self.channel_env(),
             purpose=label.split(".", 1)[-1],
             sandboxed=self.runner.name != "direct",
             read_only=read_only,
@@ -1009,6 +1026,14 @@ class Loop:
             default = getattr(agent, "default_model", None)
             chosen = default() if callable(default) else None
         return chosen
+
+    def channel_env(self) -> dict[str, str]:
+        """The agent's way to the loop: run dir, hook socket and the per-run token."""
+        return {
+            "RALPH_RUN_DIR": str(self.run_dir),
+            "RALPH_HOOK_SOCKET": str(self.hook_server.path),
+            "RALPH_HOOK_TOKEN": self.hook_token,
+        }
 
     def _feedback_for_next(self, record: IterationRecord) -> list[str]:
         feedback = [f"Iteration {record.number} ({record.mode}): {message}" for message in record.violations]

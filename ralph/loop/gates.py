@@ -197,6 +197,8 @@ class GateKeeper:
                     ask_reviewer=lambda prompt, agent, model, g=gate.name, h=hard: loop.ask_reviewer(
                         prompt, f"{record.number:03d}.{g}", h, agent, model
                     ),
+                    run_command=lambda command, timeout: loop.runner.run_command(command, loop.project_dir, timeout),
+                    where="sandbox" if loop.runner.isolates else "host",
                 )
                 gate_result = self._run_read_only(gate, context, record, story_id)
                 outcome.results.append(gate_result)
@@ -216,6 +218,7 @@ class GateKeeper:
                     timed_out=gate_result.timed_out,
                     seconds=round(gate_result.seconds, 3),
                     soft_timeout_exceeded=gate_result.soft_timeout_exceeded,
+                    where=gate_result.where,
                     output=truncate(gate_result.output, 40),
                 )
                 if gate_result.soft_timeout_exceeded:
@@ -320,12 +323,25 @@ class GateKeeper:
     def _rollback(self, record: IterationRecord, checkpoint: str, untracked_before: set[str]) -> TaskList:
         from ralph.gitutil import rollback
 
+        saved = self.save_work(record, checkpoint, f"iteration {record.number}'s work, rolled back after a failed gate")
         removed = rollback(self.loop.project_dir, checkpoint, untracked_before)
-        self.loop.emit("rollback", iteration=record.number, to=checkpoint, removed=removed)
+        self.loop.emit("rollback", iteration=record.number, to=checkpoint, removed=removed, saved=saved)
         raw, tasks, _ = self.loop.read_tasks()
         assert tasks is not None
         self.loop._last_good_raw = raw
         return tasks
+
+    def save_work(self, record: IterationRecord, base: str, what: str) -> str | None:
+        """Copy the tree's changes against ``base`` into the run directory before the loop discards them."""
+        from ralph.gitutil import work_patch
+        from ralph.loop.savedwork import record_saved_work
+
+        patch = work_patch(self.loop.project_dir, base)
+        if not patch or self.loop.run_dir is None:
+            return None
+        where = record_saved_work(self.loop.run_dir, "rollback", patch, what)
+        self.loop.emit("work_saved", iteration=record.number, what=what, where=where)
+        return where
 
     def _escalate(self, record: IterationRecord, state: StoryState, tasks: TaskList) -> str | None:
         decision = state.escalation(self.config.strategy_shifts)
@@ -384,6 +400,8 @@ class GateKeeper:
             f"Strategy shifts: {state.strategy_shifts}\n\n"
             + (f"Last output (verbatim, cut):\n{truncate(last.output, 60)}\n" if last else "")
         )
+        if state.start_commit:
+            self.save_work(record, state.start_commit, f"{story_id}'s work before the tier-3 reset (also on {branch})")
         tip = branch_failed_work(project, branch, message)
         reset = "not reset: no start commit recorded"
         if state.start_commit:
