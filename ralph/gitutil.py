@@ -124,7 +124,6 @@ def hardened_env(extra: dict[str, str] | None = None) -> dict[str, str]:
             "GIT_EDITOR": "true",
             "GIT_NO_REPLACE_OBJECTS": "1",
             "GIT_OPTIONAL_LOCKS": "0",
-            "GIT_PROTOCOL_FROM_USER": "0",
         }
     )
     env.update(extra or {})
@@ -150,8 +149,12 @@ def git(
     check: bool = True,
     env: dict[str, str] | None = None,
     binary: bool = False,
+    input: bytes | str | None = None,  # noqa: A002 - subprocess's name
 ) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
-    """Run one hardened git command in ``project_dir`` after the metadata check."""
+    """Run one hardened git command in ``project_dir`` after the metadata check.
+
+    ``env`` adds variables (e.g. ``GIT_INDEX_FILE``); ``binary`` returns bytes; ``input`` is stdin.
+    """
     check_metadata()
     return subprocess.run(
         git_argv(*args),
@@ -160,7 +163,7 @@ def git(
         text=not binary,
         check=check,
         env=hardened_env(env),
-        stdin=subprocess.DEVNULL,
+        **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
     )
 
 

@@ -33,16 +33,10 @@ def repo_identity(project_dir: Path) -> str:
     Part of the project key, so a new repository created at the path of an old one starts
     with no state of the old project.
     """
-    import subprocess
+    from ralph.gitutil import git  # hardened, after the git metadata check
 
     try:
-        result = subprocess.run(
-            ["git", "rev-list", "--max-parents=0", "HEAD"],
-            cwd=project_dir,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        result = git(project_dir, "rev-list", "--max-parents=0", "HEAD", check=False)
     except OSError:
         return ""
     roots = sorted(result.stdout.split()) if result.returncode == 0 else []
