@@ -285,48 +285,68 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
 def _check_git(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> None:
     v: GitView = cmd.git if isinstance(cmd.git, GitView) else view(cmd.argv)
     sub, args = v.sub, v.args
-    if v.configs.get("core.hookspath") is not None or "core.hookspath" in v.configs:
-        ctx.deny("git-no-verify", _no_verify_reason())
     if sub in ("push", "send-pack", "http-push") or (sub in ("subtree", "lfs") and "push" in args) or (
         sub == "svn" and "dcommit" in args
     ) or (sub == "p4" and "submit" in args):
         ctx.deny("git-push", PUSH_REASON)
-    if has_long(args, "--no-verify", 6) or (sub == "commit" and short_flag(args, "n", stop="mFCctSu")):
+    if _skips_hooks(cmd, v):
         ctx.deny("git-no-verify", _no_verify_reason())
-    if sub == "config" and any(a.lower() == "core.hookspath" for a in args[:-1]):
-        ctx.deny("git-no-verify", _no_verify_reason())
-    if sub in ("commit", "push", "merge", "rebase") and (
-        cmd.assignments.get("HUSKY") == "0" or "HUSKY_SKIP_HOOKS" in cmd.assignments or "SKIP" in cmd.assignments
-    ):
-        ctx.deny("git-no-verify", _no_verify_reason())
-    if sub in _FORCE_SUBCOMMANDS:
-        letters, longs = _FORCE_SUBCOMMANDS[sub]
-        flag = (
-            next((a for a in args if a.startswith("--force")), None)
-            or next((found for name in longs if (found := has_long(args, name, 4))), None)
-            or short_flag(args, letters, stop=_FORCE_STOP.get(sub, "bBcCmo"))
-        )
-        dry_run = sub == "clean" and ("--dry-run" in args or short_flag(args, "n"))
-        if flag and not dry_run:
-            ctx.deny("git-force", _force_reason(sub, flag))
-    elif sub != "push" and (flag := next((a for a in args if a.startswith("--force")), None) or has_long(
-            args, "--force", 5)):
+    flag = _force_flag(sub, args)
+    if flag:
         ctx.deny("git-force", _force_reason(sub, flag))
     if sub == "reset" and has_long(args, "--hard", 4):
         _check_reset(args, ctx)
+    branch = _moves_main(cmd, index, analysis, v, ctx)
+    if branch:
+        _deny_merge(branch, ctx)
+
+
+def _skips_hooks(cmd: Command, v: GitView) -> bool:
+    sub, args = v.sub, v.args
+    return (
+        "core.hookspath" in v.configs
+        or bool(has_long(args, "--no-verify", 6))
+        or (sub == "commit" and bool(short_flag(args, "n", stop="mFCctSu")))
+        or (sub == "config" and any(a.lower() == "core.hookspath" for a in args[:-1]))
+        or (sub in ("commit", "push", "merge", "rebase") and (
+            cmd.assignments.get("HUSKY") == "0" or "HUSKY_SKIP_HOOKS" in cmd.assignments or "SKIP" in cmd.assignments
+        ))
+    )
+
+
+def _force_flag(sub: str, args: list[str]) -> str | None:
+    """The option forcing ``git sub`` past its safety checks (seed 001's "git --force"), if any."""
+    if sub == "push":
+        return None  # that is git-push
+    if sub not in _FORCE_SUBCOMMANDS:
+        return next((a for a in args if a.startswith("--force")), None) or has_long(args, "--force", 5)
+    letters, longs = _FORCE_SUBCOMMANDS[sub]
+    flag = (
+        next((a for a in args if a.startswith("--force")), None)
+        or next((found for name in longs if (found := has_long(args, name, 4))), None)
+        or short_flag(args, letters, stop=_FORCE_STOP.get(sub, "bBcCmo"))
+    )
+    if sub == "clean" and ("--dry-run" in args or short_flag(args, "n")):
+        return None
+    return flag
+
+
+def _moves_main(cmd: Command, index: int, analysis: Analysis, v: GitView, ctx: _Ctx) -> str | None:
+    """``main``/``master`` when this git command moves it: a merge into it, update-ref, fetch into it."""
+    sub, args = v.sub, v.args
     if sub == "merge" and not any(a in ("--abort", "--continue", "--quit") for a in args):
         branch = _target_branch(cmd, index, analysis, v.dirs, ctx)
-        if branch in _MAIN_BRANCHES:
-            _deny_merge(branch, ctx)
+        return branch if branch in _MAIN_BRANCHES else None
+    refs: list[str] = []
     if sub == "update-ref":
-        refs = [a for a in args if not a.startswith("-")]
-        if refs and _MAIN_REF.match(refs[0]):
-            _deny_merge(_MAIN_REF.match(refs[0]).group(2), ctx)  # type: ignore[union-attr]
-    if sub in ("fetch", "pull"):
-        for a in args:
-            dest = a.rpartition(":")[2] if ":" in a and not a.startswith("-") else ""
-            if dest and _MAIN_REF.match(dest.lstrip("+")):
-                _deny_merge(_MAIN_REF.match(dest.lstrip("+")).group(2), ctx)  # type: ignore[union-attr]
+        refs = [a for a in args if not a.startswith("-")][:1]
+    elif sub in ("fetch", "pull"):
+        refs = [a.rpartition(":")[2].lstrip("+") for a in args if ":" in a and not a.startswith("-")]
+    for ref in refs:
+        m = _MAIN_REF.match(ref)
+        if m:
+            return m.group(2)
+    return None
 
 
 def _check_ref_write(path: str, ctx: _Ctx) -> None:
