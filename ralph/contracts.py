@@ -288,6 +288,34 @@ class Runner(ABC):
         return self
 
 
+# -- fleet engines --------------------------------------------------------------
+
+
+class FleetEngine(ABC):
+    """Runs whole loops (``ralph run --parallel --engine NAME``) somewhere else, one per unit.
+
+    A unit is a PRD folder or a story group (``ralph.lifecycle.parallel.Unit``:
+    ``name``, ``ralph_dir``, ``kind``, ``stories``, ``branch``).  Each loop starts
+    from ``base_commit``; its branch comes back to the project as ``unit.branch``.
+    An engine never merges or pushes, and one loop failing must not stop the others.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def availability(self) -> Availability:
+        """Can this engine be used here?  The reason is shown when it cannot."""
+        return Availability.yes()
+
+    @abstractmethod
+    def run(self, project_dir: Path, units: list[Any], base_commit: str, run_args: list[str],
+            out: Any, err: Any) -> int:
+        """Run one loop per unit with ``ralph run RUN_ARGS``; the overall exit code (0 when all completed)."""
+
+
 # -- policies -------------------------------------------------------------------
 
 

@@ -191,4 +191,32 @@ def _check_tar(data: bytes) -> list[tarfile.TarInfo]:
     return members
 
 
-__all__ = ["WorkspaceError", "WorkspaceState", "capture", "head", "init_checkout", "mirror", "untracked_names"]
+
+
+
+def receive_branch(repo: Path, state: WorkspaceState, branch: str) -> str:
+    """Store ``state``'s commits in ``repo`` as ``refs/heads/BRANCH``, never touching its working tree.
+
+    A new branch is created; an existing one only moves forward (the new head
+    must descend from it).  Returns ``created``, ``updated`` or ``unchanged``.
+    """
+    if state.bundle is not None:
+        _unbundle(repo, state.bundle)
+    if not _has_commit(repo, state.head):
+        raise WorkspaceError(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
+    ref = f"refs/heads/{branch}"
+    current = git(repo, "rev-parse", "-q", "--verify", ref, check=False).stdout.decode().strip()
+    if current == state.head:
+        return "unchanged"
+    if current and git(repo, "merge-base", "--is-ancestor", current, state.head, check=False).returncode:
+        raise WorkspaceError(
+            f"branch {branch} already exists at {current[:12]} and {state.head[:12]} does not descend from it; "
+            "rename or delete it and run again"
+        )
+    current_head_ref = git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.decode().strip()
+    if current_head_ref == ref:
+        raise WorkspaceError(f"branch {branch} is checked out here; switch to another branch and run again")
+    git(repo, "update-ref", ref, state.head, *([current] if current else []))
+    return "updated" if current else "created"
+
+__all__ = ["WorkspaceError", "WorkspaceState", "capture", "head", "init_checkout", "mirror", "receive_branch", "untracked_names"]

@@ -197,6 +197,11 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
 @click.option("-v", "--verbose", "output", flag_value="verbose", help="Also tool results and raw events.")
 @click.option("--parallel", is_flag=True, help="Run every .ralph/PRD-N/ folder (or, with --groups, story group) in its own git worktree, concurrently; never merges.")
 @click.option("--groups", is_flag=True, help="With --parallel: split one task list into independent story groups (dependsOn components).")
+@click.option(
+    "--engine",
+    metavar="NAME",
+    help="With --parallel: where the loops run: worktrees (local git worktrees, the default) or a fleet engine such as ray (one loop per node of a Ray cluster; see docs/ray.md).",
+)
 @handles_errors
 def run(
     project_dir: Path,
@@ -223,6 +228,7 @@ def run(
     story: str | None = None,
     parallel: bool = False,
     groups: bool = False,
+    engine: str | None = None,
 ) -> None:
     """Run the loop until every story is implemented, reviewed and approved.
 
@@ -234,14 +240,16 @@ def run(
     from ralph.cli.session import open_session
 
     # -- ralph run --parallel (ralph/lifecycle/parallel.py): one child `ralph run` per worktree --
-    if parallel or groups:
+    if parallel or groups or engine:
         if not parallel:
-            raise UsageError("--groups goes with --parallel (ralph run --parallel --groups)")
+            flag = "--groups" if groups else "--engine"
+            raise UsageError(f"{flag} goes with --parallel (ralph run --parallel {flag} ...)")
         from ralph.lifecycle.parallel import passthrough_args, run_parallel
 
         ctx = click.get_current_context()
-        child_args = passthrough_args(ctx, {"project_dir", "ralph_dir", "prd", "parallel", "groups", "dry_run"})
-        sys.exit(run_parallel(project_dir, child_args, groups=groups, ralph_dir=ralph_dir, prd=prd, dry_run=dry_run))
+        child_args = passthrough_args(ctx, {"project_dir", "ralph_dir", "prd", "parallel", "groups", "dry_run", "engine"})
+        sys.exit(run_parallel(project_dir, child_args, groups=groups, ralph_dir=ralph_dir, prd=prd, dry_run=dry_run,
+                              engine=engine))
     # -- end of --parallel --
 
     if runner and sandbox and runner != sandbox:

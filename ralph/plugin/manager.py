@@ -22,6 +22,7 @@ from ralph.plugin import hookspecs
 from ralph.contracts import (
     Agent,
     Check,
+    FleetEngine,
     Gate,
     LoopEvent,
     Policy,
@@ -117,6 +118,7 @@ class PluginHost:
         self.policies = self._registry("policy", "ralph_register_policies", Policy)
         self.stores = self._registry("task store", "ralph_register_task_stores", TaskStore)
         self.gates = self._registry("gate", "ralph_register_gates", Gate)
+        self.fleet_engines = self._registry("fleet engine", "ralph_register_fleet_engines", FleetEngine)
 
     # -- loading ----------------------------------------------------------------
 
