@@ -278,3 +278,16 @@ def test_fleet_of_three_prds_on_two_nodes_brings_each_branch_back(ralph_project,
     # nothing was merged: the project's own branch and working tree are as they were
     assert ralph_project.git("status", "--porcelain").strip() == ""
     assert not (ralph_project.path / "PRD-1.txt").exists()
+
+
+def test_doctor_reports_the_cluster_and_whether_a_node_fits(ralph_project, cluster) -> None:
+    configure(ralph_project, cluster)
+    script = ralph_project.path.parent / "script.json"
+    script.write_text(json.dumps({"iterations": {}, "default": [{"say": "done"}]}))
+    ralph_project.env["RALPH_REPLAY_SCRIPT"] = str(script)
+    report = ralph_project.run("doctor", "--runner", "ray", "--agent", "replay")
+    assert f"ray: cluster at {cluster.address}" in report.stdout, report.stdout + report.stderr
+    assert cluster.node_id("node2")[:12] in report.stdout and "node2=1" in report.stdout
+    configure(ralph_project, cluster, resources={"gpu-node": 1})
+    report = ralph_project.run("doctor", "--runner", "ray", "--agent", "replay")
+    assert report.returncode != 0 and "no alive node offers" in report.stdout + report.stderr

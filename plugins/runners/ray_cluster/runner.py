@@ -79,6 +79,34 @@ class RayRunner(Runner):
             )
         return Availability.yes()
 
+    def agent_view(self) -> Any:
+        """The agent on a node sees only the forwarded environment ([tool.ralph.ray] env) and what ralph ships."""
+        from ralph.contracts import AgentView
+
+        env = _forwarded_env(self.config().env)
+        home = env.get("HOME") or os.environ.get("HOME") or str(Path.home())
+        return AgentView(env=env, home=Path(home))
+
+    def preflight(self, context: Any) -> list[Any]:
+        """The cluster answers, and some alive node offers what one iteration asks for."""
+        from ralph.contracts import Check
+
+        cfg = self.config()
+        if not cfg.address:
+            return [Check(True, "ray: no address set: a local Ray cluster will be started for the run and stopped after it")]
+        from .cluster import describe_cluster
+
+        try:
+            lines, fitting = describe_cluster(cfg)
+        except RalphError as exc:
+            return [Check(False, str(exc), "start the cluster (`ray start --head`) or fix [tool.ralph.ray] address")]
+        checks = [Check(True, line) for line in lines]
+        if not fitting:
+            wanted = {"CPU": cfg.num_cpus, **cfg.resources}
+            checks.append(Check(False, f"ray: no alive node offers what an iteration asks for ({wanted})",
+                                "add a node with those resources, or change [tool.ralph.ray] num_cpus/resources"))
+        return checks
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def prepare(self, project_dir: Path) -> None:
