@@ -255,6 +255,9 @@ class RayRunner(Runner):
         """Forward one relayed hook request to the loop's own socket; None when the loop cannot answer."""
         if not loop_socket:
             return None
+        assert self._project is not None
+        # the agent's paths are the node checkout's; the loop judges them as the project's
+        request = _translate(request, self._where["workspace"], str(self._project))
         event = (request.get("payload") or {}).get("hook_event_name")
         if event in HOOK_EVENTS_THAT_READ_THE_PROJECT:
             self._bring_back()  # the Stop checks read the project: show them the agent's work so far
@@ -313,6 +316,17 @@ class RayRunner(Runner):
             return
         with open(Path(run_dir) / "ray.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"ts": time.time(), **data}) + "\n")
+
+
+def _translate(value: Any, old: str, new: str) -> Any:
+    """``value`` (JSON) with every path under ``old`` rewritten to lie under ``new``."""
+    if isinstance(value, str):
+        return value.replace(old, new) if old in value else value
+    if isinstance(value, dict):
+        return {key: _translate(item, old, new) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_translate(item, old, new) for item in value]
+    return value
 
 
 def _forwarded_env(patterns: list[str]) -> dict[str, str]:
