@@ -17,11 +17,11 @@ from ralph import __version__
 
 EPILOG = """\b
 Typical session:
-  ralph init --name my-feature     # scaffold ralph/ (prd.md, tasks.json, ...)
-  $EDITOR ralph/prd.md ralph/tasks.json
-  ralph run --dry-run              # see the mode, story and prompt
-  ralph run                        # loop until every story is approved
-  ralph status                     # what the last run did
+  ralph init --name my-feature --commit   # scaffold ralph/ (prd.md, tasks.json, ...)
+  $EDITOR ralph/prd.md ralph/tasks.json   # or: ralph plan; then commit
+  ralph run --dry-run                     # see the branch, mode, story and prompt
+  ralph run                               # loop until every story is approved
+  ralph status                            # what the last run did
 \b
 Exit codes of `ralph run`: 0 complete, 1 iterations exhausted or no story
 selectable, 2 usage or configuration error, 3 finished with failed stories,
@@ -36,7 +36,7 @@ Exit codes: 0 complete, 1 iterations exhausted or no story selectable,
 2 usage or configuration error or a failed pre-flight check, 3 finished with
 failed stories, 4 global hard timeout, 5 budget reached, 6 paused on the
 agent's usage limit or the API's rate limit, 7 the agent failed repeatedly
-with the same error, 130 interrupted.
+with the same error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 
@@ -85,12 +85,23 @@ class RegistryOption(click.Option):
         if record is None:
             return None
         try:
-            from ralph.plugin.manager import PluginHost
-
-            names = getattr(PluginHost(), self.registry).names()
+            names = getattr(_help_host(), self.registry).names()
         except Exception:  # a broken plugin must not break --help
             return record
         return record[0], f"{record[1]}  Registered: {', '.join(sorted(names))}."
+
+
+def _help_host() -> Any:
+    """One plugin host for all the options of one help page (loaded on first use)."""
+    global _HELP_HOST
+    if _HELP_HOST is None:
+        from ralph.plugin.manager import PluginHost
+
+        _HELP_HOST = PluginHost()
+    return _HELP_HOST
+
+
+_HELP_HOST: Any = None
 
 
 project_dir_option = click.option(
