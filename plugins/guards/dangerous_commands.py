@@ -31,7 +31,7 @@ from ralph import hookimpl
 from ralph.contracts import Denial, HookEvent
 from ralph_plugins.guards.git import GitView, parse_git, short_flag, view
 from ralph_plugins.guards.programs import fetches, find_roots, has_long
-from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Analysis, Command, analyze, resolve_path
+from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Analysis, Command, analyze_for, resolve_path
 
 __all__ = ["RULES", "PUSH_REASON", "check_command", "current_branch", "is_direct", "is_secret_path", "parse_git"]
 
@@ -173,7 +173,7 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
 def check_command(command: str, event: HookEvent) -> list[Denial]:
     """Every rule this Bash command line breaks (one denial per rule)."""
     ctx = _Ctx(event)
-    _check_analysis(analyze(command, ctx.cwd, ctx.project, ctx.home), ctx)
+    _check_analysis(analyze_for(event, command, ctx.cwd, ctx.project, ctx.home), ctx)
     return list(ctx.denials.values())
 
 
