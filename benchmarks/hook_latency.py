@@ -14,7 +14,10 @@ Targets: median under 30 ms for PreToolUse and PostToolUse (25 ms for PreToolUse
 60 ms for Stop.  Also measured: loading the bash grammar the guards parse with (once per loop or hook
 helper process) and analysing a 1 KB command (target under 2 ms).
 
-    python benchmarks/hook_latency.py [--runs 30] [--stories 1000]
+    python benchmarks/hook_latency.py [--runs 30] [--stories 1000] [--loop-only]
+
+``--loop-only`` skips the calls outside a loop.  The "in the loop's process" rows time the
+answer alone (what the guards add on the loop's side), without the hook process's start.
 """
 
 from __future__ import annotations
@@ -134,13 +137,16 @@ def main(argv: list[str]) -> None:
             runtime.mkdir(mode=0o700)
             helper_env = {**base_env, "XDG_RUNTIME_DIR": str(runtime), "RALPH_HOOK_DAEMON_IDLE": "30"}
             alone = {**base_env, "RALPH_HOOK_DAEMON": "0"}
-            setups = (
+            setups: tuple[tuple[str, dict[str, str]], ...] = (
                 ("in loop", {**base_env, "RALPH_HOOK_SOCKET": str(server.path)}),
                 ("no loop, helper", helper_env),
                 ("no loop, in-process", alone),
                 ("no loop, in-process, no .pyc",
                  {**alone, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(root / "nopyc")}),
             )
+            if "--loop-only" in argv:
+                setups = setups[:1]
+            rows.extend(answers_in_the_loop(loop, project, runs))
             for where, env in setups:
                 for name, extra in EVENTS.items():
                     if name == "PreToolUse 1 KB":
@@ -167,6 +173,28 @@ def main(argv: list[str]) -> None:
         grammar_and_parse(runs, base_env)
         bare = time_calls(f"{sys.executable} -S -P -c pass", {}, base_env, project, runs)[0]
         print(f"for scale: bare `python -S -P -c pass` median {ms(statistics.median(bare))} ms")
+
+
+def answers_in_the_loop(loop: object, project: Path, runs: int) -> list[tuple[str, ...]]:
+    """The loop's own time to answer PreToolUse/PostToolUse (in-process: no hook process start)."""
+    rows = []
+    cases = (
+        ("PreToolUse", {"tool_name": "Bash", "tool_input": {"command": "git status && pytest -q"}}),
+        ("PreToolUse 1 KB", {"tool_name": "Bash", "tool_input": {"command": COMMAND_1KB}}),
+        ("PostToolUse", EVENTS["PostToolUse"]),
+    )
+    for name, extra in cases:
+        payload = {"hook_event_name": name.split()[0], "session_id": "bench", "cwd": str(project), **extra}
+        request = {"payload": payload, "env": {"CLAUDE_PROJECT_DIR": str(project), "HOME": os.environ.get("HOME", "")}}
+        loop.answer_hook(request)  # type: ignore[attr-defined]
+        times = []
+        for _ in range(runs * 10):
+            start = time.perf_counter()
+            out = loop.answer_hook(request)  # type: ignore[attr-defined]
+            times.append(time.perf_counter() - start)
+        rows.append((name, "in the loop's process", ms(min(times)), ms(statistics.median(times)),
+                     ms(percentile(times, 0.9)), json.dumps(out)[:60] or "{}"))
+    return rows
 
 
 def grammar_and_parse(runs: int, env: dict[str, str]) -> None:

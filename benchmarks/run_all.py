@@ -31,6 +31,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "task_selection": ["--sizes", "10,1000,10000"],
     "hook_latency": ["--runs", "5"],
     "sandbox_overhead": ["--runs", "3"],
+    "trust_overhead": ["--runs", "5"],
 }
 
 

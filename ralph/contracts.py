@@ -205,15 +205,25 @@ class ProcessOutcome:
     stderr: str = ""
 
 
+@dataclass
+class CommandResult:
+    """A loop-owned command (a gate's) run where the agent runs; ``where`` is ``host`` or ``sandbox``."""
+
+    exit_code: int
+    output: str
+    timed_out: bool = False
+    where: str = "host"
+
+
 class Runner(ABC):
     """Where and how the agent process runs (host subprocess, container, remote)."""
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     isolates: ClassVar[bool] = False
-    """True when the agent cannot reach the host outside the project (a container, another
-    machine).  False (a host subprocess): the agent-side guards are the only protection, and
-    guards deny what they cannot model."""
+    """True when the agent (and :meth:`run_command`) runs isolated from the host: a sandbox, another
+    machine.  False (a host subprocess): the agent-side guards are the only protection, and guards
+    deny what they cannot model."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -262,6 +272,18 @@ class Runner(ABC):
         """
         return []
 
+    def run_command(self, command: str, cwd: Path, timeout: float | None) -> CommandResult:
+        """Run a loop-owned shell command (a gate) where the agent runs, output merged.
+
+        The default runs it on the host in its own session and kills the whole session
+        on timeout.  A sandbox runner overrides this so nothing the agent wrote (a
+        ``conftest.py``, a Makefile, ``verifyCommands``) runs on the host.
+        """
+        from ralph.procs import run_shell
+
+        code, output, timed_out = run_shell(command, cwd, timeout)
+        return CommandResult(code, output, timed_out, "host")
+
     fallback_reason: str = ""
     """Set on the runner ``auto`` fell back to: why the preferred one was not used."""
 
@@ -278,6 +300,34 @@ class Runner(ABC):
     def resolve(self, registry: Registry) -> Runner:
         """The runner that will really run; ``auto`` returns its choice from ``registry``."""
         return self
+
+
+# -- fleet engines --------------------------------------------------------------
+
+
+class FleetEngine(ABC):
+    """Runs whole loops (``ralph run --parallel --engine NAME``) somewhere else, one per unit.
+
+    A unit is a PRD folder or a story group (``ralph.lifecycle.parallel.Unit``:
+    ``name``, ``ralph_dir``, ``kind``, ``stories``, ``branch``).  Each loop starts
+    from ``base_commit``; its branch comes back to the project as ``unit.branch``.
+    An engine never merges or pushes, and one loop failing must not stop the others.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def availability(self) -> Availability:
+        """Can this engine be used here?  The reason is shown when it cannot."""
+        return Availability.yes()
+
+    @abstractmethod
+    def run(self, project_dir: Path, units: list[Any], base_commit: str, run_args: list[str],
+            out: Any, err: Any) -> int:
+        """Run one loop per unit with ``ralph run RUN_ARGS``; the overall exit code (0 when all completed)."""
 
 
 # -- policies -------------------------------------------------------------------
@@ -523,6 +573,10 @@ class GateContext:
     ask_reviewer: Callable[[str, str | None, str | None], tuple[str, str]] | None = None
     """``ask_reviewer(prompt, agent_name, model) -> (answer, "agent/model")``: a fresh, read-only
     session of any agent plugin (None: the loop's review agent); changes it makes are undone."""
+    run_command: Callable[[str, float | None], CommandResult] | None = None
+    """Run a shell command where the agent runs (the runner's :meth:`Runner.run_command`)."""
+    where: str = "host"
+    """Where the runner runs the agent and ``run_command``: ``host`` or ``sandbox``."""
 
 
 @dataclass
@@ -539,6 +593,8 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
     """Structured details for the event log and the report (a reviewer's verdict ...)."""
+    where: str = "host"
+    """Where the gate's commands ran: ``host`` or ``sandbox``."""
 
 
 class Gate(ABC):

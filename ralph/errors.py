@@ -17,6 +17,10 @@ class TaskListError(RalphError):
     """A task list that is missing or does not validate (the file is left untouched)."""
 
 
+class TaskSchemaError(TaskListError):
+    """A task list that decodes but breaks the schema (one line per problem, each naming file and field)."""
+
+
 class PluginError(RalphError):
     """A plugin problem: duplicate names, unknown runner/agent, failed import."""
 

@@ -6,6 +6,7 @@ their own, and nothing they wrote is dropped when the loop writes the file.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
@@ -70,14 +71,37 @@ class TaskList(BaseModel):
         return {story.id: story.state() for story in self.userStories}
 
 
+def read_task_text(path: Path) -> str:
+    """The text of a task-list file.
+
+    Raises ``FileNotFoundError`` when it is missing (callers word that themselves) and
+    :class:`ralph.errors.TaskListError` naming the file and the fix when it is a directory,
+    unreadable, or not UTF-8 text; the file is never touched.
+    """
+    from ralph.errors import TaskListError
+
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise TaskListError(f"{path} is a directory, not a task-list file: remove or rename it") from None
+    except UnicodeDecodeError as exc:
+        raise TaskListError(
+            f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}): save it as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise TaskListError(f"{path} cannot be read: {exc.strerror or exc}") from None
+
+
 def parse_tasks(data: Any, source: str) -> TaskList:
     """Validate already-decoded JSON; raise TaskListError naming file, story and field."""
-    from ralph.errors import TaskListError
+    from ralph.errors import TaskSchemaError
 
     try:
         return TaskList.model_validate(data)
     except ValidationError as exc:
-        raise TaskListError(explain_errors(exc, data, source)) from None
+        raise TaskSchemaError(explain_errors(exc, data, source)) from None
 
 
 def explain_errors(exc: ValidationError, data: Any, source: str) -> str:

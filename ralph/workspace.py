@@ -15,7 +15,6 @@ build output) never travel: each side keeps its own.
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import tarfile
 import tempfile
@@ -23,16 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-# Nothing a repository's files configure may run a program while we read or write it.
-_SAFE_GIT = [
-    "-c", "core.fsmonitor=false",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "core.pager=cat",
-    "-c", "diff.external=",
-    "-c", "core.sshCommand=false",
-    "-c", "credential.helper=",
-    "-c", "protocol.ext.allow=never",
-]
+# Nothing a repository's files configure may run a program while we read or write it: every
+# call goes through ralph.gitutil.git (hardened, and on the loop's side after the metadata check).
 
 
 class WorkspaceError(Exception):
@@ -60,11 +51,10 @@ class WorkspaceState:
 
 
 def git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    """Run git in ``repo`` with nothing configurable able to start a program."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_OPTIONAL_LOCKS": "0"}
-    result = subprocess.run(
-        ["git", *_SAFE_GIT, *args], cwd=repo, input=input, capture_output=True, env=env, check=False
-    )
+    """Run git in ``repo`` with nothing configurable able to start a program (ralph.gitutil.git)."""
+    from ralph.gitutil import git as hardened_git
+
+    result = hardened_git(repo, *args, check=False, binary=True, input=input)
     if check and result.returncode != 0:
         message = result.stderr.decode("utf-8", "replace").strip() or f"exit {result.returncode}"
         raise WorkspaceError(f"git {' '.join(args[:3])} in {repo}: {message}")
@@ -172,13 +162,12 @@ def _check_diff(repo: Path, state: WorkspaceState) -> None:
     if not state.diff:
         return
     with tempfile.TemporaryDirectory(prefix="ralph-index-") as tmp:
-        env_index = str(Path(tmp) / "index")
-        env = {**os.environ, "GIT_INDEX_FILE": env_index}
+        from ralph.gitutil import git as hardened_git
+
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         for args in (["read-tree", state.head], ["apply", "--cached", "--check", "--binary", "-"]):
-            result = subprocess.run(
-                ["git", *_SAFE_GIT, *args], cwd=repo, env=env, capture_output=True,
-                input=state.diff if args[0] == "apply" else None, check=False,
-            )
+            result = hardened_git(repo, *args, env=env, check=False, binary=True,
+                                  input=state.diff if args[0] == "apply" else None)
             if result.returncode:
                 message = result.stderr.decode("utf-8", "replace").strip()
                 raise WorkspaceError(f"the uncommitted changes do not apply to {state.head[:12]}: {message}")
@@ -202,4 +191,32 @@ def _check_tar(data: bytes) -> list[tarfile.TarInfo]:
     return members
 
 
-__all__ = ["WorkspaceError", "WorkspaceState", "capture", "head", "init_checkout", "mirror", "untracked_names"]
+
+
+
+def receive_branch(repo: Path, state: WorkspaceState, branch: str) -> str:
+    """Store ``state``'s commits in ``repo`` as ``refs/heads/BRANCH``, never touching its working tree.
+
+    A new branch is created; an existing one only moves forward (the new head
+    must descend from it).  Returns ``created``, ``updated`` or ``unchanged``.
+    """
+    if state.bundle is not None:
+        _unbundle(repo, state.bundle)
+    if not _has_commit(repo, state.head):
+        raise WorkspaceError(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
+    ref = f"refs/heads/{branch}"
+    current = git(repo, "rev-parse", "-q", "--verify", ref, check=False).stdout.decode().strip()
+    if current == state.head:
+        return "unchanged"
+    if current and git(repo, "merge-base", "--is-ancestor", current, state.head, check=False).returncode:
+        raise WorkspaceError(
+            f"branch {branch} already exists at {current[:12]} and {state.head[:12]} does not descend from it; "
+            "rename or delete it and run again"
+        )
+    current_head_ref = git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.decode().strip()
+    if current_head_ref == ref:
+        raise WorkspaceError(f"branch {branch} is checked out here; switch to another branch and run again")
+    git(repo, "update-ref", ref, state.head, *([current] if current else []))
+    return "updated" if current else "created"
+
+__all__ = ["WorkspaceError", "WorkspaceState", "capture", "head", "init_checkout", "mirror", "receive_branch", "untracked_names"]

@@ -92,7 +92,7 @@ def test_command_line_wires_hooks_sandbox_and_provider(tmp_path: Path, monkeypat
     )
     assert "--dangerously-bypass-approvals-and-sandbox" in boxed.argv and "-s" not in boxed.argv
     assert "--dangerously-bypass-hook-trust" not in boxed.argv  # no hook wiring given
-    assert boxed.env["CODEX_HOME"] == "/tmp/ralph-codex-home"
+    assert "CODEX_HOME" not in boxed.env  # ~/.codex on the container's tmpfs home
 
 
 def test_toml_values_and_hook_file() -> None:
@@ -181,3 +181,16 @@ def test_codex_apply_patch_is_judged_as_its_shell_equivalent(tmp_path: Path) -> 
     assert "prd.md" in denied["hookSpecificOutput"]["permissionDecisionReason"]
     harmless = {**payload, "tool_input": {"command": "*** Begin Patch\n*** Add File: new.txt\n+x\n*** End Patch\n"}}
     assert answer(harmless, ctx, {"RALPH_HOOK_DIALECT": "codex"}) == {}
+
+
+def test_context_monitor_reads_codex_rollout_token_counts(tmp_path: Path) -> None:
+    from ralph_plugins.monitors.context_monitor import estimate_tokens
+
+    rollout = tmp_path / "rollout.jsonl"
+    lines = [
+        {"type": "session_meta", "payload": {"id": "x", "instructions": "y" * 4000}},
+        {"type": "event_msg", "payload": {"type": "token_count", "info": {
+            "last_token_usage": {"input_tokens": 150_000, "output_tokens": 20}, "model_context_window": 258400}}},
+    ]
+    rollout.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert estimate_tokens(rollout) == 150_020

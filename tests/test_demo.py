@@ -51,6 +51,13 @@ def test_demo_with_real_claude(tmp_path, claude_binary) -> None:
     assert "real Claude Code CLI" in result.stdout
 
 
+@pytest.mark.real_codex
+def test_demo_with_real_codex(tmp_path, codex_binary) -> None:
+    result = run_demo(tmp_path, "codex")
+    assert_full_cycle(tmp_path, result)
+    assert "real Codex CLI" in result.stdout
+
+
 def test_demo_refuses_a_non_empty_directory(tmp_path) -> None:
     (tmp_path / "demo").mkdir()
     (tmp_path / "demo" / "mine.txt").write_text("keep me")

@@ -540,3 +540,43 @@ def test_guards_answer_inside_the_sandbox_as_in_direct_mode(
     rules = " ".join(str(e["output"]) for e in denied)
     assert "git-push" in rules and "protected-file" in rules
     assert any("git-push" in r.text for r in server.requests[1:])
+
+
+@pytest.mark.real_codex
+def test_full_loop_with_codex_in_sandbox(
+    sandbox_project: RalphProject, docker_client: Any, gateway: str, codex_binary: Path, codex_agent_env: Any
+) -> None:
+    from ralph.testing.responses_server import ScriptedResponsesServer
+
+    project = sandbox_project
+    project.write_stories([story("US-001", "Greeting file")])
+    configure(project, network="allowlist")
+    script = IterationScript(
+        {
+            1: [
+                bash("printf hello > hello.txt && id -u > whoami.txt && git add -A && git commit -qm 'feat: [US-001] - implement'"),
+                bash(set_fields("US-001", reviewStatus="needs_review") + " && git add -A && git commit -qm 'mark needs_review'"),
+                Turn([text("Implemented US-001.")]),
+            ],
+            2: [
+                bash(set_fields("US-001", reviewStatus="approved", passes=True, reviewCount=1, notes="ok")
+                     + " && git add -A && git commit -qm 'review: [US-001] - approved'"),
+                Turn([text("Approved. <promise>COMPLETE</promise>")]),
+            ],
+        }
+    )
+    with ScriptedResponsesServer(script, host=gateway) as server:
+        result = project.run(
+            "run", "--runner", "docker-sandbox", "--agent", "codex", "--timeout", "120",
+            env=codex_agent_env(server.url), timeout=300,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    final = project.story("US-001")
+    assert (final["passes"], final["reviewStatus"]) == (True, "approved")
+    assert (project.path / "whoami.txt").read_text().strip() == str(os.getuid())
+    # Codex's own sandbox was off in the container: the container was the boundary
+    raw = (project.run_dirs()[-1] / "iteration-001.agent.jsonl").read_text()
+    assert '"command_execution"' in raw
+    assert project.events("run_started")[0]["runner"] == "docker-sandbox"
+    assert {e["agent"] for e in project.events("iteration_started")} == {"codex"}
+    assert containers_of(docker_client, project.path) == []

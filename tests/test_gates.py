@@ -262,8 +262,14 @@ def test_global_hard_timeout_stops_cleanly_with_the_report(gated, tmp_path) -> N
 def test_rerun_asks_and_fresh_archives_the_old_state(gated, tmp_path) -> None:
     env = replay_env(tmp_path, {1: implement("US-001", "greet.txt", "helo")})
     assert run(gated, env, "-n", "1").returncode == 1
+    # a run that ended normally is simply continued (issue 12 item 12); a changed task list asks
+    data = gated.tasks()
+    data["description"] = "changed by hand after the run"
+    gated.tasks_path.write_text(json.dumps(data, indent=2) + "\n")
+    gated.commit_all("edit the task list")
     refused = run(gated, env, "-n", "1")
     assert refused.returncode == 2 and "--resume" in refused.stderr and "--fresh" in refused.stderr
+    assert "the task list changed since that run ended" in refused.stderr
     fresh = run(gated, env, "-n", "1", "--fresh")
     assert fresh.returncode == 1, fresh.stderr
     archived = list((gated.state_dir / "projects").glob("*/stories-archive/*/US-001.json"))

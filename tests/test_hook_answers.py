@@ -44,12 +44,34 @@ def test_pretooluse_denial_format(tmp_path: Path) -> None:
     assert "[git-push]" in specific["permissionDecisionReason"]
 
 
-def test_client_is_fail_open_and_prints_json_when_the_loop_is_gone(tmp_path: Path) -> None:
+def test_client_fails_closed_when_the_loop_is_gone(tmp_path: Path) -> None:
     client = Path(__file__).resolve().parent.parent / "ralph" / "hooks" / "client.py"
+    env = {"RALPH_HOOK_SOCKET": str(tmp_path / "no-such.sock"), "RALPH_HOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"}
+    outputs = {}
+    for event in ("PreToolUse", "Stop", "PostToolUse"):
+        result = subprocess.run(
+            [sys.executable, "-S", "-P", str(client)],
+            input=json.dumps({"hook_event_name": event, "tool_name": "Bash", "tool_input": {"command": "ls"}}),
+            capture_output=True, text=True, env=env,
+        )
+        assert result.returncode == 0
+        outputs[event] = json.loads(result.stdout)
+    pre = outputs["PreToolUse"]["hookSpecificOutput"]
+    assert pre["permissionDecision"] == "deny" and "loop" in pre["permissionDecisionReason"]
+    assert "gone" in pre["permissionDecisionReason"]
+    assert outputs["Stop"]["decision"] == "block" and "gone" in outputs["Stop"]["reason"]
+    assert outputs["PostToolUse"] == {}
+
+
+def test_client_is_fail_open_outside_a_loop(tmp_path: Path) -> None:
+    client = Path(__file__).resolve().parent.parent / "ralph" / "hooks" / "client.py"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RALPH_HOOK_DAEMON": "0",
+           "RALPH_STATE_DIR": "/dev/null/not-a-directory", "CLAUDE_PROJECT_DIR": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, "-S", "-P", str(client)],
-        input=json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}}),
-        capture_output=True, text=True, env={"RALPH_HOOK_SOCKET": str(tmp_path / "no-such.sock"), "PATH": "/usr/bin:/bin"},
+        input=json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},
+                          "session_id": "s", "cwd": str(tmp_path)}),
+        capture_output=True, text=True, env=env, cwd=tmp_path,
     )
     assert result.returncode == 0
     assert json.loads(result.stdout) == {}

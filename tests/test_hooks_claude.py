@@ -113,7 +113,8 @@ def test_additional_context_reaches_the_model_and_failures_the_next_prompt(
     assert "=== 1 failed, 3 passed in 0.10s ===" in next_prompt
 
 
-def test_a_hook_that_crashes_lets_the_tool_run(project, scripted_model, claude_binary, claude_agent_env, tmp_path) -> None:
+def test_a_hook_that_crashes_in_a_loop_denies_the_tool(project, scripted_model, claude_binary, claude_agent_env, tmp_path) -> None:
+    """Fail-closed during a loop (DESIGN.md trust boundary rule 3): a crashing guard denies, with the error."""
     site = tmp_path / "site"
     (site / "crashy_guard-1.0.dist-info").mkdir(parents=True)
     (site / "crashy_guard-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: crashy-guard\nVersion: 1.0\n")
@@ -130,11 +131,12 @@ def test_a_hook_that_crashes_lets_the_tool_run(project, scripted_model, claude_b
         )
     )
     marker = project.path / "RAN"
-    script = IterationScript({1: [bash(f"touch {marker}"), Turn([text("ok")])], **finish_story()})
+    script = IterationScript({1: [bash(f"touch {marker}"), Turn([text("ok")])]})
     server = scripted_model(script)
-    result = run_loop(project, server.url, claude_agent_env, env={"PYTHONPATH": str(site)})
-    assert result.returncode == 0, result.stderr
-    assert marker.exists(), "a crashing hook blocked the tool"
+    result = run_loop(project, server.url, claude_agent_env, "-n", "1", env={"PYTHONPATH": str(site)})
+    assert result.returncode == 1, result.stderr  # one iteration, nothing done
+    assert not marker.exists(), "a crashing hook let the tool run during a loop"
+    assert any("the ralph loop could not check this" in r.text and "guard exploded" in r.text for r in server.requests)
     errors = project.events("hook_error")
     assert errors and "guard exploded" in errors[0]["error"]
 

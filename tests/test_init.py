@@ -399,7 +399,8 @@ def test_init_custom_ralph_dir_and_next_steps(project: Path) -> None:
     result = init_project(project, ralph_dir="docs/ralph", today=DAY)
     assert sorted(p.name for p in (project / "docs" / "ralph").iterdir()) == sorted(FOUR)
     steps = "\n".join(result.next_steps)
-    assert len(result.next_steps) == 4
+    assert len(result.next_steps) == 5
+    assert "git add docs/ralph .gitignore && git commit" in result.next_steps[3]
     assert "docs/ralph/prd.md" in result.next_steps[0]
     assert "ralph plan" in steps and "/ralph-plan" in steps
     assert "docs/ralph/tasks.json" in steps and "acceptance criteria" in steps
@@ -515,35 +516,28 @@ def test_init_in_real_git_repo(project: Path) -> None:
 # -- refusing and forcing ----------------------------------------------------------------
 
 
-def test_refuses_without_force_and_writes_nothing(project: Path) -> None:
-    (project / ".gitignore").write_text("dist")  # would be changed by a successful init
+def test_existing_task_list_is_kept_and_only_missing_files_added(project: Path) -> None:
     rdir = project / "ralph"
     rdir.mkdir()
     (rdir / "tasks.json").write_text('{"mine": true}')
     (rdir / "notes.md").write_text("keep me")
-    before = snapshot(project)
-    mtimes = {p: p.stat().st_mtime_ns for p in project.rglob("*")}
 
-    with pytest.raises(UsageError) as info:
-        init_project(project, name="x", today=DAY)
+    result = init_project(project, name="x", today=DAY)
 
-    message = str(info.value)
-    assert "ralph/tasks.json" in message
-    assert "--force" in message
-    assert "prd.md" not in message  # only the files that exist are named
-    assert snapshot(project) == before
-    assert {p: p.stat().st_mtime_ns for p in project.rglob("*")} == mtimes
-    assert sorted(p.name for p in rdir.iterdir()) == ["notes.md", "tasks.json"]
+    assert (rdir / "tasks.json").read_text() == '{"mine": true}'
+    assert (rdir / "notes.md").read_text() == "keep me"
+    assert [p.name for p in result.files_written] == ["prompt.md", "prd.md", "progress.txt"]
+    assert [(p.name, "already there" in why) for p, why in result.kept] == [("tasks.json", True)]
+    assert result.overwritten == [] and result.backups == []
 
 
-def test_refuses_second_init_leaving_all_files_byte_identical(project: Path) -> None:
+def test_second_init_leaves_all_files_byte_identical(project: Path) -> None:
     init_project(project, name="first", today=DAY)
     (project / "ralph" / "prd.md").write_text("# my edited PRD\n")
     before = snapshot(project)
-    with pytest.raises(UsageError) as info:
-        init_project(project, name="second", today=date(2030, 1, 1))
-    for name in FOUR:
-        assert f"ralph/{name}" in str(info.value)
+    result = init_project(project, name="second", today=date(2030, 1, 1))
+    assert result.files_written == []
+    assert sorted(p.name for p, _ in result.kept) == sorted(FOUR)
     assert snapshot(project) == before
 
 
@@ -574,6 +568,7 @@ def test_force_overwrites_the_four_files_and_keeps_others(project: Path) -> None
     result = init_project(project, name="second", force=True, today=date(2030, 1, 1))
 
     assert [p.name for p in result.overwritten] == list(FOUR)
+    assert [(a.name, b.read_text()) for a, b in result.backups] == [(name, "edited") for name in FOUR]
     assert json.loads((rdir / "tasks.json").read_text())["branchName"] == "ralph/second"
     assert "Started: 2030-01-01" in (rdir / "progress.txt").read_text()
     assert (rdir / "prompt.md").read_text() == template_text("prompt.md")

@@ -151,7 +151,11 @@ def test_ctrl_c_leaves_the_screen_clean(ralph_project: RalphProject, tmp_path: P
     env = two_story_project(ralph_project, tmp_path, pause=30)
     terminal.start([*ralph_command(), "run", "--runner", "direct", "--agent", "replay"], ralph_project.path, env)
     drawn = terminal.wait_for(lambda s: footer_lines(s) and "Implementing US-001" in s)
-    show("before Ctrl-C", drawn)
+    # the agent is quiet for 30 s, yet the footer's elapsed time goes on ticking
+    first = footer_lines(drawn)[0].split("│")[3]
+    ticked = terminal.wait_for(lambda s: bool(footer_lines(s)) and footer_lines(s)[0].split("│")[3] != first)
+    assert "Implementing US-001" in ticked and "US-001 ready" not in ticked
+    show("before Ctrl-C", ticked)
     terminal.keys("C-c")
     final = terminal.wait_for(lambda s: "EXITED:" in s)
     show("after Ctrl-C", final)
@@ -202,3 +206,17 @@ def test_status_follow_shows_a_run_started_elsewhere(ralph_project: RalphProject
     assert "EXITED:0" in final and footer_lines(final) == [] and "━" not in final
     assert "2/2 stories done | 4 iterations" in final
     assert terminal.cursor_visible()
+
+
+def test_follow_reads_only_complete_lines(tmp_path: Path) -> None:
+    from ralph.lifecycle.follow import _new_events
+
+    log = tmp_path / "events.jsonl"
+    log.write_text('{"kind": "run_started", "stories": 2}\n{"kind": "iteration_st')
+    events, offset = _new_events(log, 0)
+    assert [e["kind"] for e in events] == ["run_started"]
+    with log.open("a") as handle:
+        handle.write('arted", "iteration": 1}\nnot json\n')
+    events, offset = _new_events(log, offset)
+    assert [(e["kind"], e["iteration"]) for e in events] == [("iteration_started", 1)]
+    assert _new_events(log, offset) == ([], offset)

@@ -165,7 +165,9 @@ def test_skip_review_sets_passes_directly(one_story, scripted_model, claude_bina
                 commit("feat: [US-001] - implement"),
                 say="<promise>COMPLETE</promise>",
             )
-        }
+        },
+        # the spec gate's reviewer (on by default under skip-review): a fresh session, no iteration number
+        default=[Turn([text('Checked.\n```json\n{"verdict": "met", "unmet": [], "extra": []}\n```')])],
     )
     server = scripted_model(script)
     result = run_loop(one_story, server.url, claude_agent_env, "--skip-review")
@@ -176,6 +178,7 @@ def test_skip_review_sets_passes_directly(one_story, scripted_model, claude_bina
     assert one_story.events("violation") == []
     marker_payload = [r.text for r in server.requests if script.key_of(r) == 1][0]
     assert "skip-review" in marker_payload
+    assert [(v["gate"], v["verdict"]) for v in one_story.events("gate_verdict")] == [("spec", "met")]
 
 
 def test_review_cap_auto_approves(one_story, scripted_model, claude_binary, claude_agent_env) -> None:

@@ -200,3 +200,22 @@ def test_mixed_run_claude_implements_codex_reviews(
     assert "#2 review US-001 — codex (scripted-reviewer)" in report.stdout
     status = one_story.run("status", env=env).stdout
     assert "#2 review US-001 — codex (scripted-reviewer)" in status
+
+
+def test_test_failure_monitor_reaches_the_model_through_post_tool_use(
+    one_story, scripted_responses, codex_binary, codex_agent_env
+) -> None:
+    # a test run's summary line, as pytest prints it (no real test suite needed)
+    failing = "printf '%s\\n' '========== 1 failed, 2 passed in 0.12s =========='"
+    script = IterationScript(
+        {1: bash_turns([failing], say="Tests fail; stopping."), 2: implement("US-001", "hello.txt", "hello"),
+         3: approve("US-001", 1)}
+    )
+    server = scripted_responses(script)
+    result = run_loop(one_story, server.url, codex_agent_env)
+
+    assert result.returncode == 0, result.stderr + result.stdout
+    answered = [e for e in one_story.events("hook") if e.get("event") == "PostToolUse"]
+    assert answered and "Tests failed (pytest)" in answered[0]["output"]["hookSpecificOutput"]["additionalContext"]
+    # Codex put the PostToolUse context into the session's next request
+    assert any("Tests failed (pytest)" in t for t in texts_of(server, script, 1)[1:])

@@ -164,9 +164,9 @@ def test_sigterm_also_cleans_up(project, tmp_path) -> None:
     wait_for(lambda: (project.path / ".ralph-active").exists())
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
-    assert proc.returncode == 130
+    assert proc.returncode == 143  # 128 + SIGTERM; 130 is for SIGINT
     assert not (project.path / ".ralph-active").exists()
-    assert project.summary()["reason"] == "interrupted"
+    assert project.summary()["reason"] == "interrupted (SIGTERM)"
 
 
 def test_timeout_stops_a_hanging_agent_and_the_loop_goes_on(project, tmp_path) -> None:
@@ -211,11 +211,12 @@ def test_dirty_tree_after_iteration_is_reported_to_the_next(project, tmp_path) -
     assert "loose.txt" in prompt2 and "commit ALL changes" in prompt2
 
 
-def test_blocked_dependencies_end_with_exit_1_and_say_why(ralph_project, tmp_path) -> None:
+def test_unknown_dependency_is_a_task_list_error_before_any_agent(ralph_project, tmp_path) -> None:
     ralph_project.write_stories([story("US-001", dependsOn=["US-404"])])
     result = run(ralph_project, replay(ralph_project, {}, tmp_path))
-    assert result.returncode == 1
-    assert "US-001 waits on US-404 (unknown story)" in result.stdout
+    assert result.returncode == 2  # issue 12 item 5: was "no story can be selected", exit 1
+    assert "US-001 depends on 'US-404', which is not a story in this task list" in result.stderr
+    assert ralph_project.run_dirs() == []
 
 
 def test_status_reads_the_last_run(project, tmp_path) -> None:

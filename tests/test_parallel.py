@@ -55,6 +55,14 @@ subprocess.run(["git", "commit", "-q", "-m", "feat: [" + story["id"] + "] - " + 
 RUN_OPTIONS = ("--runner", "direct", "--agent", "replay", "--skip-review")
 
 
+@pytest.fixture(autouse=True)
+def no_spec_gate(ralph_project: RalphProject) -> None:
+    """These tests are about worktrees: the replay agent gives no spec verdict, so the spec gate
+    (on by default under skip-review) is switched off in the project's ralph.toml."""
+    (ralph_project.path / "ralph.toml").write_text("[spec]\nenabled = false\n", encoding="utf-8")
+    ralph_project.commit_all("no spec gate")
+
+
 def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     helper = tmp_path / "unit_agent.py"
     helper.write_text(UNIT_AGENT)

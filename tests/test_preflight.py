@@ -138,3 +138,17 @@ def test_a_plugin_check_stops_the_run(ralph_project: RalphProject, tmp_path: Pat
     assert "license server unreachable; fix: connect to the VPN" in str(caught.value)
     assert caught.value.exit_code == 2
     assert ralph_project.run_dirs() == []
+
+
+@pytest.mark.real_codex
+def test_codex_without_key_or_login(ralph_project: RalphProject, codex_binary: Path, bare_env, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    env = {**bare_env, "CODEX_HOME": str(tmp_path / "codex-home")}
+    ralph_project.write_stories([story("US-001")])
+    result = ralph_project.run("run", "--runner", "direct", "--agent", "codex", env=env)
+    assert result.returncode == 2, result.stderr
+    assert "no credentials for codex: OPENAI_API_KEY is not set" in result.stderr and "codex login" in result.stderr
+    doctor = ralph_project.run("doctor", "--runner", "direct", "--agent", "codex", env={**env, "OPENAI_API_KEY": "sk-x"})
+    assert doctor.returncode == 0, doctor.stdout
+    assert "[ok  ] codex binary runs:" in doctor.stdout and "credentials for codex: OPENAI_API_KEY" in doctor.stdout

@@ -42,12 +42,14 @@ def cluster() -> Iterator[Any]:
 
 
 def configure(project: RalphProject, cluster: Any, **ray_settings: Any) -> None:
-    settings = {"address": cluster.address, "resources": {"node2": 1}, **ray_settings}
+    env = ["ANTHROPIC_*", "CLAUDE_*", "DISABLE_*", "API_TIMEOUT_MS", "IS_SANDBOX", "GIT_*", "HOME", "RALPH_HOOK_DAEMON_IDLE"]
+    settings = {"address": cluster.address, "resources": {"node2": 1}, "env": env, **ray_settings}
     lines = ["[tool.ralph.ray]"]
     for key, value in settings.items():
         lines.append(f"{key} = {json.dumps(value) if not isinstance(value, dict) else _inline(value)}")
-    extra_env = 'env = ["ANTHROPIC_*", "CLAUDE_*", "DISABLE_*", "API_TIMEOUT_MS", "IS_SANDBOX", "GIT_*", "HOME", "RALPH_HOOK_DAEMON_IDLE"]'
-    (project.path / "pyproject.toml").write_text("\n".join([*lines, extra_env]) + "\n", encoding="utf-8")
+    # the replay agent of the fleet test gives no spec verdict (the spec gate is on under skip-review)
+    lines += ["", "[tool.ralph.spec]", "enabled = false"]
+    (project.path / "pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     project.commit_all("ray settings")
 
 
@@ -248,3 +250,44 @@ def test_auto_never_picks_ray_even_when_it_is_available() -> None:
     assert "ray" in host.runners.names()
     chosen = AutoRunner(None).resolve(host.runners)
     assert chosen.name in {"docker-sandbox", "direct"}
+
+
+def test_fleet_of_three_prds_on_two_nodes_brings_each_branch_back(ralph_project, cluster, tmp_path) -> None:
+    from test_parallel import add_prd, agent_env
+
+    for n in (1, 2, 3):
+        add_prd(ralph_project, n, [f"US-{n}01"])
+    configure(ralph_project, cluster, resources={"agent": 1},
+              env=["RALPH_REPLAY_SCRIPT", "GIT_*", "HOME"])
+    result = ralph_project.run("run", "--parallel", "--engine", "ray", "--runner", "direct", "--agent", "replay",
+                               "--skip-review", env=agent_env(tmp_path), timeout=300)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    nodes = set()
+    for n in (1, 2, 3):
+        branch = f"ralph/parallel/PRD-{n}"
+        files = ralph_project.git("ls-tree", "-r", "--name-only", branch).split()
+        assert f"PRD-{n}.txt" in files, (branch, files)
+        tasks = json.loads(ralph_project.git("show", f"{branch}:.ralph/PRD-{n}/tasks.json"))
+        assert tasks["userStories"][0]["passes"] is True
+    for line in result.stdout.splitlines():
+        if ": loop on node " in line:
+            nodes.add(line.split("loop on node ")[1].split()[0])
+    assert nodes == {cluster.node_id("node2")[:12], cluster.node_id("node3")[:12]}
+    assert "fleet finished (engine ray)" in result.stdout
+    # nothing was merged: the project's own branch and working tree are as they were
+    assert ralph_project.git("status", "--porcelain").strip() == ""
+    assert not (ralph_project.path / "PRD-1.txt").exists()
+
+
+def test_doctor_reports_the_cluster_and_whether_a_node_fits(ralph_project, cluster) -> None:
+    configure(ralph_project, cluster)
+    script = ralph_project.path.parent / "script.json"
+    script.write_text(json.dumps({"iterations": {}, "default": [{"say": "done"}]}))
+    ralph_project.env["RALPH_REPLAY_SCRIPT"] = str(script)
+    report = ralph_project.run("doctor", "--runner", "ray", "--agent", "replay")
+    assert f"ray: cluster at {cluster.address}" in report.stdout, report.stdout + report.stderr
+    assert cluster.node_id("node2")[:12] in report.stdout and "node2=1" in report.stdout
+    configure(ralph_project, cluster, resources={"gpu-node": 1})
+    report = ralph_project.run("doctor", "--runner", "ray", "--agent", "replay")
+    assert report.returncode != 0 and "no alive node offers" in report.stdout + report.stderr

@@ -177,3 +177,30 @@ def test_verdict_parser() -> None:
     assert parse_verdict('{"verdict": "met", "unmet": ["x"]}').malformed
     assert parse_verdict("```json\n{bad json}\n```").malformed.startswith("the verdict is not valid JSON")
     assert parse_verdict("").malformed
+
+
+def test_spec_gate_default_follows_the_policy_and_config_wins(tmp_path) -> None:
+    from ralph.cli.session import open_session
+    from ralph_plugins.gates.spec_review import SpecReviewGate
+
+    def enabled(policy: str) -> bool:
+        session = open_session(tmp_path, {"policy": policy}, environ={})
+        return SpecReviewGate(session.settings).enabled()
+
+    assert (enabled("skip-review"), enabled("review")) == (True, False)
+    (tmp_path / "ralph.toml").write_text('[spec]\nenabled = true\nagent = "codex"\nhard_timeout = 60\n')
+    assert enabled("review") is True
+    session = open_session(tmp_path, {}, environ={})
+    gate = SpecReviewGate(session.settings)
+    assert gate.reviewer() == ("codex", None) and gate.timeouts == (180.0, 60.0)
+    (tmp_path / "ralph.toml").write_text("[spec]\nenabled = false\n")
+    assert enabled("skip-review") is False
+
+
+def test_prd_constraints_are_the_constraint_sections() -> None:
+    from ralph_plugins.gates.spec_review import prd_constraints
+
+    prd = "# PRD\nIntro.\n## Goals\nShip.\n## Technical Constraints\n- stdlib only\n## Non-Goals\n- no GUI\n"
+    text = prd_constraints(prd)
+    assert "stdlib only" in text and "no GUI" in text and "Ship." not in text
+    assert prd_constraints("just text") == "just text"

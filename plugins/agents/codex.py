@@ -25,7 +25,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -40,7 +39,6 @@ BINARY_ENV_VAR = "RALPH_CODEX_BINARY"
 BASE_URL_ENV = "RALPH_CODEX_BASE_URL"
 DIALECT_ENV = "RALPH_HOOK_DIALECT"
 PROVIDER_ID = "ralph"
-IN_CONTAINER_HOME = "/tmp/ralph-codex-home"
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
 _WHEEL_PACKAGE = "codex_cli_bin"
 _NOT_FOUND = (
@@ -156,10 +154,9 @@ def _git_dirs(project_dir: Path) -> list[str]:
     """The repository's git directories (a worktree has two), for Codex's writable roots."""
     found: list[str] = []
     for flag in ("--git-dir", "--git-common-dir"):
-        result = subprocess.run(
-            ["git", "rev-parse", "--path-format=absolute", flag],
-            cwd=project_dir, capture_output=True, text=True, check=False,
-        )
+        from ralph.api import git  # hardened, after the git metadata check
+
+        result = git(project_dir, "rev-parse", "--path-format=absolute", flag, check=False)
         value = result.stdout.strip()
         if result.returncode == 0 and value and value not in found:
             found.append(value)
@@ -196,6 +193,17 @@ class CodexAgent(Agent):
         """Available when a codex executable was found; otherwise say what was tried."""
         path, _, reason = self._resolution()
         return Availability.yes() if path is not None else Availability.no(reason)
+
+    def preflight(self, context: Any) -> list[Any]:
+        """The binary runs, a key or a ``codex login`` exists, a configured endpoint answers."""
+        from ralph_plugins.agents.codex_preflight import codex_checks
+
+        path, source, _ = self._resolution()
+        if path is None:
+            return []
+        base_url = self._config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
+        key_env = self._config_value("api_key_env", "OPENAI_API_KEY")
+        return codex_checks(path, source, key_env, base_url, context.view)
 
     def default_model(self) -> str | None:
         """``[tool.ralph.codex] model``: used when no per-mode model or ``--model`` applies."""
@@ -250,8 +258,11 @@ class CodexAgent(Agent):
         argv += [str(arg) for arg in self._config_value("extra_args", [])]
         argv.append("-")  # the prompt comes on stdin: no argv length limit, not visible in ps
 
-        home = IN_CONTAINER_HOME if sandboxed else str(self._private_home(invocation.run_dir))
-        env = {"CODEX_HOME": home, DIALECT_ENV: "codex"}
+        env = {DIALECT_ENV: "codex"}
+        if not sandboxed:
+            env["CODEX_HOME"] = str(self._private_home(invocation.run_dir))
+        # in ralph's container Codex keeps its state in ~/.codex on the container's tmpfs home
+        # (the run directory is mounted read-only there)
         for var in ("OPENAI_API_KEY", self._config_value("api_key_env", "OPENAI_API_KEY"), BASE_URL_ENV):
             if var in os.environ:
                 env[var] = os.environ[var]

@@ -5,7 +5,6 @@ Its findings are logged and shown; they never block a story.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -45,9 +44,9 @@ class QualityReviewGate(Gate):
     def run(self, context: GateContext) -> GateResult:
         started = time.monotonic()
         base = context.checkpoint or "HEAD~1"
-        diff = subprocess.run(
-            ["git", "diff", base, "--", "."], cwd=context.project_dir, capture_output=True, text=True
-        ).stdout
+        from ralph.api import git  # hardened, after the git metadata check
+
+        diff = git(context.project_dir, "diff", base, "--", ".", check=False).stdout
         if not diff.strip():
             return GateResult(self.name, True, "empty diff: nothing to review")
         template = QUALITY_PROMPT
@@ -60,7 +59,9 @@ class QualityReviewGate(Gate):
             for line in answer.splitlines()
             if line.strip().upper().startswith("WARNING:")
         ]
-        return GateResult(self.name, True, answer, seconds=time.monotonic() - started, warnings=warnings)
+        # the review is an agent call through the runner: it ran where the agent runs
+        return GateResult(self.name, True, answer, seconds=time.monotonic() - started, warnings=warnings,
+                          where=context.where)
 
 
 @hookimpl(trylast=True)

@@ -17,7 +17,6 @@ optional under ``review`` (``[tool.ralph.spec] enabled = true``).
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -70,14 +69,11 @@ def prd_constraints(prd_text: str) -> str:
 
 def story_diff(project_dir: Path, base: str | None) -> str:
     """``git diff BASE`` of the working tree (committed and uncommitted), plus new untracked files' names."""
+    from ralph.api import git  # hardened, after the git metadata check
+
     ref = base or "HEAD~1"
-    diff = subprocess.run(
-        ["git", "-c", "core.fsmonitor=false", "diff", "--no-ext-diff", "--no-textconv", ref, "--", "."],
-        cwd=project_dir, capture_output=True, text=True, errors="replace",
-    ).stdout
-    untracked = subprocess.run(
-        ["git", "ls-files", "--others", "--exclude-standard"], cwd=project_dir, capture_output=True, text=True
-    ).stdout.split()
+    diff = git(project_dir, "diff", ref, "--", ".", check=False, binary=True).stdout.decode("utf-8", "replace")
+    untracked = git(project_dir, "ls-files", "--others", "--exclude-standard", check=False).stdout.split()
     if untracked:
         diff += "\n# untracked files (not in the diff): " + ", ".join(untracked[:50])
     if len(diff) > MAX_DIFF_CHARS:

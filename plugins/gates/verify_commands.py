@@ -1,17 +1,16 @@
 """The test gate (hard): the loop runs the task list's ``verifyCommands`` itself.
 
 The agent's claim that tests pass counts for nothing; this output, verbatim,
-is what the next iteration sees when it fails.
+is what the next iteration sees when it fails.  The commands run where the
+agent runs (``context.run_command``): inside the sandbox with docker-sandbox,
+on the host in direct mode; the result says which.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 
-from ralph.api import Gate, GateContext, GateResult, hookimpl
+from ralph.api import CommandResult, Gate, GateContext, GateResult, hookimpl
 
 
 class VerifyCommandsGate(Gate):
@@ -35,12 +34,14 @@ class VerifyCommandsGate(Gate):
             return GateResult(self.name, True, "no verifyCommands in the task list: nothing to run")
         started = time.monotonic()
         outputs = []
+        where = "host"
         for command in commands:
             remaining = None
             if context.hard_timeout is not None:
                 remaining = max(0.1, context.hard_timeout - (time.monotonic() - started))
-            code, output, timed_out = _run(command, context, remaining)
-            outputs.append(f"$ {command}\n{output.rstrip()}\n[exit {code}{', TIMEOUT' if timed_out else ''}]")
+            result = _run(command, context, remaining)
+            code, timed_out, where = result.exit_code, result.timed_out, result.where
+            outputs.append(f"$ {command}\n{result.output.rstrip()}\n[exit {code}{', TIMEOUT' if timed_out else ''}]")
             if code != 0 or timed_out:
                 seconds = time.monotonic() - started
                 return GateResult(
@@ -51,6 +52,7 @@ class VerifyCommandsGate(Gate):
                     timed_out=timed_out,
                     seconds=seconds,
                     soft_timeout_exceeded=_over(seconds, context.soft_timeout),
+                    where=where,
                 )
         seconds = time.monotonic() - started
         return GateResult(
@@ -60,6 +62,7 @@ class VerifyCommandsGate(Gate):
             exit_code=0,
             seconds=seconds,
             soft_timeout_exceeded=_over(seconds, context.soft_timeout),
+            where=where,
         )
 
 
@@ -67,25 +70,13 @@ def _over(seconds: float, limit: float | None) -> bool:
     return limit is not None and seconds > limit
 
 
-def _run(command: str, context: GateContext, timeout: float | None) -> tuple[int, str, bool]:
-    process = subprocess.Popen(
-        command,
-        shell=True,
-        cwd=context.project_dir,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        errors="replace",
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-        return process.returncode, output, False
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
-        return -9, output, True
+def _run(command: str, context: GateContext, timeout: float | None) -> CommandResult:
+    if context.run_command is not None:
+        return context.run_command(command, timeout)
+    from ralph.api import run_shell  # a context built without a runner: the host
+
+    code, output, timed_out = run_shell(command, context.project_dir, timeout)
+    return CommandResult(code, output, timed_out, "host")
 
 
 @hookimpl(trylast=True)

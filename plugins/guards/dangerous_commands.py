@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from ralph.api import Denial, HookEvent, hookimpl
 from ralph_plugins.guards.git import GitView, parse_git, short_flag, view
-from ralph_plugins.guards.programs import fetches, find_roots
-from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Analysis, Command, analyze, resolve_path
+from ralph_plugins.guards.programs import fetches, find_roots, has_long
+from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Analysis, Command, analyze_for, resolve_path
 
 __all__ = ["RULES", "PUSH_REASON", "check_command", "current_branch", "is_direct", "is_secret_path", "parse_git"]
 
@@ -60,7 +61,7 @@ _MAIN_BRANCHES = frozenset({"main", "master"})
 _SECRET_PATH = re.compile(
     r"(^|/)(\.ssh|\.gnupg|\.aws|\.azure|\.kube|\.netrc|\.pgpass|\.git-credentials|\.pypirc|\.npmrc|\.vault-token"
     r"|\.docker/config\.json|\.config/gh|\.config/gcloud|\.config/hub|id_rsa[^/]*|id_ecdsa[^/]*|id_ed25519[^/]*"
-    r"|id_dsa[^/]*)(/|$)"
+    r"|id_dsa[^/]*|\.(bash|zsh|sh|python|node_repl|psql|mysql|sqlite)_history)(/|$)"
     r"|(^|/)\.env(\.[^/]*)?$|^/proc/[^/]+/environ$|^/etc/(shadow|gshadow|sudoers)(/|$)"
 )
 _SAFE_ENV_SUFFIX = re.compile(r"\.env\.(example|sample|template|dist|defaults)$")
@@ -171,7 +172,7 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
 def check_command(command: str, event: HookEvent) -> list[Denial]:
     """Every rule this Bash command line breaks (one denial per rule)."""
     ctx = _Ctx(event)
-    _check_analysis(analyze(command, ctx.cwd, ctx.project, ctx.home), ctx)
+    _check_analysis(analyze_for(event, command, ctx.cwd, ctx.project, ctx.home), ctx)
     return list(ctx.denials.values())
 
 
@@ -214,6 +215,7 @@ def _check_analysis(analysis: Analysis, ctx: _Ctx) -> None:
         path = resolve_path(write.path, ctx.cwd, ctx.home, write.dynamic, write.cd, write.cd_unknown, ctx.known)
         if path is not None:
             _check_system_write(path, write.path, ctx)
+            _check_ref_write(path, ctx)
             if write.truncates and not write.glob:
                 _check_overwrite(path, write.path, ctx)
 
@@ -230,13 +232,18 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
         _check_find(cmd, ctx)
     if name in ("truncate", "rsync", "tar"):
         _check_destroyers(cmd, ctx)
+    if name in ("sed", "gsed", "perl") and any(
+        has_long([a], "--in-place", 5) or (a.startswith("-") and not a.startswith("--") and "i" in a) for a in cmd.args
+    ):
+        _check_in_place(cmd, ctx)
     if _DISK_TOOLS.match(name):
         ctx.deny(
             "disk-tools",
             f"`{name}` can destroy disks and file systems and is never needed to build software: create test "
             "files with `truncate -s SIZE FILE` or a short script instead.",
         )
-    if name in PRIVILEGE_WRAPPERS or name in ("setcap", "chroot", "visudo", "passwd", "usermod", "useradd"):
+    if name in PRIVILEGE_WRAPPERS or name in ("setcap", "chroot", "visudo", "passwd", "usermod", "useradd", "shutdown",
+                                               "reboot", "poweroff", "halt", "telinit"):
         ctx.deny(
             "privilege",
             f"`{name}` changes privileges and Ralph loops run without them: install what you need inside the "
@@ -264,6 +271,7 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
         path = ctx.path(cmd, i)
         if path is not None:
             _check_system_write(path, cmd.argv[i], ctx)
+            _check_ref_write(path, ctx)
     if name == "mv":  # moving a file away removes it from where it was
         operands = [k for k in range(1, len(cmd.argv)) if not cmd.argv[k].startswith("-")]
         for k in operands[:-1]:
@@ -276,46 +284,77 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
 def _check_git(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> None:
     v: GitView = cmd.git if isinstance(cmd.git, GitView) else view(cmd.argv)
     sub, args = v.sub, v.args
-    if v.configs.get("core.hookspath") is not None or "core.hookspath" in v.configs:
-        ctx.deny("git-no-verify", _no_verify_reason())
     if sub in ("push", "send-pack", "http-push") or (sub in ("subtree", "lfs") and "push" in args) or (
         sub == "svn" and "dcommit" in args
     ) or (sub == "p4" and "submit" in args):
         ctx.deny("git-push", PUSH_REASON)
-    if "--no-verify" in args or (sub == "commit" and short_flag(args, "n", stop="mFCctSu")):
+    if _skips_hooks(cmd, v):
         ctx.deny("git-no-verify", _no_verify_reason())
-    if sub == "config" and any(a.lower() == "core.hookspath" for a in args[:-1]):
-        ctx.deny("git-no-verify", _no_verify_reason())
-    if sub in ("commit", "push", "merge", "rebase") and (
-        cmd.assignments.get("HUSKY") == "0" or "HUSKY_SKIP_HOOKS" in cmd.assignments or "SKIP" in cmd.assignments
-    ):
-        ctx.deny("git-no-verify", _no_verify_reason())
-    if sub in _FORCE_SUBCOMMANDS:
-        letters, longs = _FORCE_SUBCOMMANDS[sub]
-        flag = next((a for a in args if a in longs or a.startswith("--force")), None) or short_flag(
-            args, letters, stop=_FORCE_STOP.get(sub, "bBcCmo")
-        )
-        dry_run = sub == "clean" and ("--dry-run" in args or short_flag(args, "n"))
-        if flag and not dry_run:
-            ctx.deny("git-force", _force_reason(sub, flag))
-    elif any(a.startswith("--force") for a in args) and sub not in ("push",):
-        flag = next(a for a in args if a.startswith("--force"))
+    flag = _force_flag(sub, args)
+    if flag:
         ctx.deny("git-force", _force_reason(sub, flag))
-    if sub == "reset" and "--hard" in args:
+    if sub == "reset" and has_long(args, "--hard", 4):
         _check_reset(args, ctx)
+    branch = _moves_main(cmd, index, analysis, v, ctx)
+    if branch:
+        _deny_merge(branch, ctx)
+
+
+def _skips_hooks(cmd: Command, v: GitView) -> bool:
+    sub, args = v.sub, v.args
+    return (
+        "core.hookspath" in v.configs
+        or bool(has_long(args, "--no-verify", 6))
+        or (sub == "commit" and bool(short_flag(args, "n", stop="mFCctSu")))
+        or (sub == "config" and any(a.lower() == "core.hookspath" for a in args[:-1]))
+        or (sub in ("commit", "push", "merge", "rebase") and (
+            cmd.assignments.get("HUSKY") == "0" or "HUSKY_SKIP_HOOKS" in cmd.assignments or "SKIP" in cmd.assignments
+        ))
+    )
+
+
+def _force_flag(sub: str, args: list[str]) -> str | None:
+    """The option forcing ``git sub`` past its safety checks (seed 001's "git --force"), if any."""
+    if sub == "push":
+        return None  # that is git-push
+    if sub not in _FORCE_SUBCOMMANDS:
+        return next((a for a in args if a.startswith("--force")), None) or has_long(args, "--force", 5)
+    letters, longs = _FORCE_SUBCOMMANDS[sub]
+    flag = (
+        next((a for a in args if a.startswith("--force")), None)
+        or next((found for name in longs if (found := has_long(args, name, 4))), None)
+        or short_flag(args, letters, stop=_FORCE_STOP.get(sub, "bBcCmo"))
+    )
+    if sub == "clean" and ("--dry-run" in args or short_flag(args, "n")):
+        return None
+    return flag
+
+
+def _moves_main(cmd: Command, index: int, analysis: Analysis, v: GitView, ctx: _Ctx) -> str | None:
+    """``main``/``master`` when this git command moves it: a merge into it, update-ref, fetch into it."""
+    sub, args = v.sub, v.args
     if sub == "merge" and not any(a in ("--abort", "--continue", "--quit") for a in args):
         branch = _target_branch(cmd, index, analysis, v.dirs, ctx)
-        if branch in _MAIN_BRANCHES:
-            _deny_merge(branch, ctx)
+        return branch if branch in _MAIN_BRANCHES else None
+    refs: list[str] = []
     if sub == "update-ref":
-        refs = [a for a in args if not a.startswith("-")]
-        if refs and _MAIN_REF.match(refs[0]):
-            _deny_merge(_MAIN_REF.match(refs[0]).group(2), ctx)  # type: ignore[union-attr]
-    if sub in ("fetch", "pull"):
-        for a in args:
-            dest = a.rpartition(":")[2] if ":" in a and not a.startswith("-") else ""
-            if dest and _MAIN_REF.match(dest.lstrip("+")):
-                _deny_merge(_MAIN_REF.match(dest.lstrip("+")).group(2), ctx)  # type: ignore[union-attr]
+        refs = [a for a in args if not a.startswith("-")][:1]
+    elif sub in ("fetch", "pull"):
+        refs = [a.rpartition(":")[2].lstrip("+") for a in args if ":" in a and not a.startswith("-")]
+    for ref in refs:
+        m = _MAIN_REF.match(ref)
+        if m:
+            return m.group(2)
+    return None
+
+
+def _check_ref_write(path: str, ctx: _Ctx) -> None:
+    """Writing ``.git/refs/heads/main`` (or ``packed-refs``) by hand moves main like a merge would."""
+    for root in {ctx.project, ctx.project_real}:
+        rel = os.path.relpath(path, os.path.join(root, ".git"))
+        m = re.fullmatch(r"refs/heads/(main|master)|packed-refs", rel)
+        if m:
+            _deny_merge(m.group(1) or "main", ctx)
 
 
 def _deny_merge(branch: str, ctx: _Ctx) -> None:
@@ -442,11 +481,10 @@ def current_branch(start: str) -> str | None:
 def _rev_parse(start: str) -> str | None:
     import subprocess
 
+    from ralph.api import git  # hardened, after the git metadata check
+
     try:
-        out = subprocess.run(
-            ["git", "-C", start, "rev-parse", "--abbrev-ref", "HEAD"],
-            capture_output=True, text=True, timeout=3, check=False,
-        )
+        out = git(Path(start), "rev-parse", "--abbrev-ref", "HEAD", check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     branch = out.stdout.strip()
@@ -457,7 +495,9 @@ def _rev_parse(start: str) -> str | None:
 
 
 def _is_recursive_flag(arg: str) -> bool:
-    return arg == "--recursive" or (arg.startswith("-") and not arg.startswith("--") and ("r" in arg or "R" in arg))
+    if arg.startswith("--"):
+        return len(arg) >= 3 and "--recursive".startswith(arg)  # getopt_long takes abbreviations
+    return arg.startswith("-") and ("r" in arg or "R" in arg)
 
 
 def _check_delete(cmd: Command, ctx: _Ctx) -> None:
@@ -470,7 +510,7 @@ def _check_delete(cmd: Command, ctx: _Ctx) -> None:
             end_of_options = True
         elif not end_of_options and a.startswith("-") and len(a) > 1 and not cmd.dynamic[i]:
             recursive = recursive or _is_recursive_flag(a)
-            if a == "--no-preserve-root":
+            if len(a) >= 6 and "--no-preserve-root".startswith(a):
                 ctx.deny(
                     "delete-outside-project", "`--no-preserve-root` is never needed: delete only files inside the project."
                 )
@@ -508,14 +548,15 @@ def _check_destroyers(cmd: Command, ctx: _Ctx) -> None:
         return
     operands = [i for i in range(1, len(argv)) if not argv[i].startswith("-")]
     if cmd.name == "rsync":
-        if any(a.startswith("--delete") or a in ("--remove-source-files",) for a in argv) and operands:
-            if any(a.startswith("--delete") for a in argv):
+        remove = has_long(argv, "--remove-source-files", 5)
+        if (any(a.startswith("--del") for a in argv) or remove) and operands:
+            if any(a.startswith("--del") for a in argv):
                 _check_delete_target(cmd, operands[-1], True, ctx, allow_root=False)
-            if "--remove-source-files" in argv:
+            if remove:
                 for i in operands[:-1]:
                     _check_delete_target(cmd, i, True, ctx, allow_root=False)
         return
-    if cmd.name == "tar" and "--remove-files" in argv:
+    if cmd.name == "tar" and has_long(argv, "--remove-files", 5):
         archive = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-f" or (
             a.startswith("-") and not a.startswith("--") and a.endswith("f"))), None)
         for i in operands:
@@ -567,17 +608,38 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
     )
 
 
-def _check_overwrite(path: str, shown: str, ctx: _Ctx) -> None:
-    """A truncating redirection (``>``) onto a file outside the project destroys its content."""
+def _check_in_place(cmd: Command, ctx: _Ctx) -> None:
+    """``sed -i`` / ``perl -i`` rewrite their file operands: outside the project that is an overwrite."""
+    argv = cmd.argv
+    explicit = any(a in ("-e", "-f", "--expression", "--file") or a.startswith(("--expression=", "--file="))
+                   for a in argv[1:])
+    skip, operands = False, []
+    for i in range(1, len(argv)):
+        a = argv[i]
+        if skip:
+            skip = False
+        elif a in ("-e", "-f", "--expression", "--file", "-l", "-I", "-M"):
+            skip = True
+        elif not a.startswith("-") or a == "-":
+            operands.append(i)
+    for i in operands if explicit else operands[1:]:
+        path = ctx.path(cmd, i)
+        if path is not None and not cmd.glob[i]:
+            _check_system_write(path, argv[i], ctx)
+            _check_overwrite(path, argv[i], ctx, must_exist=False)
+
+
+def _check_overwrite(path: str, shown: str, ctx: _Ctx, must_exist: bool = True) -> None:
+    """A truncating redirection (``>``) or an in-place edit of a file outside the project changes it for good."""
     if ctx.in_project(path) or ctx.in_temp(path, strictly=False) or path in _HARMLESS_DEVICES:
         return
     if path.startswith(("/dev/", "/proc/")) or "write-system-files" in ctx.denials:
         return
-    if os.path.isfile(path):
+    if not must_exist or os.path.isfile(path):
         ctx.deny(
             "delete-outside-project",
-            f"`> {shown}` would overwrite {path}, outside the project {ctx.project}: write inside the project "
-            "(scratch files under /tmp are fine).",
+            f"`{shown}` would be overwritten at {path}, outside the project {ctx.project}: change only files inside "
+            "the project (scratch files under /tmp are fine).",
         )
 
 

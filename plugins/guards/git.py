@@ -202,29 +202,14 @@ def _config_write(args: list[str]) -> tuple[str, str | None] | None:
 
 def inspect(w: Any, call: Any) -> None:
     """Record what the git command in ``call`` runs besides git itself (used by the shell walker)."""
-    from ralph_plugins.guards.walker import Flow, Word
-
-    env = {**call.st.vars, **call.env}
-    v = view(call.cmd.argv, env)
+    v = view(call.cmd.argv, {**call.st.vars, **call.env})
     call.cmd.git = v
-    for construct, advice in v.problems:
-        w.opaque(construct, advice)
-    if v.unknown_global:
-        w.opaque(f"`git {v.unknown_global}` is a git option the guard does not model", "run git without it")
-    if v.config_env:
-        w.opaque("`git --config-env` sets git configuration from a variable", "use plain git commands and options")
-    for key, value in v.configs.items():
-        if key.startswith("alias.") or key == "core.hookspath":
-            continue
-        if _CODE_KEYS.match(key):
-            w.opaque(f"`git -c {key}=...` makes git run another program", "drop the option and run git plainly")
-            if isinstance(value, str) and value and value not in ("true", "false"):
-                reads = bool(_READS_OUTPUT.match(key))
-                w.code(value, call.st.copy(), Flow(stdin=("pipe", "git's output") if reads else None,
-                                                   depth=call.flow.depth), f"`git -c {key}`")
-    for alias_code in v.shell_aliases:
-        w.code(alias_code, call.st.copy(), call.flow, "a `!` git alias")
-    sub, args = v.sub, v.args
+    for name in ("HUSKY", "HUSKY_SKIP_HOOKS", "SKIP"):  # exported earlier on the line
+        if name in call.st.vars and name not in call.cmd.assignments:
+            value = call.st.vars[name]
+            call.cmd.assignments[name] = value if isinstance(value, str) else "$?"
+    _global_options(w, call, v)
+    sub = v.sub
     if not sub or sub == "!":
         return
     if sub not in BUILTINS:
@@ -237,57 +222,133 @@ def inspect(w: Any, call: Any) -> None:
     if sub in RUNS_CODE:
         w.opaque(f"`git {sub}` runs configured programs or rewrites refs in ways the guard does not follow",
                  "use ordinary git commands (commit, branch, log ...)")
-    if sub == "rebase":
-        for k, a in enumerate(args):
-            code = None
-            if a in ("--exec", "-x") and k + 1 < len(args):
-                code = args[k + 1]
-            elif a.startswith("--exec="):
-                code = a.split("=", 1)[1]
-            elif a.startswith("-x") and len(a) > 2:
-                code = a[2:]
-            if code is not None:
-                w.opaque("`git rebase --exec` runs a command after each commit", "rebase, then run the command yourself")
-                w.code(code, call.st.copy(), Flow(depth=call.flow.depth), "`git rebase --exec`")
-    if sub == "submodule" and "foreach" in args:
-        w.opaque("`git submodule foreach` runs a command in every submodule", "run the command in each submodule yourself")
-        rest = args[args.index("foreach") + 1 :]
-        rest = [a for a in rest if a not in ("--recursive", "-q", "--quiet")]
-        if rest:
-            w.code(" ".join(rest), call.st.copy(), Flow(depth=call.flow.depth), "`git submodule foreach`")
-    if sub == "bisect" and args[:1] == ["run"]:
-        w.opaque("`git bisect run` runs a command for every step", "bisect by hand: `git bisect good/bad`")
-        if len(args) > 1:
-            w.run([Word(a) for a in args[1:]], {}, call.st.copy(), Flow(depth=call.flow.depth),
-                  [*call.wrappers, "git bisect run"], [])
-    if sub in ("difftool", "mergetool") and any(a in ("-x", "--extcmd") or a.startswith("--extcmd=") for a in args):
-        w.opaque(f"`git {sub} --extcmd` runs a command", "use `git diff`")
-    if any(a.startswith(("--upload-pack", "--receive-pack", "--exec=", "--template")) or a in ("-u", "--exec")
-           for a in args) and sub in ("fetch", "pull", "clone", "ls-remote", "archive", "push", "init", "remote"):
-        w.opaque(f"`git {sub}` with --upload-pack/--receive-pack/--exec/--template runs a program",
-                 "drop the option")
-    if sub == "clone":
-        for k, a in enumerate(args):
-            if a in ("-c", "--config") and k + 1 < len(args):
-                key = normalise_key(args[k + 1].partition("=")[0])
-                if _CODE_KEYS.match(key) or key.startswith("alias."):
-                    w.opaque(f"`git clone -c {key}=...` configures a program git runs", "clone without it")
-    if sub == "config":
-        write = _config_write(args)
-        if write is not None:
-            key, value = write
-            if key.startswith("alias."):
-                w.opaque(f"`git config {key}` defines a git alias the guard would not see later",
-                         "use the git command itself")
-                if value and value.startswith("!"):
-                    w.code(value[1:], call.st.copy(), Flow(depth=call.flow.depth), f"the git alias `{key[6:]}`")
-                elif value:
-                    try:
-                        words = shlex.split(value)
-                    except ValueError:
-                        words = []
-                    if words:
-                        w.run([Word("git"), *(Word(x) for x in words)], {}, call.st.copy(),
-                              Flow(depth=call.flow.depth), [*call.wrappers, f"git alias {key[6:]}"], [])
-            elif _CODE_KEYS.match(key) and key != "core.hookspath":
-                w.opaque(f"`git config {key}` makes later git commands run a program", "leave git's configuration alone")
+    handler = _SUBCOMMANDS.get(sub)
+    if handler is not None:
+        handler(w, call, v.args)
+    _transport_programs(w, sub, v.args)
+
+
+def _flow(call: Any, reads_output: bool = False) -> Any:
+    from ralph_plugins.guards.walker import Flow
+
+    return Flow(stdin=("pipe", "git's output") if reads_output else None, depth=call.flow.depth)
+
+
+def _global_options(w: Any, call: Any, v: GitView) -> None:
+    for construct, advice in v.problems:
+        w.opaque(construct, advice)
+    if v.unknown_global:
+        w.opaque(f"`git {v.unknown_global}` is a git option the guard does not model", "run git without it")
+    if v.config_env:
+        w.opaque("`git --config-env` sets git configuration from a variable", "use plain git commands and options")
+    for key, value in v.configs.items():
+        if key.startswith("alias.") or key == "core.hookspath" or not _CODE_KEYS.match(key):
+            continue
+        w.opaque(f"`git -c {key}=...` makes git run another program", "drop the option and run git plainly")
+        if isinstance(value, str) and value and value not in ("true", "false"):
+            w.code(value, call.st.copy(), _flow(call, bool(_READS_OUTPUT.match(key))), f"`git -c {key}`")
+    for code in v.shell_aliases:
+        w.code(code, call.st.copy(), call.flow, "a `!` git alias")
+
+
+def _exec_values(args: list[str]) -> list[str]:
+    """The commands given to ``git rebase --exec``/``-x`` (abbreviations included)."""
+    from ralph_plugins.guards.progutil import has_long
+
+    found = []
+    for k, a in enumerate(args):
+        if a.startswith("--") and has_long([a], "--exec", 4):
+            if "=" in a:
+                found.append(a.split("=", 1)[1])
+            elif k + 1 < len(args):
+                found.append(args[k + 1])
+        elif a == "-x" and k + 1 < len(args):
+            found.append(args[k + 1])
+        elif a.startswith("-x") and len(a) > 2:
+            found.append(a[2:])
+    return found
+
+
+def _rebase(w: Any, call: Any, args: list[str]) -> None:
+    for code in _exec_values(args):
+        w.opaque("`git rebase --exec` runs a command after each commit", "rebase, then run the command yourself")
+        w.code(code, call.st.copy(), _flow(call), "`git rebase --exec`")
+
+
+def _submodule(w: Any, call: Any, args: list[str]) -> None:
+    if "foreach" not in args:
+        return
+    w.opaque("`git submodule foreach` runs a command in every submodule", "run the command in each submodule yourself")
+    rest = [a for a in args[args.index("foreach") + 1 :] if a not in ("--recursive", "-q", "--quiet")]
+    if rest:
+        w.code(" ".join(rest), call.st.copy(), _flow(call), "`git submodule foreach`")
+
+
+def _bisect(w: Any, call: Any, args: list[str]) -> None:
+    from ralph_plugins.guards.walker import Word
+
+    if args[:1] != ["run"]:
+        return
+    w.opaque("`git bisect run` runs a command for every step", "bisect by hand: `git bisect good/bad`")
+    if len(args) > 1:
+        w.run([Word(a) for a in args[1:]], {}, call.st.copy(), _flow(call), [*call.wrappers, "git bisect run"], [])
+
+
+def _difftool(w: Any, call: Any, args: list[str]) -> None:
+    from ralph_plugins.guards.progutil import has_long
+
+    if any(a == "-x" or has_long([a], "--extcmd", 5) for a in args):
+        w.opaque("`git difftool --extcmd` runs a command", "use `git diff`")
+
+
+def _transport_programs(w: Any, sub: str, args: list[str]) -> None:
+    from ralph_plugins.guards.progutil import has_long
+
+    if sub not in ("fetch", "pull", "clone", "ls-remote", "archive", "push", "init", "remote"):
+        return
+    names = ("--upload-pack", "--receive-pack", "--exec", "--template")
+    if any(has_long([a], n, 5) for a in args for n in names) or ("-u" in args and sub == "clone"):
+        w.opaque(f"`git {sub}` with --upload-pack/--receive-pack/--exec/--template runs a program", "drop the option")
+
+
+def _clone(w: Any, call: Any, args: list[str]) -> None:
+    for k, a in enumerate(args):
+        if a in ("-c", "--config") and k + 1 < len(args):
+            key = normalise_key(args[k + 1].partition("=")[0])
+            if _CODE_KEYS.match(key) or key.startswith("alias."):
+                w.opaque(f"`git clone -c {key}=...` configures a program git runs", "clone without it")
+
+
+def _config(w: Any, call: Any, args: list[str]) -> None:
+    from ralph_plugins.guards.walker import Word
+
+    write = _config_write(args)
+    if write is None:
+        return
+    key, value = write
+    if _CODE_KEYS.match(key) and key != "core.hookspath":
+        w.opaque(f"`git config {key}` makes later git commands run a program", "leave git's configuration alone")
+    if not key.startswith("alias."):
+        return
+    w.opaque(f"`git config {key}` defines a git alias the guard would not see later", "use the git command itself")
+    if value and value.startswith("!"):
+        w.code(value[1:], call.st.copy(), _flow(call), f"the git alias `{key[6:]}`")
+        return
+    try:
+        words = shlex.split(value or "")
+    except ValueError:
+        words = []
+    if words:  # what the alias would run, checked now: `git config alias.p push` is a push
+        w.run([Word("git"), *(Word(x) for x in words)], {}, call.st.copy(), _flow(call),
+              [*call.wrappers, f"git alias {key[6:]}"], [])
+
+
+_SUBCOMMANDS = {
+    "rebase": _rebase,
+    "submodule": _submodule,
+    "bisect": _bisect,
+    "difftool": _difftool,
+    "mergetool": _difftool,
+    "clone": _clone,
+    "config": _config,
+}

@@ -21,7 +21,7 @@ import fnmatch
 import os
 
 from ralph.api import Denial, HookEvent, hookimpl
-from ralph_plugins.guards.shell import Command, analyze, resolve_path
+from ralph_plugins.guards.shell import Command, analyze_for, resolve_path
 
 RULE = "protected-file"
 EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path", "NotebookEdit": "notebook_path"}
@@ -107,7 +107,7 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
     if not isinstance(command, str) or not command.strip():
         return []
     prot = _Protected(event)
-    analysis = analyze(command, prot.cwd, str(event.project_dir), prot.home)
+    analysis = analyze_for(event, command, prot.cwd, os.path.normpath(str(event.project_dir)), prot.home)
     for write in analysis.writes:
         path = prot.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
         if path is not None and prot.hit(path, glob=write.glob):

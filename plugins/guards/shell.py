@@ -12,6 +12,7 @@ Public API (re-exported for third-party guards; keep these signatures stable)::
 
     analyze(command: str, cwd: str | None = None, project_dir: str | None = None,
             home: str | None = None) -> Analysis
+    analyze_for(event: object, command, cwd, project_dir, home) -> Analysis   # once per hook event
     resolve_path(text, cwd, home, dynamic=False, cd=None, cd_unknown=False, known=None) -> str | None
     basename(word: str) -> str
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,6 +199,24 @@ def analyze(command: str, cwd: str | None = None, project_dir: str | None = None
         result.unparseable = "nested too deeply"
     except Exception as exc:  # the analysis must never break a hook; say what happened instead
         result.unparseable = f"the guard's analysis failed ({type(exc).__name__}: {exc})"
+    return result
+
+
+_last = threading.local()
+
+
+def analyze_for(event: object, command: str, cwd: str | None, project_dir: str | None, home: str | None) -> Analysis:
+    """:func:`analyze`, done once per hook event: every guard looking at the same call shares the result.
+
+    Only the same event object (and the same arguments) reuses it, so a later call never sees an
+    analysis made before the file system changed.
+    """
+    key = (command, cwd, project_dir, home)
+    cached = getattr(_last, "entry", None)
+    if cached is not None and cached[0] is event and cached[1] == key:
+        return cached[2]
+    result = analyze(command, cwd, project_dir, home)
+    _last.entry = (event, key, result)
     return result
 
 

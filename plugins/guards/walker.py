@@ -30,6 +30,7 @@ _C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\
               "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
 _MAX_WORDS = 256
 _GLOB_TEXT = re.compile(r"[*?]|\[.*\]")
+_STDIN_FILE = re.compile(r"/dev/+(\./+)*(stdin|fd/+0)|/proc/+(self|thread-self|[0-9]+)/+fd/+0")
 # kinds of characters in a word being assembled
 _LIT, _QUOTED, _EXP, _DYNQ, _DYNU = range(5)
 
@@ -59,9 +60,11 @@ class State:
     made: set[str] = field(default_factory=set)
     """Names of files linked, copied or moved on this line (running one is opaque)."""
     functions: set[str] = field(default_factory=set)
+    stdin: tuple[str, str] | None = None
+    """Set by ``exec < file``: the shell's own stdin from then on."""
 
     def copy(self) -> "State":
-        return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions))
+        return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions), self.stdin)
 
 
 @dataclass(frozen=True)
@@ -322,7 +325,7 @@ class Walker:
         if body.type == "command":
             self.command(body, st, flow2, pairs)
         elif body.type == "declaration_command":
-            from ralph_plugins.guards.programs import declaration
+            from ralph_plugins.guards.environment import declaration
 
             declaration(self, body, st, flow2, pairs)
         else:
@@ -352,7 +355,7 @@ class Walker:
     def _assignment(self, node: Any, st: State, flow: Flow) -> None:
         name, value = self.assignment(node, st, flow)
         if name is not None:
-            from ralph_plugins.guards.programs import check_env
+            from ralph_plugins.guards.environment import check_env
 
             check_env(self, name, value, st, flow)
             st.vars[name] = value
@@ -362,7 +365,7 @@ class Walker:
             self.statement(child, st, flow)
 
     def _declaration(self, node: Any, st: State, flow: Flow) -> None:
-        from ralph_plugins.guards.programs import declaration
+        from ralph_plugins.guards.environment import declaration
 
         declaration(self, node, st, flow)
 
@@ -419,8 +422,12 @@ class Walker:
                 self.unmodelled(child)
         flow2, pairs, _ = self.redirects(inline, st, flow)
         pairs = (outer or []) + pairs
+        if flow2.stdin is None and st.stdin is not None:
+            flow2 = replace(flow2, stdin=st.stdin)
+        if len(words) == 1 and words[0].text == "exec" and flow2.stdin is not None and flow2.stdin[0] != "pipe":
+            st.stdin = flow2.stdin  # `exec < <(curl ...)`: every later command reads that
         if not has_name:
-            from ralph_plugins.guards.programs import check_env
+            from ralph_plugins.guards.environment import check_env
 
             for name, value in env.items():
                 check_env(self, name, value, st, flow)
@@ -431,7 +438,8 @@ class Walker:
     def run(self, words: list[Word], env: dict[str, Val], st: State, flow: Flow, wrappers: list[str],
             redirects: list[tuple[str, str]]) -> None:
         """Dispatch one simple command (after its words were expanded)."""
-        from ralph_plugins.guards.programs import check_env, dispatch
+        from ralph_plugins.guards.environment import check_env
+        from ralph_plugins.guards.programs import dispatch
 
         words = [w for w in words if w.text or not w.split]
         if not words:
@@ -539,7 +547,10 @@ class Walker:
             elif node.type == "herestring_redirect":
                 words = [w for c in node.named_children for w in self.words(c, st, flow, split=False)]
                 text = " ".join(w.text for w in words)
-                stdin = ("dyn", "") if any(w.dynamic for w in words) else ("text", text + "\n")
+                if any(w.output for w in words):
+                    stdin = ("procsub", f"<<< {text[:40]}")  # a command's output
+                else:
+                    stdin = ("dyn", "") if any(w.dynamic for w in words) else ("text", text + "\n")
                 pairs.append(("<<<", text))
             elif node.type == "heredoc_redirect":
                 stdin = self._heredoc(node, st, flow, pairs, queue, tails) or stdin
@@ -569,6 +580,8 @@ class Walker:
         if op in ("<", "<>") and fd in ("", "0"):
             if target.procsub:
                 return ("procsub", target.text)
+            if not target.dynamic and target.text.startswith("/") and _STDIN_FILE.fullmatch(target.text):
+                return stdin  # `< /dev/stdin`: the same stdin
             if target.dynamic:
                 return ("dyn", "")
             return ("file", target.text)
@@ -598,10 +611,11 @@ class Walker:
                 text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
             stdin = ("text", text)
         else:
+            output = False
             for child in body.named_children:
                 if child.type != "heredoc_content":
-                    self.words(child, st, flow)
-            stdin = ("dyn", "")
+                    output = output or any(x.output for x in self.words(child, st, flow))
+            stdin = ("procsub", "a heredoc with $(...)") if output else ("dyn", "")
         pairs.append(("<<", "<heredoc>"))
         return stdin
 
@@ -624,60 +638,68 @@ class Walker:
         return _assemble(chars, flags, split)
 
     def _parts(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
-        kind = node.type
-        if kind == "word" or kind == "number" or kind == "brace_expression":
-            if quoted:
-                _push(out, _text(node), _QUOTED)
-            else:
-                _unquote_word(_text(node), out)
-        elif kind in ("extglob_pattern", "regex", "test_operator"):
-            _push(out, _text(node), _QUOTED if quoted else _LIT)
-        elif kind == "raw_string":
-            _push(out, _text(node)[1:-1], _QUOTED)
-        elif kind == "ansi_c_string":
-            _push(out, _ansi_c(_text(node)[2:-1]), _QUOTED)
-        elif kind in ("string", "translated_string"):
-            for child in node.children:
-                if child.type == "string_content":
-                    _push(out, _dq_unescape(_text(child)), _QUOTED)
-                elif child.is_named:
-                    self._parts(child, st, flow, out, True, flags)
-        elif kind == "concatenation":
-            for child in node.children:
-                if child.is_named:
-                    self._parts(child, st, flow, out, quoted, flags)
-                elif child.type == "$":
-                    self._parts(child, st, flow, out, quoted, flags)
-                else:
-                    _push(out, _text(child), _QUOTED if quoted else _LIT)
-        elif kind == "simple_expansion":
-            inner = node.named_children[0] if node.named_children else None
-            self._var(_text(inner) if inner is not None else "", _text(node), st, out, quoted, flags)
-        elif kind == "expansion":
-            self._expansion(node, st, flow, out, quoted, flags)
-        elif kind == "command_substitution":
-            self.substitution(node, st, flow)
-            flags["output"] = True
-            _push(out, _text(node), _DYNQ if quoted else _DYNU)
-        elif kind == "process_substitution":
-            writes_into = bool(node.children) and node.children[0].type == ">("
-            inner = Flow(stdin=("pipe", "process substitution") if writes_into else None, piped_out=not writes_into,
-                         depth=flow.depth)
-            self.statements(node.children, st.copy(), inner)
-            flags["procsub"] = True
-            _push(out, _text(node), _DYNQ)
-        elif kind == "arithmetic_expansion":
-            for child in node.named_children:
-                self.arith(child, st)
-            _push(out, _text(node), _DYNQ if quoted else _DYNU)
-        elif kind == "$":
-            self.opaque("a `$` the grammar reads apart from its word (e.g. $\"...\")", "use a plain quoted string")
-            _push(out, "$", _DYNQ)
-        elif kind == "variable_name":
-            _push(out, _text(node), _QUOTED if quoted else _LIT)
+        """Append the characters of one word part to ``out``, each with its kind (quoted, literal, run-time)."""
+        handler = _WORD_PARTS.get(node.type)
+        if handler is not None:
+            handler(self, node, st, flow, out, quoted, flags)
         else:
             self.unmodelled(node)
             _push(out, _text(node), _DYNQ)
+
+    def _part_word(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        if quoted:
+            _push(out, _text(node), _QUOTED)
+        else:
+            _unquote_word(_text(node), out)
+
+    def _part_literal(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        _push(out, _text(node), _QUOTED if quoted else _LIT)
+
+    def _part_raw_string(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        _push(out, _text(node)[1:-1], _QUOTED)
+
+    def _part_ansi_c(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        _push(out, _ansi_c(_text(node)[2:-1]), _QUOTED)
+
+    def _part_string(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        for child in node.children:
+            if child.type == "string_content":
+                _push(out, _dq_unescape(_text(child)), _QUOTED)
+            elif child.is_named:
+                self._parts(child, st, flow, out, True, flags)
+
+    def _part_concatenation(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        for child in node.children:
+            if child.is_named or child.type == "$":
+                self._parts(child, st, flow, out, quoted, flags)
+            else:
+                _push(out, _text(child), _QUOTED if quoted else _LIT)
+
+    def _part_variable(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        inner = node.named_children[0] if node.named_children else None
+        self._var(_text(inner) if inner is not None else "", _text(node), st, out, quoted, flags)
+
+    def _part_substitution(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        self.substitution(node, st, flow)
+        flags["output"] = True
+        _push(out, _text(node), _DYNQ if quoted else _DYNU)
+
+    def _part_process(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        writes_into = bool(node.children) and node.children[0].type == ">("
+        inner = Flow(stdin=("pipe", "process substitution") if writes_into else None, piped_out=not writes_into,
+                     depth=flow.depth)
+        self.statements(node.children, st.copy(), inner)
+        flags["procsub"] = True
+        _push(out, _text(node), _DYNQ)
+
+    def _part_arithmetic(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        for child in node.named_children:
+            self.arith(child, st)
+        _push(out, _text(node), _DYNQ if quoted else _DYNU)
+
+    def _part_lone_dollar(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        self.opaque("a `$` the grammar reads apart from its word (e.g. $\"...\")", "use a plain quoted string")
+        _push(out, "$", _DYNQ)
 
     def substitution(self, node: Any, st: State, flow: Flow) -> None:
         """``$(...)`` / backticks: the commands inside run (in a subshell)."""
@@ -698,49 +720,54 @@ class Walker:
         _push(out, shown, _DYNQ if quoted else _DYNU)
 
     def _expansion(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
-        children = node.children
-        ops = [_text(c) for c in children if not c.is_named and c.type not in ("${", "}")]
-        named = [c for c in children if c.is_named]
+        """``${...}``: the value when it is known, else a run-time part; opaque forms are recorded."""
+        ops = [_text(c) for c in node.children if not c.is_named and c.type not in ("${", "}")]
+        named = [c for c in node.named_children]
+        run_time = _DYNQ if quoted else _DYNU
         if ops and ops[0] == "!":
-            self.opaque(f"indirect expansion `{_text(node)}` reads a variable named at run time",
-                        "use the variable itself")
-            _push(out, _text(node), _DYNQ if quoted else _DYNU)
+            self.opaque(f"indirect expansion `{_text(node)}` reads a variable named at run time", "use the variable itself")
+            _push(out, _text(node), run_time)
             return
-        if "@" in ops:
-            after = ops[ops.index("@") + 1 :]
-            if after and after[0] == "P":
-                self.opaque(f"prompt expansion `{_text(node)}` can run commands", "print the variable plainly")
+        if "@" in ops and ops[ops.index("@") + 1 : ops.index("@") + 2] == ["P"]:
+            self.opaque(f"prompt expansion `{_text(node)}` can run commands", "print the variable plainly")
         target = named[0] if named else None
-        name = ""
-        if target is not None and target.type in ("variable_name", "special_variable_name"):
-            name = _text(target)
-        elif target is not None and target.type == "subscript":
-            base = target.child_by_field_name("name")
-            index = target.child_by_field_name("index")
-            name = _text(base) if base is not None else ""
-            if index is not None and _text(index) not in ("@", "*"):
-                self.arith(index, st)
-        arith_next = False
-        for child in named[1:]:  # operands of the operator: substitutions run, arithmetic is evaluated
-            if arith_next or (child.prev_sibling is not None and _text(child.prev_sibling) == ":"):
-                self.arith(child, st)
-            else:
-                self._parts(child, st, flow, [], True, {"positional": False, "procsub": False, "output": False})
-        if ops and ops[0] == "#" and (not named or named[0] is target):
-            _push(out, _text(node), _DYNQ if quoted else _DYNU)
-            return
+        name = self._expansion_target(target, st)
+        self._expansion_operands(named[1:], st, flow)
         if name in ("@", "*") or name.isdigit() and name != "0":
             flags["positional"] = True
+        if ops and ops[0] == "#" and len(named) <= 1:  # ${#x}: a length
+            _push(out, _text(node), run_time)
+            return
         value = st.vars.get(name) if name in st.vars else None
         if isinstance(value, list):
             value = value[0] if value else ""
-        if not ops and isinstance(value, str) and target is not None and target.type != "subscript":
+        plain = not ops and target is not None and target.type != "subscript"
+        default = bool(ops) and ops[0] in (":-", "-") and (bool(value) or ops[0] == "-")
+        if isinstance(value, str) and (plain or default):
             _push(out, value, _QUOTED if quoted else _EXP)
-            return
-        if ops and ops[0] in (":-", "-") and isinstance(value, str) and (value or ops[0] == "-"):
-            _push(out, value, _QUOTED if quoted else _EXP)
-            return
-        _push(out, _text(node), _DYNQ if quoted else _DYNU)
+        else:
+            _push(out, _text(node), run_time)
+
+    def _expansion_target(self, target: Any, st: State) -> str:
+        if target is None:
+            return ""
+        if target.type in ("variable_name", "special_variable_name"):
+            return _text(target)
+        if target.type == "subscript":
+            base = target.child_by_field_name("name")
+            index = target.child_by_field_name("index")
+            if index is not None and _text(index) not in ("@", "*"):
+                self.arith(index, st)  # an indexed array's subscript is arithmetic
+            return _text(base) if base is not None else ""
+        return ""
+
+    def _expansion_operands(self, operands: list[Any], st: State, flow: Flow) -> None:
+        """Operands of ``${x:-word}``, ``${x/a/b}``...: substitutions in them run; ``${x:off:len}`` is arithmetic."""
+        for child in operands:
+            if child.prev_sibling is not None and _text(child.prev_sibling) == ":":
+                self.arith(child, st)
+            else:
+                self._parts(child, st, flow, [], True, {"positional": False, "procsub": False, "output": False})
 
     # -- arithmetic -----------------------------------------------------------------------------
 
@@ -784,6 +811,29 @@ _STATEMENTS = {
     "unset_command": Walker._unset,
     "test_command": Walker._test,
 }
+
+
+_WORD_PARTS = {
+    "word": Walker._part_word,
+    "number": Walker._part_word,
+    "brace_expression": Walker._part_word,
+    "extglob_pattern": Walker._part_literal,
+    "regex": Walker._part_literal,
+    "test_operator": Walker._part_literal,
+    "variable_name": Walker._part_literal,
+    "raw_string": Walker._part_raw_string,
+    "ansi_c_string": Walker._part_ansi_c,
+    "string": Walker._part_string,
+    "translated_string": Walker._part_string,
+    "concatenation": Walker._part_concatenation,
+    "simple_expansion": Walker._part_variable,
+    "expansion": Walker._expansion,
+    "command_substitution": Walker._part_substitution,
+    "process_substitution": Walker._part_process,
+    "arithmetic_expansion": Walker._part_arithmetic,
+    "$": Walker._part_lone_dollar,
+}
+"""The word parts the walker models; any other node inside a word is opaque."""
 
 
 def walk(command: str, result: Analysis, cwd: str, home: str) -> None:

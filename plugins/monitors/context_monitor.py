@@ -5,7 +5,8 @@ and compared with the context window (``CLAUDE_CONTEXT_WINDOW``, default 200k).
 Each threshold (50/60/70/80/90 %) fires once per session; SessionStart re-arms
 them.  The estimate prefers the real counts Claude Code writes into the
 transcript (the latest main-thread assistant entry's ``message.usage``) and falls
-back to the seed's ``file size / 4`` heuristic.  Only the file's tail is read:
+back to the seed's ``file size / 4`` heuristic.  The Codex CLI's rollout file (its
+``transcript_path``) is read the same way: its latest ``token_count`` event counts.  Only the file's tail is read:
 this runs on every tool call.
 """
 
@@ -78,6 +79,9 @@ def _usage_total(line: bytes) -> int | None:
         return None
     if not isinstance(entry, dict) or entry.get("isSidechain"):
         return None
+    payload = entry.get("payload")
+    if entry.get("type") == "event_msg" and isinstance(payload, dict) and payload.get("type") == "token_count":
+        return _codex_tokens(payload)
     if entry.get("type", "assistant") != "assistant":
         return None
     message = entry.get("message")
@@ -92,6 +96,16 @@ def _usage_total(line: bytes) -> int | None:
     return total or None  # an all-zero placeholder is no measurement
 
 
+def _codex_tokens(payload: dict[str, Any]) -> int | None:
+    """The Codex CLI's rollout ``token_count`` event: the last request's input plus output tokens."""
+    info = payload.get("info")
+    last = info.get("last_token_usage") if isinstance(info, dict) else None
+    if not isinstance(last, dict):
+        return None
+    total = sum(v for k in ("input_tokens", "output_tokens") if isinstance(v := last.get(k), int) and v > 0)
+    return total or None
+
+
 def _last_usage(data: bytes, partial_first: bool) -> tuple[int, int] | None:
     """(tokens, end offset) of the last usage entry in ``data``, scanning lines backwards."""
     pos = len(data)
@@ -101,7 +115,7 @@ def _last_usage(data: bytes, partial_first: bool) -> tuple[int, int] | None:
             break  # the first line of a tail read is cut: not parseable
         line, end = data[newline + 1 : pos], pos
         pos = max(newline, 0)
-        if b'"usage"' not in line or b'"isSidechain":true' in line:
+        if (b'"usage"' not in line and b'"token_count"' not in line) or b'"isSidechain":true' in line:
             continue
         total = _usage_total(line)
         if total is not None:

@@ -200,6 +200,21 @@ class ConsoleView:
     def on_context_exhausted(self, data: dict[str, Any]) -> None:
         self.status(f"{data['story']} exhausted the agent's context ({data['times']}x)")
 
+    def on_builtin_prompt(self, data: dict[str, Any]) -> None:
+        from ralph.api import BUILTIN_PROMPT_NOTE
+
+        self.status(BUILTIN_PROMPT_NOTE.format(dir=data["ralph_dir"]))
+
+    def on_work_branch(self, data: dict[str, Any]) -> None:
+        self.status(data["message"])
+
+    def on_failure_branches_archived(self, data: dict[str, Any]) -> None:
+        moved = ", ".join(f"{b['from']} -> {b['to']}" for b in data["branches"][:5])
+        self.status(f"archived the failure branches of earlier runs (nothing deleted): {moved}")
+
+    def on_earlier_state_continued(self, data: dict[str, Any]) -> None:
+        self.status(f"continuing with the story state the previous run left for {data['stories']}")
+
     def on_user_work_stashed(self, data: dict[str, Any]) -> None:
         self.status(data["message"])
 
@@ -212,7 +227,7 @@ def _tool_summary(tool: dict[str, Any]) -> str:
     tool_input = tool.get("input") or {}
     for key in ("command", "file_path", "path", "pattern"):
         if key in tool_input:
-            return str(tool_input[key])[:120]
+            return _one_line(str(tool_input[key]))[:120]
     return ""
 
 

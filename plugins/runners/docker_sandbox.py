@@ -3,8 +3,12 @@
 One long-lived container per project run (named ``ralph-<project path
 sanitized>``, labelled ``ralph.sandbox=1``), one exec per iteration.  The
 project is bind-mounted at its own path and the agent runs as the host user's
-uid:gid; ``.git/hooks`` and ``.git/config`` are read-only; all capabilities are
-dropped, the root filesystem is read-only, pids, memory and CPU are limited.
+uid:gid; ``.git/config``, ``hooks/``, ``info/`` (and ``commondir``,
+``objects/info/alternates`` where they exist) and the hook socket's directory
+are read-only; all capabilities are dropped, the root filesystem is read-only,
+pids, memory and CPU are limited.  Gate commands run in the same container
+(:meth:`DockerSandboxRunner.run_command`), and after every exec every process
+the agent's user left in it is killed.
 Network: ``none``, ``allowlist`` (an internal network whose only way out is a
 proxy container) or ``open``.  See docs/sandbox.md.
 
@@ -19,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ralph.api import AgentView, Availability, Check, ProcessOutcome, ProcessSpec, Runner, hookimpl
+from ralph.api import AgentView, Availability, Check, CommandResult, ProcessOutcome, ProcessSpec, Runner, hookimpl
 
 from .docker.naming import DEFAULT_IMAGE, HOOK_CLIENT
 
@@ -29,7 +33,10 @@ if TYPE_CHECKING:
     from .docker.engine import Options, Sandbox
 
 SECTION = "docker-sandbox"
-NO_SDK = "the docker Python package is not installed: pip install 'ralph-trustloop[docker]'"
+NO_SDK = (
+    "the docker Python package is not importable (it is a dependency of ralph-trustloop; "
+    "reinstall ralph, or pip install 'docker>=7')"
+)
 
 
 def prepare_state_dir(path: Path) -> Path:
@@ -189,6 +196,21 @@ class DockerSandboxRunner(Runner):
 
             raise UnavailableError(str(exc)) from None
 
+    def run_command(self, command: str, cwd: Path, timeout: float | None) -> CommandResult:
+        """Gate commands run in the sandbox container (same image, hardening, user, network)."""
+        if self._sandbox is None:
+            self.prepare(Path(cwd))
+        assert self._sandbox is not None
+        from .docker import engine
+
+        try:
+            code, output, timed_out = self._sandbox.run_command(command, Path(cwd), timeout)
+        except engine.SandboxError as exc:
+            from ralph.api import UnavailableError
+
+            raise UnavailableError(str(exc)) from None
+        return CommandResult(code, output, timed_out, "sandbox")
+
     def cleanup(self) -> None:
         """Remove the container, the proxy and the network, however the run ended."""
         if self._sandbox is not None:
@@ -219,12 +241,3 @@ def ralph_config_sections() -> dict[str, type]:
 
 
 __all__ = ["DEFAULT_IMAGE", "DockerSandboxRunner", "prepare_state_dir"]
-
-
-@hookimpl
-def ralph_register_commands(cli: Any) -> None:
-    """``ralph sandbox build|clean`` and ``ralph doctor`` (click only until they run)."""
-    from .docker.commands import COMMANDS
-
-    for command in COMMANDS:
-        cli.add_command(command)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-
 from ralph.api import ValidationContext, Violation, hookimpl
 
 MESSAGE = (
@@ -18,9 +16,9 @@ def ralph_validate(context: ValidationContext) -> list[Violation]:
     """One violation listing the uncommitted paths (``git status --porcelain``)."""
     if not context.check_git:
         return []
-    result = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=context.project_dir, capture_output=True, text=True
-    )
+    from ralph.api import git  # hardened, after the git metadata check
+
+    result = git(context.project_dir, "status", "--porcelain", check=False)
     if result.returncode != 0:
         return [Violation("git-clean", f"git status failed in {context.project_dir}: {result.stderr.strip()}")]
     lines = [line for line in result.stdout.splitlines() if line.strip()]

@@ -17,7 +17,8 @@ from ralph.workspace import (
     head,
     init_checkout,
     mirror,
+    receive_branch,
     untracked_names,
 )
 
-__all__ = ["WorkspaceError", "WorkspaceState", "capture", "git", "head", "init_checkout", "mirror", "untracked_names"]
+__all__ = ["WorkspaceError", "WorkspaceState", "capture", "git", "head", "init_checkout", "mirror", "receive_branch", "untracked_names"]

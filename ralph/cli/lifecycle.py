@@ -38,7 +38,7 @@ def _location_options(func: Callable[..., Any]) -> Callable[..., Any]:
         "--prd",
         "prd",
         metavar="N",
-        help="Use .ralph/PRD-N/ (seed 001 layout) as the ralph directory.",
+        help="Use the folder .ralph/PRD-N/ as the ralph directory (one folder per PRD, numbered).",
     )(func)
     func = click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")(func)
     func = click.option(
@@ -100,8 +100,13 @@ def plan(
     ralph plan            interactive session: writes prd.md and the task list
                           (Mode 1 when prd.md is still the template, else Mode 2)
     ralph plan --check    dependency cycles, unknown dependsOn, stories without
-                          verifiable acceptance criteria, oversized stories;
-                          exit 1 when there are errors
+                          verifiable acceptance criteria, oversized stories,
+                          fields the schema requires; exit 0 with warnings only,
+                          1 when there are errors, 2 when there is nothing to
+                          check (no task list, not valid JSON, unreadable)
+    ralph plan --print-command
+                          print the claude command line (its plugin bundle is
+                          kept in ralph's state directory) instead of starting it
     """
     session, rdir = _session(project_dir, ralph_dir, prd)
     if check:
@@ -109,8 +114,19 @@ def plan(
 
         store = _store(session, rdir, store_name, file)
         path = file.resolve() if file is not None else store.path(rdir)
-        tasks = load_task_list(store, path)
+        from ralph.errors import TaskSchemaError
+        from ralph.lifecycle.plan import Problem
+
         config = session.settings.config
+        try:
+            tasks = load_task_list(store, path)
+        except TaskSchemaError as exc:  # the file decodes: its schema problems are findings like the others
+            lines = str(exc).splitlines()
+            click.echo(f"checked {path} ({store.name}): it does not match the task-list schema")
+            for line in lines:
+                click.echo(str(Problem("error", None, line.removeprefix(f"{path}: "))))
+            click.echo(f"{len(lines)} error{'s' if len(lines) != 1 else ''}, 0 warnings")
+            sys.exit(1)
         problems = check_task_list(tasks, config.max_iterations, uses_review=config.policy != "skip-review")
         click.echo(f"checked {path} ({store.name}): {len(tasks.userStories)} stories")
         for problem in problems:
@@ -159,9 +175,16 @@ def archive(project_dir: Path, ralph_dir: str | None, prd: str | None, label: st
 @_location_options
 @click.option("--run", "run", metavar="RUN", help="A run directory (name or path).  [default: the latest run]")
 @click.option("--all-runs", is_flag=True, help="The current task list over every run of this project.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write a self-contained HTML page here.")
+@click.option(
+    "--html",
+    "html_path",
+    is_flag=False,
+    flag_value="",
+    metavar="[FILE]",
+    help="Also write a self-contained HTML page: to FILE, or (no FILE) next to the run's record outside the project.",
+)
 @_handles_errors
-def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str | None, all_runs: bool, html_path: Path | None) -> None:
+def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str | None, all_runs: bool, html_path: str | None) -> None:
     """Per story: iterations, reviews, gate failures, time and cost; review analytics.
 
     Prints a table; with --html also writes one HTML page (no external files) with a
@@ -192,8 +215,32 @@ def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str |
     )
     click.echo(render_text(result))
     if html_path is not None:
-        atomic_write_text(html_path, render_html(result))
-        click.echo(f"\nwrote {html_path.resolve()}")
+        target = _html_target(session.settings.project_dir, html_path, result, config.state_dir)
+        atomic_write_text(target, render_html(result))
+        click.echo(f"\nwrote {target}")
+
+
+def _html_target(project_dir: Path, given: str, result: Any, state_dir: str | None) -> Path:
+    """Where ``--html`` writes: FILE as given (warning when it would dirty the project), else the run's record."""
+    from ralph.loop.rundir import project_state_dir, runs_dir
+
+    if not given:
+        base = runs_dir(project_dir, state_dir) / result.runs[-1] if result.runs else project_state_dir(project_dir, state_dir)
+        base.mkdir(parents=True, exist_ok=True)
+        return base / "report.html"
+    target = Path(given).resolve()
+    if target.is_relative_to(project_dir):
+        from ralph.gitutil import git
+
+        ignored = git(project_dir, "check-ignore", "-q", str(target), check=False).returncode == 0
+        if not ignored:
+            click.echo(
+                f"ralph: warning: {given} is inside the project and not ignored by git: `ralph run` refuses to "
+                "start while it is uncommitted; add it to .gitignore, or use `--html` alone (it then goes next "
+                "to the run's record, outside the project)",
+                err=True,
+            )
+    return target
 
 
 COMMANDS = (plan, archive, report)

@@ -17,17 +17,17 @@ from ralph import __version__
 
 EPILOG = """\b
 Typical session:
-  ralph init --name my-feature     # scaffold ralph/ (prd.md, tasks.json, ...)
-  $EDITOR ralph/prd.md ralph/tasks.json
-  ralph run --dry-run              # see the mode, story and prompt
-  ralph run                        # loop until every story is approved
-  ralph status                     # what the last run did
+  ralph init --name my-feature --commit   # scaffold ralph/ (prd.md, tasks.json, ...)
+  $EDITOR ralph/prd.md ralph/tasks.json   # or: ralph plan; then commit
+  ralph run --dry-run                     # see the branch, mode, story and prompt
+  ralph run                               # loop until every story is approved
+  ralph status                            # what the last run did
 \b
 Exit codes of `ralph run`: 0 complete, 1 iterations exhausted or no story
 selectable, 2 usage or configuration error, 3 finished with failed stories,
 4 global hard timeout, 5 budget reached, 6 paused on the agent's usage limit
 or the API's rate limit, 7 the agent failed repeatedly with the same error,
-130 interrupted.
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 
@@ -36,7 +36,7 @@ Exit codes: 0 complete, 1 iterations exhausted or no story selectable,
 2 usage or configuration error or a failed pre-flight check, 3 finished with
 failed stories, 4 global hard timeout, 5 budget reached, 6 paused on the
 agent's usage limit or the API's rate limit, 7 the agent failed repeatedly
-with the same error, 130 interrupted.
+with the same error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 
@@ -108,6 +108,41 @@ def cli() -> None:
     claims itself."""
 
 
+class RegistryOption(click.Option):
+    """An option whose help ends with the names registered by the loaded plugins.
+
+    The plugins are loaded only when the help is shown (``ralph run --help``), so
+    ``ralph --help`` and every command's start-up stay as fast as without it.
+    """
+
+    def __init__(self, *args: Any, registry: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.registry = registry
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        if record is None:
+            return None
+        try:
+            names = getattr(_help_host(), self.registry).names()
+        except Exception:  # a broken plugin must not break --help
+            return record
+        return record[0], f"{record[1]}  Registered: {', '.join(sorted(names))}."
+
+
+def _help_host() -> Any:
+    """One plugin host for all the options of one help page (loaded on first use)."""
+    global _HELP_HOST
+    if _HELP_HOST is None:
+        from ralph.plugin.manager import PluginHost
+
+        _HELP_HOST = PluginHost()
+    return _HELP_HOST
+
+
+_HELP_HOST: Any = None
+
+
 project_dir_option = click.option(
     "-d",
     "--project-dir",
@@ -120,19 +155,55 @@ project_dir_option = click.option(
 
 @cli.command()
 @project_dir_option
-@click.option("--name", help="Feature name: sets tasks.json branchName to ralph/<name>.")
-@click.option("--ralph-dir", default="ralph", show_default=True, help="Directory to create inside the project.")
-@click.option("--force", is_flag=True, help="Overwrite prompt.md, prd.md, tasks.json and progress.txt if present.")
+@click.option("--name", help="Feature name: sets tasks.json branchName to ralph/<name> (the branch `ralph run` works on).")
+@click.option("--ralph-dir", help="Directory to create (or complete) inside the project.  [default: ralph]")
+@click.option("--force", is_flag=True, help="Replace prompt.md, prd.md, tasks.json and progress.txt if present, keeping a backup of each.")
+@click.option("--commit", is_flag=True, help="Commit what init wrote (and .gitignore), nothing else.")
 @handles_errors
-def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> None:
-    """Scaffold a Ralph loop in a project: prd.md, tasks.json, progress.txt, prompt.md."""
-    from ralph.lifecycle.init import init_project
+def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool, commit: bool) -> None:
+    """Scaffold a Ralph loop in a project: prd.md, tasks.json, progress.txt, prompt.md.
 
-    result = init_project(project_dir.resolve(), name=name, ralph_dir=ralph_dir, force=force)
+    The project must be a git repository (ralph commits every iteration).  In a
+    directory that already holds a loop (e.g. snarktank/ralph's prd.json,
+    prompt.md and progress.txt) only what is missing is added, and what was
+    kept is named; no second task list is created beside an existing one.
+    """
+    from ralph.lifecycle.init import KNOWN_LOOP_DIRS, check_repository, commit_init, holds_loop, init_project
+
+    project_dir = project_dir.resolve()
+    if not project_dir.is_dir():
+        from ralph.errors import UsageError
+
+        raise UsageError(f"project directory {project_dir} does not exist")
+    check_repository(project_dir)
+    if ralph_dir is None:
+        ralph_dir = "ralph"
+        found = [d for d in KNOWN_LOOP_DIRS if d != "ralph" and holds_loop(project_dir / d)]
+        if found and not holds_loop(project_dir / "ralph"):
+            from ralph.errors import UsageError
+
+            raise UsageError(
+                f"{project_dir / found[0]} already holds a Ralph loop; adopt it with "
+                f"`ralph init --ralph-dir {found[0]}` (adds only what is missing) or run it as it is with "
+                f"`ralph run --ralph-dir {found[0]}`; nothing was written"
+            )
+    result = init_project(project_dir, name=name, ralph_dir=ralph_dir, force=force)
+
+    def rel(path: Path) -> str:
+        return path.relative_to(project_dir).as_posix() if path.is_relative_to(project_dir) else str(path)
+
+    for original, copy in result.backups:
+        click.echo(f"backed up {rel(original)} to {rel(copy)}")
     for path in result.files_written:
-        click.echo(f"wrote {path}")
+        click.echo(f"wrote {rel(path)}")
+    for path, why in result.kept:
+        click.echo(f"kept {rel(path)}: {why}")
     if result.gitignore_changed:
         click.echo("added .ralph-active to .gitignore")
+    if not result.files_written:
+        click.echo(f"nothing to add: {rel(result.ralph_dir)}/ already holds a complete loop")
+    if commit and (result.files_written or result.gitignore_changed):
+        click.echo(f"committed what init wrote: {commit_init(project_dir, result)} \"ralph init: {result.project_name}\"")
     click.echo("\nNext steps:")
     for number, step in enumerate(result.next_steps, 1):
         click.echo(f"  {number}. {step}")
@@ -142,14 +213,14 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
 @project_dir_option
 @click.option("-n", "--max-iterations", type=click.IntRange(min=1), help="Iterations before giving up.  [default: 15]")
 @click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")
-@click.option("--prd", "prd", help="Run the PRD folder .ralph/PRD-N/ (seed 001 layout) instead of --ralph-dir.")
+@click.option("--prd", "prd", metavar="N", help="Use the folder .ralph/PRD-N/ as the ralph directory (one folder per PRD, numbered).")
 @click.option("-m", "--model", help="Model name passed to the agent (e.g. opus, sonnet).")
-@click.option("--runner", help="Where the agent runs: direct, auto, docker-sandbox ...  [default: auto]")
+@click.option("--runner", cls=RegistryOption, registry="runners", help="Where the agent runs.  [default: auto]")
 @click.option("--sandbox", "sandbox", flag_value="docker-sandbox", help="Alias of --runner docker-sandbox.")
 @click.option("--no-sandbox", "sandbox", flag_value="direct", help="Alias of --runner direct.")
-@click.option("--agent", help="Agent CLI plugin: claude, codex, replay ...  [default: claude]")
-@click.option("--review-agent", help="Agent CLI plugin of review iterations (e.g. codex).  [default: --agent]")
-@click.option("--policy", help="Mode policy: review or skip-review.  [default: review]")
+@click.option("--agent", cls=RegistryOption, registry="agents", help="Agent CLI plugin.  [default: claude]")
+@click.option("--review-agent", cls=RegistryOption, registry="agents", help="Agent CLI plugin of review iterations (e.g. codex).  [default: --agent]")
+@click.option("--policy", cls=RegistryOption, registry="policies", help="Mode policy: how modes and stories are chosen.  [default: review]")
 @click.option("--skip-review", is_flag=True, help="No review cycle: implement iterations set passes=true.")
 @click.option("--review-cap", type=click.IntRange(min=1), help="Reviews per story before auto-approval.  [default: 5]")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds per iteration.  [default: 3600]")
@@ -170,11 +241,17 @@ def init(project_dir: Path, name: str | None, ralph_dir: str, force: bool) -> No
 @click.option(
     "--timeout-multiplier", type=click.FloatRange(min=0, min_open=True), help="Multiply every timeout (complex tasks)."
 )
+@click.option("--story", "story", metavar="ID", help="Work on this story alone (its dependencies must be done); same checks as a full run.")
 @click.option("--dry-run", is_flag=True, help="Show the mode, story and rendered prompt; run nothing.")
 @click.option("-q", "--quiet", "output", flag_value="quiet", help="Only status lines and the summary.")
 @click.option("-v", "--verbose", "output", flag_value="verbose", help="Also tool results and raw events.")
 @click.option("--parallel", is_flag=True, help="Run every .ralph/PRD-N/ folder (or, with --groups, story group) in its own git worktree, concurrently; never merges.")
 @click.option("--groups", is_flag=True, help="With --parallel: split one task list into independent story groups (dependsOn components).")
+@click.option(
+    "--engine",
+    metavar="NAME",
+    help="With --parallel: where the loops run: worktrees (local git worktrees, the default) or a fleet engine such as ray (one loop per node of a Ray cluster; see docs/ray.md).",
+)
 @handles_errors
 def run(
     project_dir: Path,
@@ -198,8 +275,10 @@ def run(
     timeout_multiplier: float | None,
     dry_run: bool,
     output: str | None,
+    story: str | None = None,
     parallel: bool = False,
     groups: bool = False,
+    engine: str | None = None,
 ) -> None:
     """Run the loop until every story is implemented, reviewed and approved.
 
@@ -211,14 +290,16 @@ def run(
     from ralph.cli.session import open_session
 
     # -- ralph run --parallel (ralph/lifecycle/parallel.py): one child `ralph run` per worktree --
-    if parallel or groups:
+    if parallel or groups or engine:
         if not parallel:
-            raise UsageError("--groups goes with --parallel (ralph run --parallel --groups)")
+            flag = "--groups" if groups else "--engine"
+            raise UsageError(f"{flag} goes with --parallel (ralph run --parallel {flag} ...)")
         from ralph.lifecycle.parallel import passthrough_args, run_parallel
 
         ctx = click.get_current_context()
-        child_args = passthrough_args(ctx, {"project_dir", "ralph_dir", "prd", "parallel", "groups", "dry_run"})
-        sys.exit(run_parallel(project_dir, child_args, groups=groups, ralph_dir=ralph_dir, prd=prd, dry_run=dry_run))
+        child_args = passthrough_args(ctx, {"project_dir", "ralph_dir", "prd", "parallel", "groups", "dry_run", "engine"})
+        sys.exit(run_parallel(project_dir, child_args, groups=groups, ralph_dir=ralph_dir, prd=prd, dry_run=dry_run,
+                              engine=engine))
     # -- end of --parallel --
 
     if runner and sandbox and runner != sandbox:
@@ -248,9 +329,12 @@ def run(
         "usage_limit_max_wait": max_wait,
         "live": False if no_live else None,
     }
+    if story is not None and parallel:
+        raise UsageError("--story runs one story; it does not go with --parallel")
     session = open_session(project_dir.resolve(), overrides, strict=True)
-    loop = session.build_loop()
+    loop = _build_loop(session, {"runner": runner or sandbox, "agent": agent, "policy": policy})
     loop.rerun = rerun
+    loop.only_story = story
     if dry_run:
         _print_dry_run(loop)
         return
@@ -258,7 +342,37 @@ def run(
     sys.exit(result.exit_code)
 
 
+def _build_loop(session: Any, from_cli: dict[str, str | None]) -> Any:
+    """``session.build_loop()``; an unknown plugin name says where it was set (flag, env var, file)."""
+    from ralph.errors import PluginError
+
+    try:
+        return session.build_loop()
+    except PluginError as exc:
+        import os
+
+        message = str(exc)
+        for key in ("runner", "agent", "policy"):
+            value = getattr(session.settings.config, key)
+            if not message.startswith(f"unknown {key} {value!r}") or from_cli.get(key):
+                continue
+            env = f"RALPH_{key.upper()}"
+            if os.environ.get(env):
+                where = f"the environment variable {env}"
+            elif session.settings.config_source is not None:
+                source = session.settings.config_source
+                table = "[tool.ralph]" if source.name == "pyproject.toml" else "the top level"
+                where = f"{source} ({key} = {value!r} in {table})"
+            else:
+                continue
+            raise PluginError(f"{message} (set by {where}): fix it there or pass --{key}") from None
+        raise
+
+
 def _print_dry_run(loop: Any) -> None:
+    from ralph.gitutil import dirty_paths
+    from ralph.loop.start import BUILTIN_PROMPT_NOTE, unselectable_reason, work_branch_plan
+
     selection, prompt, tasks = loop.dry_run()
     click.echo(f"runner:  {loop.runner.name}" + (f" (fallback: {loop.runner.fallback_reason})" if loop.runner.fallback_reason else ""))
     click.echo(f"agent:   {loop.agent.name}" + (f" (reviews: {loop.review_agent.name})" if loop.review_agent is not loop.agent else ""))
@@ -268,8 +382,28 @@ def _print_dry_run(loop: Any) -> None:
             stop = " (ralph run would stop here)" if check.ok is False else ""
             fix = f"; fix: {check.fix}" if check.fix else ""
             click.echo(f"warning: pre-flight: {check.what}{fix}{stop}", err=True)
+    plan = work_branch_plan(loop.project_dir, tasks.branchName)
+    if plan is not None:
+        click.echo(f"branch:  {tasks.branchName} (`ralph run` starts by {plan[1]})")
+    if loop.only_story:
+        click.echo(f"only:    {loop.only_story} (--story)")
+    if loop.prompt is not None and loop.prompt.builtin:
+        from ralph.loop.prompt import relative_dir
+
+        click.echo("note:    " + BUILTIN_PROMPT_NOTE.format(dir=relative_dir(loop.ralph_dir, loop.project_dir)))
+    dirty = dirty_paths(loop.project_dir)
+    if dirty and loop.config.dirty_start == "refuse":
+        shown = ", ".join(line[3:] for line in dirty[:5]) + (" ..." if len(dirty) > 5 else "")
+        click.echo(
+            f"ralph: warning: uncommitted changes ({shown}): `ralph run` will refuse to start until you "
+            "commit or stash them (or set dirty_start = \"stash\")",
+            err=True,
+        )
     if selection is None:
-        state = "complete" if loop.policy.is_complete(tasks) else "no story can be selected"
+        if loop.is_complete(tasks):
+            state = f"{loop.only_story} is complete" if loop.only_story else "complete"
+        else:
+            state = "no story can be selected: " + unselectable_reason(tasks, loop.policy.uses_review)
         click.echo(f"nothing to run: {state}")
         return
     click.echo(f"mode:    {selection.mode}")
@@ -300,8 +434,27 @@ def status(project_dir: Path, as_json: bool, follow: bool, no_live: bool) -> Non
 
 
 @cli.command()
+@project_dir_option
+@click.argument("run", required=False)
+@click.argument("number", required=False, type=click.IntRange(min=1))
+@handles_errors
+def restore(project_dir: Path, run: str | None, number: int | None) -> None:
+    """Bring back work the loop stashed or rolled back, from the run directory's copy.
+
+    RUN is a run directory name (see `ralph status`; default: the latest run that saved
+    work); NUMBER picks one of its copies (default: the first, your work from before the
+    run).  Runs `git apply --3way PATCH`, which you can also run yourself.
+    """
+    from ralph.loop.savedwork import restore as restore_work
+    from ralph.lifecycle.status import run_with_saved_work
+
+    project = project_dir.resolve()
+    click.echo(restore_work(project, run_with_saved_work(project, run), number))
+
+
+@cli.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Where to create the example project (new or empty).  [default: a temporary directory]")
-@click.option("--agent", type=click.Choice(["auto", "claude", "replay"]), default="auto", show_default=True, help="claude: the real Claude Code CLI against a scripted local model; replay: the scripted agent.")
+@click.option("--agent", type=click.Choice(["auto", "claude", "codex", "replay"]), default="auto", show_default=True, help="claude / codex: the real Claude Code / Codex CLI against a scripted local model; replay: the scripted agent.")
 @handles_errors
 def demo(directory: Path | None, agent: str) -> None:
     """Run a real loop on a small example project with a SCRIPTED model.
@@ -309,7 +462,9 @@ def demo(directory: Path | None, agent: str) -> None:
     Needs no credentials and no network.  It goes through implement, review
     (changes requested), review-fix and approval, with real git commits and the
     loop's own checks.  Uses the real Claude Code CLI when installed (pip
-    install claude-agent-sdk), else the replay agent.
+    install claude-agent-sdk), else the replay agent; --agent codex drives the
+    real Codex CLI (pip install openai-codex-cli-bin) against a scripted
+    Responses API server.
     """
     from ralph.lifecycle.demo import run_demo
 

@@ -135,7 +135,7 @@ def handle_without_loop(payload: dict[str, Any], environ: dict[str, str]) -> dic
     from ralph.hooks.sessionstore import FileSession
 
     project_dir = Path(environ.get("CLAUDE_PROJECT_DIR") or payload.get("cwd") or os.getcwd())
-    state_dir = state_root() / "projects" / project_key(project_dir) / "hooks"
+    state_dir = state_root() / "projects" / project_key(project_dir, with_repo=False) / "hooks"
     state_dir.mkdir(parents=True, exist_ok=True)
     session = FileSession(state_dir / "sessions", str(payload.get("session_id") or ""))
     host = PluginHost(environ=environ)

@@ -12,9 +12,14 @@ has python3 but not ralph's dependencies.
   ralph, runs the same checks in-process, and starts the helper for the next
   calls (``RALPH_HOOK_DAEMON=0`` turns the helper off).
 
-It always prints valid JSON and exits 0.  Any failure allows the action
-(fail-open): a broken hook must never wedge the agent; the loop validates on
-its own after the iteration anyway.
+It always prints valid JSON and exits 0.  Outside a loop any failure allows
+the action (fail-open): a broken hook must never wedge a person's session.
+During a loop (``RALPH_HOOK_SOCKET`` set) it fails closed: when the loop
+cannot be reached, refuses the request or reports an error, PreToolUse
+denies and Stop blocks, saying the loop is gone (the socket lives in a
+directory the agent cannot write in a sandbox; deleting it in direct mode
+only locks the agent out).  Every request carries the run's token
+(``RALPH_HOOK_TOKEN``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import socket
 import sys
 
 SOCKET_ENV = "RALPH_HOOK_SOCKET"
+TOKEN_ENV = "RALPH_HOOK_TOKEN"
 HELPER_ENV = "RALPH_HOOK_DAEMON"
 TIMEOUT_SECONDS = 55.0
 # Environment the answering side needs to see from the agent's side.
@@ -104,9 +110,17 @@ def respond(raw: str, environ: dict) -> dict:
     request = {"payload": payload, "env": {key: environ[key] for key in FORWARDED_ENV if key in environ}}
     socket_path = environ.get(SOCKET_ENV)
     if socket_path:
-        answer = ask_loop(socket_path, request)
+        request["token"] = environ.get(TOKEN_ENV, "")
+        try:
+            answer = ask_loop(socket_path, request)
+        except (OSError, ValueError) as exc:
+            return closed(payload, f"the ralph loop that started this session is gone: cannot reach "
+                                   f"{socket_path} ({type(exc).__name__}: {exc})")
+        if answer.get("refused"):
+            return closed(payload, f"the ralph loop refused this hook call: {answer['refused']}")
         if answer.get("error"):
             sys.stderr.write(f"ralph hook: the loop reported an error: {answer['error']}\n")
+            return closed(payload, f"the ralph loop could not check this: {answer['error']}")
         return answer.get("output") or {}
     if environ.get(HELPER_ENV, "1") == "0":
         return in_process(payload, environ)
@@ -122,12 +136,34 @@ def respond(raw: str, environ: dict) -> dict:
     return answer.get("output") or {}
 
 
+def closed(payload: dict, reason: str) -> dict:
+    """Fail-closed output during a loop: PreToolUse denies, Stop blocks, other events add nothing."""
+    sys.stderr.write(f"ralph hook: {reason}\n")
+    name = payload.get("hook_event_name") if isinstance(payload, dict) else None
+    text = f"{reason}. Nothing more can be done in this session; stop and let the loop (or the person) recover."
+    if name == "PreToolUse":
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                       "permissionDecisionReason": text}}
+    if name == "Stop":
+        return {"decision": "block", "reason": text}
+    return {}
+
+
 def main() -> int:
+    raw = sys.stdin.read()
+    environ = dict(os.environ)
     try:
-        output = respond(sys.stdin.read(), dict(os.environ))
-    except Exception as exc:  # fail-open
-        sys.stderr.write(f"ralph hook: {type(exc).__name__}: {exc} (action allowed)\n")
-        output = {}
+        output = respond(raw, environ)
+    except Exception as exc:
+        if environ.get(SOCKET_ENV):  # in a loop: fail closed
+            try:
+                payload = json.loads(raw or "{}")
+            except ValueError:
+                payload = {"hook_event_name": "PreToolUse"}
+            output = closed(payload, f"the ralph hook failed ({type(exc).__name__}: {exc})")
+        else:  # fail-open outside a loop
+            sys.stderr.write(f"ralph hook: {type(exc).__name__}: {exc} (action allowed)\n")
+            output = {}
     sys.stdout.write(json.dumps(output))
     sys.stdout.flush()
     return 0

@@ -1,12 +1,14 @@
 """The loop's hook server: answers agent-side hook calls over a Unix socket.
 
-The socket lives in a short private temp directory (Unix socket paths are
-limited to ~108 bytes) whose path the loop passes to the agent as
-``RALPH_HOOK_SOCKET``; a sandbox runner mounts that directory.
+The socket lives in a short private temp directory (mode 0700, the socket 0600;
+Unix socket paths are limited to ~108 bytes) whose path the loop passes to the
+agent as ``RALPH_HOOK_SOCKET``, with a per-run token (``RALPH_HOOK_TOKEN``)
+that every request must carry; a sandbox runner mounts the directory read-only.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import shutil
@@ -25,6 +27,10 @@ class _Handler(socketserver.StreamRequestHandler):
         server: HookServer = self.server.owner  # type: ignore[attr-defined]
         try:
             request = json.loads(self.rfile.readline().decode("utf-8") or "{}")
+            refusal = server.refusal(request)
+            if refusal is not None:
+                self.wfile.write(json.dumps({"refused": refusal}).encode("utf-8") + b"\n")
+                return
             reply: dict[str, Any] = {"output": server.respond(request)}
         except Exception as exc:  # fail-open for the agent, recorded for the user
             server.errors.append(traceback.format_exc())
@@ -39,25 +45,71 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 class HookServer:
     """Serve ``respond(request) -> output`` on a Unix socket in a background thread."""
 
-    def __init__(self, respond: Callable[[dict[str, Any]], dict[str, Any]], path: Path | None = None) -> None:
-        """Serve in a fresh private temp directory, or at ``path`` (whose directory the caller owns)."""
+    def __init__(
+        self,
+        respond: Callable[[dict[str, Any]], dict[str, Any]],
+        path: Path | None = None,
+        token: str | None = None,
+        on_refused: Callable[[str], None] | None = None,
+    ) -> None:
+        """Serve in a fresh private temp directory (0700, socket 0600), or at ``path`` (whose
+        directory the caller owns).  With ``token``, a request without that token is refused
+        and reported to ``on_refused``."""
         self.respond = respond
+        self.token = token
+        self.on_refused = on_refused
+        self.refused: list[str] = []
         self.errors: list[str] = []
         self._own_directory = path is None
         if path is None:
-            self.directory = Path(tempfile.mkdtemp(prefix="ralph-hook-"))
-            # Containers run the agent as the host user; the directory must be reachable
-            # for it, and only the socket is inside.
-            os.chmod(self.directory, 0o755)
+            self.directory = Path(tempfile.mkdtemp(prefix="ralph-hook-"))  # mode 0700
             self.path = self.directory / "hook.sock"
         else:
             self.directory, self.path = path.parent, path
             _remove_stale_socket(path)
-        self._server = _UnixServer(str(self.path), _Handler)
+        old_umask = os.umask(0o177)  # the socket is created 0600: no window where others may connect
+        try:
+            self._server = _UnixServer(str(self.path), _Handler)
+        finally:
+            os.umask(old_umask)
         self._server.owner = self  # type: ignore[attr-defined]
-        if self._own_directory:
-            os.chmod(self.path, 0o666)
         self._thread = threading.Thread(target=self._server.serve_forever, name="ralph-hook-server", daemon=True)
+
+    def refusal(self, request: dict[str, Any]) -> str | None:
+        """Why ``request`` is refused (no or wrong per-run token), or None."""
+        if self.token is None:
+            return None
+        given = request.get("token")
+        if isinstance(given, str) and hmac.compare_digest(given.encode(), self.token.encode()):
+            return None
+        raw_payload = request.get("payload")
+        payload: dict[str, Any] = raw_payload if isinstance(raw_payload, dict) else {}
+        reason = (
+            f"{'no' if not given else 'a wrong'} run token on a {payload.get('hook_event_name') or 'hook'} request "
+            f"(tool {payload.get('tool_name') or '-'}): refused"
+        )
+        self.refused.append(reason)
+        if self.on_refused is not None:
+            try:
+                self.on_refused(reason)
+            except Exception:  # noqa: BLE001 - reporting must not break the server
+                pass
+        return reason
+
+    def share_with(self, uid: int, gid: int) -> bool:
+        """Let another uid (a sandbox user other than ours) reach the socket: chown when allowed,
+        else open the directory for traversal and the socket for connecting (the token still
+        authenticates).  Returns True when the directory stays private."""
+        if uid == os.getuid():
+            return True
+        try:
+            os.chown(self.directory, uid, gid)
+            os.chown(self.path, uid, gid)
+            return True
+        except PermissionError:
+            os.chmod(self.directory, 0o711)
+            os.chmod(self.path, 0o666)
+            return False
 
     def start(self) -> HookServer:
         self._thread.start()

@@ -1,8 +1,8 @@
 """``ralph demo``: a real loop on a small example project, with a scripted model.
 
-No credentials and no network: the real Claude Code CLI (when installed)
-talks to ralph's scripted local model server, otherwise the replay agent acts
-out the same steps.  Either way the loop, its validators, git and the
+No credentials and no network: the real Claude Code CLI (when installed; or,
+with ``--agent codex``, the real OpenAI Codex CLI) talks to ralph's scripted
+local model server, otherwise the replay agent acts out the same steps.  Either way the loop, its validators, git and the
 review cycle are real; only the model's decisions are scripted.
 """
 
@@ -106,13 +106,34 @@ def prepare_project(path: Path) -> None:
     subprocess.run(["git", "commit", "-q", "-m", "ralph init: greeting demo"], cwd=path, check=True)
 
 
-def demo_environment(home: Path) -> dict[str, str]:
+def demo_environment() -> dict[str, str]:
+    """A git identity for the demo's commits (the user's, when set).
+
+    The run is recorded in the usual state directory, like any project's, so the closing
+    ``ralph status -d <project>`` finds it.
+    """
     env = {}
     for key, value in (("GIT_AUTHOR_NAME", "Ralph Demo"), ("GIT_AUTHOR_EMAIL", "ralph-demo@localhost")):
         env[key] = os.environ.get(key, value)
         env[key.replace("AUTHOR", "COMMITTER")] = os.environ.get(key.replace("AUTHOR", "COMMITTER"), value)
-    env["RALPH_STATE_DIR"] = os.environ.get("RALPH_STATE_DIR", str(home / "state"))
     return env
+
+
+def ralph_command_hint() -> tuple[str, str | None]:
+    """How to call ``ralph`` in the printed hints, and a note when it is not on PATH (a venv not activated)."""
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "ralph"
+    found = shutil.which("ralph")
+    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
+        return "ralph", None
+    if beside.exists():
+        return str(beside), (
+            f"`ralph` is not on your PATH; it is {beside} (or activate its venv: "
+            f"source {beside.parent / 'activate'})"
+        )
+    return "ralph", None
 
 
 def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
@@ -121,16 +142,22 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
 
     from ralph.claude_cli import resolve_binary
 
+    import shutil
+
     work = Path(tempfile.mkdtemp(prefix="ralph-demo-"))
     project = (directory or work / "greeting").resolve()
     binary, source = resolve_binary()
     if agent == "auto":
         agent = "claude" if binary is not None else "replay"
-    os.environ.update(demo_environment(work))
-    prepare_project(project)
+    os.environ.update(demo_environment())
+    try:
+        prepare_project(project)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
 
     steps = demo_steps()
-    server = None
+    server: Any = None
     if agent == "claude":
         from ralph.testing.model_server import IterationScript, ScriptedModelServer, claude_env
         from ralph.testing.scripting import bash_turns
@@ -143,6 +170,29 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
         echo(f"ralph demo: the real Claude Code CLI ({binary}, found via {source}) talks to a SCRIPTED local "
              f"model server at {server.url}: the model's moves are scripted, everything else is real. "
              "Costs shown are computed by the CLI from the scripted token counts; nothing is billed.")
+    elif agent == "codex":
+        from ralph.config import RalphConfig
+        from ralph.plugin.manager import PluginHost
+        from ralph.settings import Settings
+
+        from ralph.errors import UnavailableError
+        from ralph.testing.model_server import IterationScript
+        from ralph.testing.responses_server import ScriptedResponsesServer, codex_env
+        from ralph.testing.scripting import bash_turns
+
+        # the codex agent plugin finds its CLI (config, RALPH_CODEX_BINARY, PATH, the wheel)
+        codex_agent = PluginHost().agents.get("codex")(Settings(project_dir=project, config=RalphConfig()))
+        codex, codex_source = codex_agent.resolve_binary()
+        if codex is None:
+            raise UnavailableError("ralph demo --agent codex: the Codex CLI was not found (pip install openai-codex-cli-bin)")
+        script = IterationScript({n: bash_turns(cmds, say) for n, (cmds, say) in steps.items()})
+        server = ScriptedResponsesServer(script).start()
+        home = work / "codex-user-home"
+        home.mkdir()
+        os.environ.update(codex_env(server.url, home))
+        echo(f"ralph demo: the real Codex CLI ({codex}, found via {codex_source}) talks to a SCRIPTED local "
+             f"Responses API server at {server.url}: the model's moves are scripted, everything else is real "
+             "(Codex reports tokens, not cost). Nothing is billed.")
     else:
         from ralph.testing.scripting import replay_actions
 
@@ -160,7 +210,17 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     finally:
         if server is not None:
             server.stop()
+        # the scripted CLI's home and the replay script are of no use afterwards; the project is
+        for leftover in (work / "claude-home", work / "replay-script.json"):
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        if directory is not None:
+            shutil.rmtree(work, ignore_errors=True)
     log = subprocess.run(["git", "log", "--format=  %h %s"], cwd=project, capture_output=True, text=True).stdout
     echo(f"\nCommits the loop produced:\n{log}")
-    echo(f"Look around: cd {project} && git log -p; ralph status -d {project}")
+    ralph, note = ralph_command_hint()
+    echo(f"Look around: cd {project} && git log -p; {ralph} status -d {project}; {ralph} report -d {project}")
+    if note:
+        echo(note)
+    if directory is None:
+        echo(f"The example project is kept in {work} so you can look around; remove it with: rm -rf {work}")
     return result.exit_code

@@ -25,6 +25,8 @@ def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str 
         agent_name = agent_name or settings.config.agent
         runner = host.runners.get(runner_name)(settings).resolve(host.runners)
         agent = host.agents.get(agent_name)(settings)
+        review_name = getattr(settings.config, "review_agent", None)
+        others = [host.agents.get(review_name)(settings)] if review_name and review_name != agent.name else []
     except RalphError as exc:
         return [Check(False, f"configuration: {exc}", "fix what the message names")]
     checks: list[Check] = []
@@ -35,12 +37,13 @@ def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str 
     if not available.ok:
         return checks + [Check(False, f"runner {runner.name}: {available.reason}", _runner_fix(runner.name))]
     checks.append(Check(True, f"runner {runner.name} can be used"))
-    available = agent.availability()
-    if not available.ok:
-        return checks + [Check(False, f"agent {agent.name}: {available.reason}", "see the message")]
+    for each in (agent, *others):
+        available = each.availability()
+        if not available.ok:
+            return checks + [Check(False, f"agent {each.name}: {available.reason}", "see the message")]
     from ralph.loop.preflight import preflight_checks
 
-    return checks + preflight_checks(settings, host, runner, agent)
+    return checks + preflight_checks(settings, host, runner, agent, *others)
 
 
 def _runner_fix(name: str) -> str:

@@ -20,7 +20,10 @@ from ralph.errors import UsageError
 from ralph.fsutil import atomic_write_bytes, atomic_write_text
 from ralph.templates import render, template_text
 
-__all__ = ["SCAFFOLD_FILES", "GITIGNORE_ENTRY", "InitResult", "init_project", "slugify"]
+__all__ = [
+    "SCAFFOLD_FILES", "GITIGNORE_ENTRY", "InitResult", "init_project", "slugify", "check_repository",
+    "commit_init", "holds_loop",
+]
 
 #: Files written into the ralph directory: (file name in the project, template name).
 SCAFFOLD_FILES: tuple[tuple[str, str], ...] = (
@@ -44,12 +47,16 @@ class InitResult:
     """The ralph directory that was created or filled (absolute)."""
     project_name: str
     """The name written into progress.txt, prd.md and tasks.json ``project``."""
-    branch_name: str
-    """The ``branchName`` written into tasks.json."""
+    branch_name: str | None
+    """The ``branchName`` written into tasks.json (None when an existing task list was kept)."""
     files_written: list[Path] = field(default_factory=list)
     """Absolute paths of the scaffold files written, in order."""
     overwritten: list[Path] = field(default_factory=list)
     """The subset of ``files_written`` that existed before (only possible with ``force``)."""
+    kept: list[tuple[Path, str]] = field(default_factory=list)
+    """Files of an existing loop that were left as they are, with the reason (shown to the user)."""
+    backups: list[tuple[Path, Path]] = field(default_factory=list)
+    """(replaced file, its backup copy) for every file ``force`` replaced."""
     gitignore_changed: bool = False
     """True if ``.ralph-active`` was added to ``.gitignore`` (creating it if needed)."""
     next_steps: list[str] = field(default_factory=list)
@@ -84,10 +91,16 @@ def init_project(
     - ``.ralph-active`` is appended to ``<project_dir>/.gitignore`` unless already listed
       (the file is created if missing).
 
+    A directory that already holds a loop (snarktank/ralph's ``prd.json`` + ``prompt.md`` +
+    ``progress.txt``, seed 001's ``plan.md`` + ``progress.md``, or an earlier ``ralph init``)
+    gets only what is missing: existing files are kept and listed in ``kept``, and no
+    ``tasks.json`` is written beside another task list.  With ``force`` the scaffold files that
+    exist are replaced, each first copied to ``<ralph_dir>/init-backup-<time>/`` (``backups``);
+    a task list in another format is still kept.
+
     Raises :class:`ralph.errors.UsageError`, writing nothing, when ``project_dir`` is not an
-    existing directory, ``ralph_dir`` is not a relative path inside the project, ``name`` has
-    no usable characters, or any of the four files already exists and ``force`` is false.
-    With ``force`` the four files are overwritten; other files in the directory are kept.
+    existing directory, ``ralph_dir`` is not a relative path inside the project, or ``name`` has
+    no usable characters.  Checking for a git repository is :func:`check_repository`'s job.
     """
     project_dir = Path(project_dir)
     if not project_dir.exists():
@@ -123,12 +136,11 @@ def init_project(
         branch_name = f"ralph/{slug}"
 
     existing = [fname for fname, _ in SCAFFOLD_FILES if (target_dir / fname).exists()]
-    if existing and not force:
-        listed = ", ".join(f"{rel.as_posix()}/{fname}" for fname in existing)
-        raise UsageError(
-            f"{target_dir} already holds {listed}; nothing was written. "
-            "Use --force to overwrite these files."
-        )
+    for fname in existing:
+        if not (target_dir / fname).is_file():
+            raise UsageError(f"{target_dir / fname} exists and is not a file: remove or rename it")
+    own_list = _other_task_list(target_dir)
+    progress_md = (target_dir / "progress.md").is_file() and not (target_dir / "progress.txt").exists()
 
     # -- compute everything first ------------------------------------------------------
     values = {
@@ -136,7 +148,17 @@ def init_project(
         "PROJECT_NAME": project_name,
     }
     contents: dict[str, str] = {}
+    kept: list[tuple[Path, str]] = []
     for fname, template in SCAFFOLD_FILES:
+        if fname == "tasks.json" and own_list is not None:
+            kept.append((target_dir / own_list, "your task list: ralph reads it as it is, so no tasks.json was added beside it"))
+            continue
+        if fname == "progress.txt" and progress_md:
+            kept.append((target_dir / "progress.md", "your progress log: the loop appends to it"))
+            continue
+        if fname in existing and not force:
+            kept.append((target_dir / fname, "already there (--force replaces it, keeping a backup)"))
+            continue
         text = template_text(template)
         if fname == "tasks.json":
             text = _render_tasks(text, project_name, branch_name)
@@ -149,11 +171,22 @@ def init_project(
         raise UsageError(f"{gitignore} exists and is not a file")
     new_gitignore = _gitignore_with_entry(gitignore)
 
-    # -- then write ---------------------------------------------------------------------
+    # -- then write (backups of replaced files first) ------------------------------------
     target_dir.mkdir(parents=True, exist_ok=True)
+    backups: list[tuple[Path, Path]] = []
+    replacing = [fname for fname in contents if fname in existing]
+    if replacing:
+        backup_dir = _backup_dir(target_dir)
+        backup_dir.mkdir(parents=True)
+        for fname in replacing:
+            copy = backup_dir / fname
+            atomic_write_bytes(copy, (target_dir / fname).read_bytes())
+            backups.append((target_dir / fname, copy))
     written: list[Path] = []
     overwritten: list[Path] = []
     for fname, _ in SCAFFOLD_FILES:
+        if fname not in contents:
+            continue
         path = target_dir / fname
         if fname in existing:
             overwritten.append(path)
@@ -162,7 +195,7 @@ def init_project(
     if new_gitignore is not None:
         atomic_write_bytes(gitignore, new_gitignore)
 
-    final_branch = json.loads(contents["tasks.json"])["branchName"]
+    final_branch = json.loads(contents["tasks.json"])["branchName"] if "tasks.json" in contents else None
     return InitResult(
         project_dir=project_dir,
         ralph_dir=target_dir,
@@ -170,9 +203,82 @@ def init_project(
         branch_name=final_branch,
         files_written=written,
         overwritten=overwritten,
+        kept=kept,
+        backups=backups,
         gitignore_changed=new_gitignore is not None,
-        next_steps=_next_steps(rel.as_posix()),
+        next_steps=_next_steps(rel.as_posix(), own_list or "tasks.json"),
     )
+
+
+#: Task-list files of the formats ralph reads, in the order the loop prefers them.
+TASK_LIST_FILES = ("tasks.json", "prd.json", "plan.md")
+
+
+def _other_task_list(target_dir: Path) -> str | None:
+    """The name of a task list in another format than tasks.json (prd.json, plan.md), if one is there."""
+    if (target_dir / "tasks.json").exists():
+        return None
+    for name in TASK_LIST_FILES[1:]:
+        if (target_dir / name).is_file():
+            return name
+    return None
+
+
+def holds_loop(directory: Path) -> bool:
+    """True when ``directory`` already holds a Ralph loop (a task list, or a prompt with a progress log)."""
+    if any((directory / name).is_file() for name in TASK_LIST_FILES):
+        return True
+    return (directory / "prompt.md").is_file() and any(
+        (directory / name).is_file() for name in ("progress.txt", "progress.md")
+    )
+
+
+#: Where other Ralph tools keep their loop (snarktank/ralph: scripts/ralph/).
+KNOWN_LOOP_DIRS = ("scripts/ralph", "ralph", ".ralph")
+
+
+def _backup_dir(target_dir: Path) -> Path:
+    import time
+
+    base = target_dir / f"init-backup-{time.strftime('%Y%m%d-%H%M%S')}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def check_repository(project_dir: Path) -> None:
+    """UsageError unless ``project_dir`` is inside a git repository.
+
+    ``ralph init`` does not run ``git init`` for the user: a loop commits every iteration, so the
+    repository (and where its root is) is a choice for the person, not a side effect.
+    """
+    import subprocess
+
+    result = subprocess.run(
+        ["git", "rev-parse", "--absolute-git-dir"], cwd=project_dir, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise UsageError(
+            f"{project_dir} is not inside a git repository: ralph commits every iteration's work, so run "
+            f"`git init` there first (nothing was written)"
+        )
+
+
+def commit_init(project_dir: Path, result: InitResult) -> str:
+    """Commit exactly what init wrote (and ``.gitignore``); returns the new commit's short hash."""
+    from ralph.gitutil import commit_paths, git
+
+    paths = list(result.files_written) + [copy for _, copy in result.backups]
+    if result.gitignore_changed:
+        paths.append(project_dir / ".gitignore")
+    if not paths:
+        raise UsageError("nothing to commit: ralph init wrote no file")
+    error = commit_paths(project_dir, paths, f"ralph init: {result.project_name}")
+    if error:
+        raise UsageError(f"ralph init wrote its files but could not commit them: {error}")
+    return git(project_dir, "rev-parse", "--short", "HEAD").stdout.strip()
 
 
 def _render_tasks(text: str, project_name: str, branch_name: str | None) -> str:
@@ -204,14 +310,16 @@ def _gitignore_with_entry(gitignore: Path) -> bytes | None:
     return current + entry + newline
 
 
-def _next_steps(rel_dir: str) -> list[str]:
+def _next_steps(rel_dir: str, task_file: str = "tasks.json") -> list[str]:
     """What to do after ``ralph init``, one item per step."""
     return [
         f"Edit {rel_dir}/prd.md: describe what to build and why, the goals and non-goals, "
         "the technical design and the constraints every story must respect.",
         f"Create the stories: run `ralph plan` (or `/ralph-plan` inside Claude Code), or fill "
-        f"{rel_dir}/tasks.json by hand. Every story needs acceptance criteria.",
-        f"Optionally list the checks the agent must run each iteration (tests, lint, "
-        f"typecheck) in `verifyCommands` in {rel_dir}/tasks.json.",
-        "Start the loop with `ralph run` (`ralph run --dry-run` previews it first).",
+        f"{rel_dir}/{task_file} by hand. Every story needs acceptance criteria; `ralph plan --check` checks them.",
+        f"Optionally list the checks the loop runs after each iteration (tests, lint, "
+        f"typecheck) in `verifyCommands` in {rel_dir}/{task_file}.",
+        f"Commit: `git add {rel_dir} .gitignore && git commit -m \"ralph: plan\"` "
+        "(`ralph run` starts only on a clean working tree; `ralph init --commit` commits what init wrote).",
+        "Preview with `ralph run --dry-run`, then start the loop with `ralph run`.",
     ]

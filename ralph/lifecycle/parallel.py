@@ -51,6 +51,7 @@ __all__ = [
     "plan_units",
     "run_parallel",
     "story_groups",
+    "write_group_tasks",
     "worktrees_root",
 ]
 
@@ -72,7 +73,9 @@ Echo = Callable[[str], None]
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    from ralph.gitutil import git  # hardened, after the git metadata check
+
+    result = git(cwd, *args, check=False)
     if check and result.returncode != 0:
         raise UsageError(f"git {' '.join(args)} failed in {cwd}: {(result.stderr or result.stdout).strip()}")
     return result
@@ -270,19 +273,11 @@ def read_metadata(path: Path) -> dict[str, Any]:
 
 
 def _exclude_marker(project_dir: Path) -> None:
-    """Keep ``.ralph-active`` out of git in every worktree.
-
-    Git reads ``info/exclude`` only from the common directory, while the loop adds the
-    marker to its own (per-worktree) git directory's, which git ignores in a worktree.
-    """
+    """Keep ``.ralph-active`` out of git in every worktree (``info/exclude`` of the common dir)."""
+    from ralph.gitutil import ensure_excluded
     from ralph.loop.engine import MARKER_NAME
 
-    exclude = common_dir(project_dir) / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
-    if f"/{MARKER_NAME}" not in existing.split() and MARKER_NAME not in existing.split():
-        with exclude.open("a", encoding="utf-8") as handle:
-            handle.write(("" if existing.endswith("\n") or not existing else "\n") + f"/{MARKER_NAME}\n")
+    ensure_excluded(project_dir, MARKER_NAME)
 
 
 def ensure_worktree(project_dir: Path, unit: Unit, base_branch: str | None, base_commit: str) -> Worktree:
@@ -330,14 +325,13 @@ def ensure_worktree(project_dir: Path, unit: Unit, base_branch: str | None, base
     if not (inner / unit.ralph_dir).is_dir():
         raise UsageError(f"{inner / unit.ralph_dir} does not exist in the worktree of {unit.name}")
     if created and unit.kind == "group":
-        _write_group_tasks(inner, unit)
+        write_group_tasks(inner, unit)
     return Worktree(unit, path, inner, created)
 
 
-def _write_group_tasks(project_dir: Path, unit: Unit) -> None:
+def write_group_tasks(project_dir: Path, unit: Unit) -> None:
     """Write the group's task list (only its stories) and commit it on the unit's branch."""
     from ralph.fsutil import atomic_write_text
-    from ralph.gitutil import identity_args
     from ralph.loop.engine import choose_store
     from ralph.lifecycle.plan import load_task_list
     from ralph.cli.session import open_session
@@ -360,12 +354,7 @@ def _write_group_tasks(project_dir: Path, unit: Unit) -> None:
     rel = tasks_path.relative_to(project_dir).as_posix()
     _git(project_dir, "add", "--", rel)
     message = f"ralph: story group {unit.name} ({', '.join(unit.stories)}): task list holds only these stories"
-    result = subprocess.run(
-        ["git", *identity_args(project_dir), "commit", "-q", "--no-verify", "-m", message, "--", rel],
-        cwd=project_dir,
-        capture_output=True,
-        text=True,
-    )
+    result = _git(project_dir, "commit", "-q", "--no-verify", "-m", message, "--", rel, check=False)
     if result.returncode != 0 and "nothing" not in (result.stdout + result.stderr):
         raise UsageError(f"could not commit the task list of {unit.name}: {(result.stderr or result.stdout).strip()}")
 
@@ -435,8 +424,13 @@ def run_parallel(
     dry_run: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    engine: str | None = None,
 ) -> int:
-    """Plan, create the worktrees, run one child ``ralph run`` per unit; the overall exit code."""
+    """Plan, create the worktrees, run one child ``ralph run`` per unit; the overall exit code.
+
+    ``engine`` names a fleet engine plugin (``ray``) that runs the loops elsewhere instead of
+    in local worktrees; ``None`` or ``worktrees`` is the local default.
+    """
     out = out or sys.stdout
     err = err or sys.stderr
     project_dir = project_dir.resolve()
@@ -458,6 +452,16 @@ def run_parallel(
                 "holds committed files: commit it first"
             )
     base_branch, base_commit = _base(project_dir)
+    fleet = _fleet_engine(project_dir, engine)
+    if fleet is not None:
+        if dry_run:
+            out.write(f"parallel plan: {len(units)} loops on engine {engine} from {base_branch or base_commit[:12]}\n")
+            for unit in units:
+                what = f" stories {', '.join(unit.stories)}" if unit.stories else ""
+                out.write(f"  {unit.name}: {unit.ralph_dir}{what} -> branch {unit.branch}\n")
+            out.write("nothing was started (--dry-run)\n")
+            return 0
+        return fleet.run(project_dir, units, base_commit, run_args, out, err)
     root = worktrees_root(project_dir)
     if dry_run:
         out.write(f"parallel plan: {len(units)} units from {base_branch or base_commit[:12]}\n")
@@ -475,6 +479,24 @@ def run_parallel(
         worktrees.append(wt)
     out.flush()
     return _run_children(worktrees, run_args, out, err)
+
+
+def _fleet_engine(project_dir: Path, engine: str | None) -> Any:
+    """The fleet engine plugin named ``engine`` (None for the local worktrees)."""
+    if engine in (None, "worktrees"):
+        return None
+    from ralph.cli.session import open_session
+    from ralph.errors import UnavailableError
+
+    session = open_session(project_dir, {})
+    names = ["worktrees", *session.host.fleet_engines.names()]
+    if engine not in names:
+        raise UsageError(f"unknown --engine {engine!r}; available: {', '.join(names)}")
+    chosen = session.host.fleet_engines.get(engine)(session.settings)
+    available = chosen.availability()
+    if not available.ok:
+        raise UnavailableError(f"engine {engine!r} cannot be used: {available.reason}")
+    return chosen
 
 
 def _run_children(worktrees: list[Worktree], run_args: list[str], out: TextIO, err: TextIO) -> int:

@@ -91,6 +91,9 @@ def store_for(ralph_dir: Path, host: Any, name: str | None = None, file: Path | 
     if present:
         return present[0]  # type: ignore[no-any-return]
     known = ", ".join(sorted(s.filename for s in stores))
+    for store in stores:
+        if (ralph_dir / store.filename).is_dir():
+            raise UsageError(f"{ralph_dir / store.filename} is a directory, not a task-list file: remove or rename it")
     raise UsageError(f"{ralph_dir} holds no task list ({known}); run `ralph init` or `ralph plan` first")
 
 
@@ -98,8 +101,10 @@ def load_task_list(store: TaskStore, path: Path) -> TaskList:
     """Read and parse ``path`` with ``store`` (TaskListError names the file)."""
     from ralph.errors import TaskListError
 
+    from ralph.tasks import read_task_text
+
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = read_task_text(path)
     except FileNotFoundError:
         raise TaskListError(f"{path} does not exist") from None
     return store.parse(raw, path)
@@ -410,16 +415,28 @@ def run_plan_session(
             "the Claude Code CLI was not found (tried --binary, $RALPH_CLAUDE_BINARY, claude on PATH, "
             "the claude-agent-sdk wheel): install it (pip install claude-agent-sdk)"
         )
+    mode = plan_mode(ralph_dir)
+    if dry_run:
+        # the printed command must still work after ralph exits: the bundle goes to the state
+        # directory (outside the project, replaced on each --print-command), not a temporary one
+        import shlex
+
+        from ralph import __version__
+        from ralph.loop.rundir import check_state_root
+
+        bundle = check_state_root() / "plugin-bundle" / __version__
+        export_bundle(bundle, force=True)
+        argv = plan_command(path, bundle / PLUGIN_DIR, project_dir, ralph_dir, model)
+        echo(
+            f"ralph plan: Mode {mode} ({'full planning' if mode == 1 else 'task derivation'}), claude from {source}; "
+            f"plugin bundle kept in {bundle}"
+        )
+        echo(shlex.join(argv))
+        return 0
     with tempfile.TemporaryDirectory(prefix="ralph-plan-") as tmp:
         export_bundle(Path(tmp))
         argv = plan_command(path, Path(tmp) / PLUGIN_DIR, project_dir, ralph_dir, model)
-        mode = plan_mode(ralph_dir)
         echo(f"ralph plan: Mode {mode} ({'full planning' if mode == 1 else 'task derivation'}), claude from {source}")
-        if dry_run:
-            import shlex
-
-            echo(shlex.join(argv))
-            return 0
         return subprocess.run(argv, cwd=project_dir).returncode
 
 

@@ -44,6 +44,8 @@ class IterationRow:
     exit_code: int | None = None
     violations: list[str] = field(default_factory=list)
     gate_failures: list[str] = field(default_factory=list)
+    gates: list[str] = field(default_factory=list)
+    """Each gate run: "tests passed (sandbox)" — where its commands ran."""
     finished: bool = True
     agent: str = ""
     model: str | None = None
@@ -101,6 +103,8 @@ class Report:
     iterations: list[IterationRow]
     stories: list[StoryRow]
     analytics: Analytics
+    attention: list[str] = field(default_factory=list)
+    """What needs a person (failed and blocked stories, branch, error, retry), from the last run."""
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -175,8 +179,11 @@ def run_iterations(run_dir: Path, offset: float = 0.0) -> list[IterationRow]:
             clock = row.start + row.seconds
         elif kind == "violation":
             row.violations.append(f"{event.get('check')}: {event.get('message')}")
-        elif kind == "gate" and event.get("passed") is False:
-            row.gate_failures.append(str(event.get("gate")))
+        elif kind == "gate":
+            verdict = "passed" if event.get("passed") else "failed"
+            row.gates.append(f"{event.get('gate')} {verdict} ({event.get('where') or 'host'})")
+            if event.get("passed") is False:
+                row.gate_failures.append(str(event.get("gate")))
         elif kind == "gate_verdict":
             state = "met" if event.get("passed") else "NOT met"
             detail = event.get("malformed") or "; ".join(str(u.get("criterion")) for u in event.get("unmet") or [])
@@ -275,8 +282,13 @@ def build_project_report(
         story_row.seconds += row.seconds
         story_row.cost += row.cost
     ordered = [rows_by_id[str(s["id"])] for s in stories] + [r for i, r in rows_by_id.items() if i not in known]
+    from ralph.loop.runreport import needs_a_person
+
+    last = _read_summary(run_dirs[-1]) if run_dirs else None
+    attention = needs_a_person((last or {}).get("report") or {})
     return Report(
-        title, [d.name for d in run_dirs], reason, exit_code, cost, elapsed, iterations, ordered, review_analytics(stories, cap)
+        title, [d.name for d in run_dirs], reason, exit_code, cost, elapsed, iterations, ordered,
+        review_analytics(stories, cap), attention,
     )
 
 
@@ -318,6 +330,8 @@ def render_text(report: Report) -> str:
     else:
         lines.append("no run recorded for this project: story states from the task list only")
     lines.append("")
+    if report.attention:
+        lines += ["NEEDS A PERSON:"] + [f"  {line}" for line in report.attention] + [""]
     for index, row in enumerate(rows):
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         if index == 0:
@@ -329,6 +343,10 @@ def render_text(report: Report) -> str:
             lines.append(f"  {iteration.run} #{iteration.number} {iteration.mode} {iteration.story or '-'} — {who}")
             lines += [f"      verdict {v}" for v in iteration.verdicts]
     lines += ["", "review analytics:"] + [f"  {line}" for line in report.analytics.lines()]
+    gated = [row for row in report.iterations if row.gates]
+    if gated:
+        lines += ["", "gates (where their commands ran):"]
+        lines += [f"  #{row.number} {row.story or '-'}: {', '.join(row.gates)}" for row in gated]
     return "\n".join(lines)
 
 
@@ -433,6 +451,12 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]], classes: Iterab
     return f'<table class="{table_class}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
+def _attention_html(lines: list[str]) -> str:
+    if not lines:
+        return ""
+    return '<section class="attention"><h2>Needs a person</h2><pre>' + _esc("\n".join(lines)) + "</pre></section>"
+
+
 def render_html(report: Report) -> str:
     from ralph.templates import render, template_text
 
@@ -453,6 +477,7 @@ def render_html(report: Report) -> str:
             _duration(row.seconds), f"${row.cost:.4f}",
             "yes" if row.timed_out else "", "; ".join(row.violations) or "", ", ".join(row.gate_failures) or "",
             "; ".join(row.verdicts),
+            ", ".join(row.gates),
         )
         for row in report.iterations
     ]
@@ -462,9 +487,12 @@ def render_html(report: Report) -> str:
         "CARDS": cards,
         "TIMELINE": timeline_svg(report) if report.iterations else '<p class="empty">No iterations recorded.</p>',
         "STORIES": _table(STORY_COLUMNS, story_rows, story_classes, table_class="stories"),
-        "HISTOGRAM": analytics_svg(report.analytics),
+        "ATTENTION": _attention_html(report.attention),
+        "HISTOGRAM": analytics_svg(report.analytics)
+        if any(s.reviews or s.review_count for s in report.stories)
+        else '<p class="empty">No reviews in this report, so no review chart.</p>',
         "ANALYTICS": "".join(f"<li>{_esc(line)}</li>" for line in report.analytics.lines()),
-        "ITERATIONS": _table(("#", "run", "mode", "story", "agent (model)", "time", "cost", "timed out", "violations", "gate failures", "verdicts"), iteration_rows, table_class="iterations"),
+        "ITERATIONS": _table(("#", "run", "mode", "story", "agent (model)", "time", "cost", "timed out", "violations", "gate failures", "verdicts", "gates (where they ran)"), iteration_rows, table_class="iterations"),
     }
     return render(template_text("report/report.html"), values)
 

@@ -45,6 +45,7 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
         from ralph.loop.runreport import render_run_summary
 
         lines += ["", render_run_summary(summary)]
+    lines += saved_work_lines(run_dir)
     return "\n".join(lines)
 
 
@@ -53,3 +54,36 @@ def who_did(event: dict) -> str:
     agent = event.get("agent") or "?"
     model = event.get("model")
     return f"{agent} ({model})" if model else f"{agent} (default model)"
+
+
+def saved_work_lines(run_dir: Path) -> list[str]:
+    """Where the run's copies of stashed / rolled-back work are, and the command that restores each."""
+    from ralph.loop.savedwork import restore_command, saved_work
+
+    entries = saved_work(run_dir)
+    if not entries:
+        return []
+    lines = ["", "saved work (outside the project, safe from `git stash clear` and `git gc`):"]
+    for entry in entries:
+        lines.append(f"  {entry['number']}. {entry['what']}: {entry['patch']}")
+        lines.append(f"     restore: ralph restore {run_dir.name} {entry['number']}   (or: {restore_command(entry)})")
+    return lines
+
+
+def run_with_saved_work(project_dir: Path, name: str | None, state_dir: str | None = None) -> Path:
+    """The run directory called ``name``, or the latest run that saved work."""
+    from ralph.errors import UsageError
+    from ralph.loop.rundir import runs_dir
+    from ralph.loop.savedwork import saved_work
+
+    parent = runs_dir(project_dir, state_dir)
+    if name:
+        path = parent / name
+        if not path.is_dir():
+            raise UsageError(f"no run {name!r} in {parent} (`ralph status` names the latest run)")
+        return path
+    runs = sorted((p for p in parent.iterdir() if p.is_dir()), reverse=True) if parent.is_dir() else []
+    for path in runs:
+        if saved_work(path):
+            return path
+    raise UsageError("no run of this project saved any work (nothing was stashed or rolled back)")

@@ -57,6 +57,7 @@ EXIT_BUDGET = 5
 EXIT_USAGE_LIMIT = 6
 EXIT_AGENT_FAILING = 7
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as shells and seed 001 report it; 130 is SIGINT's
 
 
 @dataclass
@@ -131,11 +132,23 @@ class Loop:
         self.started = time.monotonic()
         self._last_good_raw: str | None = None
         self.hook_server: Any = None
+        self.hook_token = ""
         self.rerun: str | None = None
         """``resume`` or ``fresh`` when state of an earlier run exists (None: ask, or refuse)."""
         self.stash_ref: str | None = None
         self.stash_message: str | None = None
+        self.saved_work: bytes = b""
+        """The stashed work as a patch, written to the run directory when it exists."""
         self.archived_state: Path | None = None
+        self.continued_state: str | None = None
+        self.only_story: str | None = None
+        """``ralph run --story ID``: the loop works on this story alone."""
+        self.prompt: Any = None
+        """The run's prompt template (a :class:`ralph.loop.start.PromptSource`), read once in preflight."""
+        self.branch_note: str | None = None
+        self.archived_branches: list[tuple[str, str]] = []
+        self.interrupt_signal: int | None = None
+        """Set when the state of a previous, normally ended run is continued without asking."""
         self._soft_warned = False
         self._failure_streak: tuple[str, int] = ("", 0)
         self._rate_limit_streak = 0
@@ -163,10 +176,14 @@ class Loop:
 
     def read_tasks(self) -> tuple[str | None, TaskList | None, str | None]:
         """(raw text, parsed list or None, parse error or None)."""
+        from ralph.tasks import read_task_text
+
         try:
-            raw = self.tasks_path.read_text(encoding="utf-8")
+            raw = read_task_text(self.tasks_path)
         except FileNotFoundError:
             return None, None, f"{self.tasks_path} does not exist"
+        except TaskListError as exc:
+            return None, None, str(exc)
         try:
             return raw, self.store.parse(raw, self.tasks_path), None
         except TaskListError as exc:
@@ -188,11 +205,20 @@ class Loop:
                 f"--iteration-limit {self.config.max_iterations} (or iteration_limit in config)"
             )
         git_dir(self.project_dir)
+        from ralph.loop.rundir import check_state_root
+
+        check_state_root(self.config.state_dir)
         if not self.ralph_dir.is_dir():
-            raise UsageError(f"{self.ralph_dir} does not exist: run `ralph init` first (or pass --ralph-dir)")
-        for name in ("prompt.md", "prd.md"):
-            if not (self.ralph_dir / name).is_file():
-                raise UsageError(f"{self.ralph_dir / name} is missing: restore it or run `ralph init --force`")
+            from ralph.lifecycle.init import KNOWN_LOOP_DIRS, holds_loop
+
+            found = [d for d in KNOWN_LOOP_DIRS if holds_loop(self.project_dir / d)]
+            hint = "run `ralph init` first (or pass --ralph-dir)"
+            if found:
+                hint = f"run `ralph init` first, or pass --ralph-dir {found[0]} (a Ralph folder is there)"
+            raise UsageError(f"{self.ralph_dir} does not exist: {hint}")
+        from ralph.loop.start import check_only_story, graph_errors, load_prompt
+
+        self.prompt = load_prompt(self.ralph_dir, progress_log(self.ralph_dir).name)
         raw, tasks, error = self.read_tasks()
         if tasks is None:
             raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
@@ -200,6 +226,12 @@ class Loop:
         if problems:
             lines = "\n".join(f"{self.tasks_path}: {v.message}" for v in problems)
             raise TaskListError(f"{lines}\n(the file was left untouched; fix it and run again)")
+        graph = graph_errors(tasks)
+        if graph:
+            lines = "\n".join(f"{self.tasks_path}: {line}" for line in graph)
+            raise TaskListError(f"{lines}\n(no agent was started; fix the task list and run again)")
+        if self.only_story is not None:
+            check_only_story(tasks, self.only_story, self.tasks_path)
         for agent in {id(a): a for a in (self.agent, self.review_agent)}.values():
             unavailable = agent.availability()
             if not unavailable.ok:
@@ -241,7 +273,7 @@ class Loop:
             return []
         from ralph.loop.preflight import preflight_checks
 
-        return preflight_checks(self.settings, self.host, self.runner, self.agent)
+        return preflight_checks(self.settings, self.host, self.runner, self.agent, self.review_agent)
 
     def run(self) -> RunResult:
         """Lock the project, iterate until done, and always clean up (marker, lock, runner)."""
@@ -266,15 +298,32 @@ class Loop:
             raise
         self.started = time.monotonic()
         self.run_dir = new_run_dir(self.project_dir, self.config.state_dir)
+        if self.saved_work:
+            from ralph.loop.savedwork import record_saved_work
+
+            self.stash_message = (self.stash_message or "") + "; " + record_saved_work(
+                self.run_dir, "stash", self.saved_work, "your uncommitted work at run start (also stashed)"
+            )
         from ralph.hooks.server import HookServer
 
-        self.hook_server = HookServer(self.answer_hook).start()
+        import secrets
+
+        self.hook_token = secrets.token_urlsafe(32)
+        self.hook_server = HookServer(
+            self.answer_hook, token=self.hook_token, on_refused=lambda reason: self.emit("hook_refused", reason=reason)
+        ).start()
         try:
+            from ralph.gitutil import GitMetadataChanged, protect
+
+            protect(self.project_dir)
             self.runner.prepare(self.project_dir)
             return self._iterate(tasks)
         except PluginFailure as exc:  # a check that cannot run stops the run: fail-closed
             self.emit("run_stopped", plugin=exc.name, provider=exc.plugin, plugin_kind=exc.kind, error=exc.error)
             self._finish(EXIT_USAGE, f"stopped: {exc}", self._current_tasks(tasks))
+            raise
+        except GitMetadataChanged as exc:
+            self.emit("git_metadata_changed", error=str(exc))
             raise
         except RalphError:
             raise
@@ -299,6 +348,9 @@ class Loop:
                 for error in self.hook_server.errors:
                     self.emit("hook_error", error=error[-4000:])
                 self._remove_marker()
+                from ralph.gitutil import unprotect
+
+                unprotect(self.project_dir)
                 lock.release()
 
     def _current_tasks(self, fallback: TaskList) -> TaskList:
@@ -308,17 +360,9 @@ class Loop:
 
     def _prepare_repository(self) -> None:
         """Keep the marker out of git, deal with the user's uncommitted work and earlier state."""
-        from ralph.gitutil import dirty_paths, git, git_dir as find_git_dir, stash_user_work
+        from ralph.gitutil import dirty_paths, ensure_excluded, head as head_of, stash_user_work, work_patch
 
-        # git reads info/exclude from the common dir only (a worktree's own git dir is ignored)
-        common = git(self.project_dir, "rev-parse", "--path-format=absolute", "--git-common-dir", check=False)
-        base = Path(common.stdout.strip()) if common.returncode == 0 else find_git_dir(self.project_dir)
-        exclude = base / "info" / "exclude"
-        exclude.parent.mkdir(parents=True, exist_ok=True)
-        existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
-        if MARKER_NAME not in existing.split():
-            with exclude.open("a", encoding="utf-8") as handle:
-                handle.write(("" if existing.endswith("\n") or not existing else "\n") + f"/{MARKER_NAME}\n")
+        ensure_excluded(self.project_dir, MARKER_NAME)
         dirty = dirty_paths(self.project_dir)
         if dirty:
             shown = "\n".join(f"  {line}" for line in dirty[:15])
@@ -329,12 +373,26 @@ class Loop:
                     "(or RALPH_DIRTY_START=stash) to let ralph stash them under a named stash"
                 )
             name = f"ralph: your uncommitted work before the run of {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            base = head_of(self.project_dir)
+            # a copy outside the agent's reach (rule 6): `git stash clear` or `git gc` cannot lose it
+            self.saved_work = work_patch(self.project_dir, base) if base else b""
             self.stash_ref = stash_user_work(self.project_dir, name)
             self.stash_message = (
                 f"your uncommitted work was stashed as {self.stash_ref} ({name!r}); "
                 f"get it back with `git stash pop {self.stash_ref}`"
             )
+        from ralph.loop.start import archive_failure_branches, checkout_work_branch
+
+        self.archived_branches = archive_failure_branches(self.project_dir)
+        _, listed, _ = self.read_tasks()
+        if listed is not None:
+            self.branch_note = checkout_work_branch(self.project_dir, listed.branchName, self.tasks_path)
         pending = self.keeper.pending_states()
+        previous_end = self.keeper.previous_end()
+        if pending and self.rerun is None and self._ended_cleanly_unchanged(previous_end):
+            # a run that ended normally and a task list nobody changed since: just go on
+            self.continued_state = f"{len(pending)} stor{'y' if len(pending) == 1 else 'ies'} ({(previous_end or {}).get('reason')})"
+            pending = []
         if pending:
             choice = self.rerun
             if choice is None:
@@ -342,8 +400,13 @@ class Loop:
 
                 if not sys.stdin.isatty():
                     names = ", ".join(p.stem for p in pending[:5])
+                    why = (
+                        "the task list changed since that run ended"
+                        if previous_end
+                        else "that run did not end normally (it crashed or was killed)"
+                    )
                     raise UsageError(
-                        f"state of an earlier, unfinished run exists for {names}; pass --resume to continue "
+                        f"state of an earlier run exists for {names} and {why}; pass --resume to continue "
                         "with it or --fresh to archive it and start over"
                     )
                 import click
@@ -356,6 +419,13 @@ class Loop:
                 )
             if choice == "fresh":
                 self.archived_state = self.keeper.archive_states()
+        self.keeper.clear_end()
+
+    def _ended_cleanly_unchanged(self, previous_end: dict[str, Any] | None) -> bool:
+        """True when the previous run reached its end and the task list is byte for byte what it left."""
+        if not previous_end or "tasks_sha256" not in previous_end:
+            return False
+        return previous_end["tasks_sha256"] == _file_sha256(self.tasks_path)
 
     def global_remaining(self) -> float | None:
         """Seconds left before the global hard timeout (None: no global limit)."""
@@ -382,15 +452,21 @@ class Loop:
     def dry_run(self) -> tuple[Selection | None, str | None, TaskList]:
         """The next iteration's selection and rendered prompt; runs nothing."""
         tasks = self.preflight()
-        selection = self.policy.select(tasks)
+        selection = self.select(tasks)
         if selection is None:
             return None, None, tasks
         return selection, self.render(1, selection, tasks, []), tasks
 
     def render(self, iteration: int, selection: Selection, tasks: TaskList, feedback: list[str]) -> str:
-        template = (self.ralph_dir / "prompt.md").read_text(encoding="utf-8")
+        from ralph.loop.start import load_prompt, seed_tokens
+        from ralph.templates import render
+
+        progress = progress_log(self.ralph_dir)
+        if self.prompt is None:
+            self.prompt = load_prompt(self.ralph_dir, progress.name)
+        tokens = seed_tokens(selection.story_id, tasks, self.tasks_path, progress, self.ralph_dir)
         return render_prompt(
-            template,
+            render(self.prompt.text, tokens),
             iteration=iteration,
             max_iterations=self.config.max_iterations,
             ralph_dir=relative_dir(self.ralph_dir, self.project_dir),
@@ -402,6 +478,18 @@ class Loop:
             feedback=feedback,
             tasks_file=relative_dir(self.tasks_path, self.project_dir),
         )
+
+    def select(self, tasks: TaskList) -> Selection | None:
+        """The policy's choice, limited to ``--story``'s story when one is given."""
+        from ralph.loop.start import only_story_scope
+
+        return self.policy.select(only_story_scope(tasks, self.only_story))
+
+    def is_complete(self, tasks: TaskList) -> bool:
+        """Every story done (``--story``: that story done), as the policy defines done."""
+        from ralph.loop.start import only_story_scope
+
+        return self.policy.is_complete(only_story_scope(tasks, self.only_story))
 
     def _iterate(self, tasks: TaskList) -> RunResult:
         config = self.config
@@ -429,8 +517,17 @@ class Loop:
             self.emit("user_work_stashed", stash=self.stash_ref, message=self.stash_message)
         if self.archived_state:
             self.emit("earlier_state_archived", path=str(self.archived_state))
-        if self.policy.is_complete(tasks):
-            return self._finish(EXIT_COMPLETE, "all stories were already complete", tasks)
+        if self.continued_state:
+            self.emit("earlier_state_continued", stories=self.continued_state)
+        if self.prompt is not None and self.prompt.builtin:
+            self.emit("builtin_prompt", ralph_dir=relative_dir(self.ralph_dir, self.project_dir))
+        if self.branch_note:
+            self.emit("work_branch", message=self.branch_note)
+        if self.archived_branches:
+            self.emit("failure_branches_archived", branches=[{"from": a, "to": b} for a, b in self.archived_branches])
+        if self.is_complete(tasks):
+            what = f"{self.only_story} was already complete" if self.only_story else "all stories were already complete"
+            return self._finish(EXIT_COMPLETE, what, tasks)
         from ralph.gitutil import untracked_files
 
         feedback: list[str] = []
@@ -440,7 +537,7 @@ class Loop:
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
             if self._check_global_time():
                 return self._finish(EXIT_GLOBAL_TIMEOUT, "global hard timeout reached: the loop stopped cleanly", tasks)
-            selection = self.policy.select(tasks)
+            selection = self.select(tasks)
             if selection is None:
                 return self._finish_unselectable(tasks)
             iteration += 1
@@ -490,7 +587,7 @@ class Loop:
                 return self._finish(
                     EXIT_BUDGET, f"budget reached: ${self.cost:.4f} of ${self.config.max_cost:.4f} spent", tasks
                 )
-            if self.policy.is_complete(tasks) and not record.violations:
+            if self.is_complete(tasks) and not record.violations:
                 how = "promise tag and verified task state" if record.promise else "verified task state (no promise tag)"
                 return self._finish(EXIT_COMPLETE, f"complete: {how}", tasks)
             if record.promise:
@@ -614,6 +711,7 @@ class Loop:
         return tasks, feedback
 
     def _finish_unselectable(self, tasks: TaskList) -> RunResult:
+        from ralph.loop.start import unselectable_reason
         from ralph.tasks import blocked_reason
 
         failed = [s.id for s in tasks.userStories if s.failed]
@@ -623,7 +721,8 @@ class Loop:
             if waiting:
                 reason += f"; blocked: {blocked_reason(tasks, waiting)}"
             return self._finish(EXIT_FAILED_STORIES, reason, tasks)
-        return self._finish(EXIT_EXHAUSTED, f"no story can be selected: {blocked_reason(tasks, waiting)}", tasks)
+        reason = unselectable_reason(tasks, self.policy.uses_review)
+        return self._finish(EXIT_EXHAUSTED, f"no story can be selected: {reason}", tasks)
 
     def _one_iteration(
         self,
@@ -671,6 +770,7 @@ class Loop:
         else:
             self._last_good_raw = raw
         record.violations = [v.message for v in violations if v.is_error]
+        self._log_unfinished_iteration(record)
         for violation in violations:
             self.emit(
                 "violation", iteration=record.number, check=violation.check, story=violation.story_id,
@@ -715,8 +815,7 @@ class Loop:
                 env={
                     STATE_FILE_ENV: str(self.run_dir / "state.json"),
                     "RALPH_TASKS_FILE": str(self.tasks_path),
-                    "RALPH_RUN_DIR": str(self.run_dir),
-                    "RALPH_HOOK_SOCKET": str(self.hook_server.path),
+                    **self.channel_env(),
                 },
             )
             spec = agent.process(invocation)
@@ -840,6 +939,31 @@ class Loop:
         if error:
             self.emit("loop_commit_failed", iteration=record.number, error=error)
 
+    def _log_unfinished_iteration(self, record: IterationRecord) -> None:
+        """A timed-out or failed iteration goes to the progress log (and its commit), not only the event log."""
+        if record.timed_out:
+            what = f"timed out after {self.iteration_timeout():g}s; the loop stopped the agent"
+        elif record.exit_code not in (0, None) and not self.cancel.is_set():
+            what = f"the agent failed (exit code {record.exit_code})"
+        else:
+            return
+        assert self.run_dir is not None
+        raw = self.run_dir / f"iteration-{record.number:03d}.agent.jsonl"
+        progress = progress_log(self.ralph_dir)
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        try:
+            with progress.open("a", encoding="utf-8") as handle:
+                handle.write(
+                    f"\n[ralph loop {stamp}] iteration {record.number} ({record.mode} {record.story_id}): {what}; "
+                    f"work it left uncommitted is still in the tree; the agent's output: {raw}\n"
+                )
+        except OSError as exc:
+            self.emit("loop_commit_failed", iteration=record.number, error=f"progress log: {exc}")
+            return
+        error = commit_paths(self.project_dir, [progress], f"ralph: iteration {record.number} - {what.split(';')[0]}")
+        if error:
+            self.emit("loop_commit_failed", iteration=record.number, error=error)
+
     def persist_tasks(self, tasks: TaskList, record: IterationRecord, message: str) -> None:
         """Write a task list the loop changed (gates, failures), log it and commit it."""
         self._last_good_raw = self.write_tasks(tasks, self._last_good_raw)
@@ -888,7 +1012,7 @@ class Loop:
             iteration=int(label.split(".")[0]),
             model=model if model is not None else (self.config.model if agent is self.agent else None),
             hook_settings=self._hook_settings(),
-            env={"RALPH_RUN_DIR": str(self.run_dir), "RALPH_HOOK_SOCKET": str(self.hook_server.path)},
+            env=self.channel_env(),
             purpose=label.split(".", 1)[-1],
             sandboxed=self.runner.name != "direct",
             read_only=read_only,
@@ -922,6 +1046,14 @@ class Loop:
             default = getattr(agent, "default_model", None)
             chosen = default() if callable(default) else None
         return chosen
+
+    def channel_env(self) -> dict[str, str]:
+        """The agent's way to the loop: run dir, hook socket and the per-run token."""
+        return {
+            "RALPH_RUN_DIR": str(self.run_dir),
+            "RALPH_HOOK_SOCKET": str(self.hook_server.path),
+            "RALPH_HOOK_TOKEN": self.hook_token,
+        }
 
     def _feedback_for_next(self, record: IterationRecord) -> list[str]:
         feedback = [f"Iteration {record.number} ({record.mode}): {message}" for message in record.violations]
@@ -1048,6 +1180,7 @@ class Loop:
         previous: dict[int, Any] = {}
 
         def handle(signum: int, _frame: Any) -> None:
+            self.interrupt_signal = self.interrupt_signal or signum
             self.cancel.set()
             self.emit("interrupt", signal=signal.Signals(signum).name)
 
@@ -1061,7 +1194,17 @@ class Loop:
 
     # -- the end ---------------------------------------------------------------------------
 
+    def ralph_dir_arg(self) -> str:
+        """`` --ralph-dir X`` (or `` --prd N``) for commands printed to the user; empty for the default."""
+        rel = relative_dir(self.ralph_dir, self.project_dir)
+        if rel == "ralph":
+            return ""
+        match = re.fullmatch(r"\.ralph/PRD-(\d+)", rel)
+        return f" --prd {match.group(1)}" if match else f" --ralph-dir {rel}"
+
     def _finish(self, exit_code: int, reason: str, tasks: TaskList) -> RunResult:
+        if exit_code == EXIT_INTERRUPTED and self.interrupt_signal == signal.SIGTERM:
+            exit_code, reason = EXIT_TERMINATED, f"{reason} (SIGTERM)"
         result = RunResult(exit_code, reason, self.run_dir, self.records, self.cost, tasks)
         stories = [
             {
@@ -1071,6 +1214,8 @@ class Loop:
                 "reviewStatus": s.reviewStatus,
                 "reviewCount": s.reviewCount,
                 "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX),
+                "failed": s.failed,
+                "failureReason": s.failureReason,
             }
             for s in tasks.userStories
         ]
@@ -1094,6 +1239,9 @@ class Loop:
             atomic_write_text(self.run_dir / "report.json", json.dumps(report, indent=2))
             atomic_write_text(self.run_dir / "report.md", render_run_report(report))
             atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2))
+        self.keeper.record_end(
+            {"run_dir": str(self.run_dir), "exit_code": exit_code, "reason": reason, "tasks_sha256": _file_sha256(self.tasks_path)}
+        )
         self.emit("run_finished", **summary)
         return result
 
@@ -1105,6 +1253,15 @@ def _done(tasks: TaskList) -> int:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:500] if lines else ""
+
+
+def _file_sha256(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ working branch reset to before the story's work.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -61,11 +62,11 @@ class GateKeeper:
     """Runs gates for a loop and keeps each story's state file."""
 
     def __init__(self, loop: Loop) -> None:
-        from ralph.loop.rundir import state_root, project_key
+        from ralph.loop.rundir import project_state_dir
 
         self.loop = loop
         self.config = loop.config
-        self.states_dir = state_root(self.config.state_dir) / "projects" / project_key(loop.project_dir) / "stories"
+        self.states_dir = project_state_dir(loop.project_dir, self.config.state_dir) / "stories"
         self.gates: list[Gate] = sorted(self._enabled_gates(loop.host, loop.settings), key=lambda g: (not g.hard, g.order))
         self.states: dict[str, StoryAttempts] = {}
         self.failed: list[FailedStory] = []
@@ -97,6 +98,35 @@ class GateKeeper:
     def pending_states(self) -> list[Path]:
         """State files left by an earlier (interrupted) run."""
         return sorted(self.states_dir.glob("*.json")) if self.states_dir.is_dir() else []
+
+    @property
+    def end_marker(self) -> Path:
+        """Written when a run reaches its end (any exit code); absent after a crash."""
+        return self.states_dir.parent / "last-run.json"
+
+    def previous_end(self) -> dict[str, Any] | None:
+        """How the previous run of this project ended, or None (no run, or it never reached its end)."""
+        try:
+            data = json.loads(self.end_marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def clear_end(self) -> None:
+        """A run is starting: until it ends, a crash must leave no end marker behind."""
+        try:
+            self.end_marker.unlink()
+        except FileNotFoundError:
+            pass
+
+    def record_end(self, data: dict[str, Any]) -> None:
+        from ralph.fsutil import atomic_write_text
+
+        try:
+            self.end_marker.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.end_marker, json.dumps(data))
+        except OSError:
+            pass  # the next run asks --resume/--fresh, as after a crash
 
     def archive_states(self) -> Path | None:
         """Move earlier state files aside (``--fresh``); returns where they went."""
@@ -182,6 +212,8 @@ class GateKeeper:
                     story_start=state.start_commit,
                     prd_path=loop.ralph_dir / "prd.md",
                     ask_reviewer=functools.partial(self._ask_reviewer, label=f"{record.number:03d}.{gate.name}", timeout=hard),
+                    run_command=lambda command, timeout: loop.runner.run_command(command, loop.project_dir, timeout),
+                    where="sandbox" if loop.runner.isolates else "host",
                 )
                 gate_result = self._run_read_only(gate, context, record, story_id)
                 outcome.results.append(gate_result)
@@ -201,6 +233,7 @@ class GateKeeper:
                     timed_out=gate_result.timed_out,
                     seconds=round(gate_result.seconds, 3),
                     soft_timeout_exceeded=gate_result.soft_timeout_exceeded,
+                    where=gate_result.where,
                     output=truncate(gate_result.output, 40),
                 )
                 if gate_result.soft_timeout_exceeded:
@@ -316,12 +349,25 @@ class GateKeeper:
     def _rollback(self, record: IterationRecord, checkpoint: str, untracked_before: set[str]) -> TaskList:
         from ralph.gitutil import rollback
 
+        saved = self.save_work(record, checkpoint, f"iteration {record.number}'s work, rolled back after a failed gate")
         removed = rollback(self.loop.project_dir, checkpoint, untracked_before)
-        self.loop.emit("rollback", iteration=record.number, to=checkpoint, removed=removed)
+        self.loop.emit("rollback", iteration=record.number, to=checkpoint, removed=removed, saved=saved)
         raw, tasks, _ = self.loop.read_tasks()
         assert tasks is not None
         self.loop._last_good_raw = raw
         return tasks
+
+    def save_work(self, record: IterationRecord, base: str, what: str) -> str | None:
+        """Copy the tree's changes against ``base`` into the run directory before the loop discards them."""
+        from ralph.gitutil import work_patch
+        from ralph.loop.savedwork import record_saved_work
+
+        patch = work_patch(self.loop.project_dir, base)
+        if not patch or self.loop.run_dir is None:
+            return None
+        where = record_saved_work(self.loop.run_dir, "rollback", patch, what)
+        self.loop.emit("work_saved", iteration=record.number, what=what, where=where)
+        return where
 
     def _escalate(self, record: IterationRecord, state: StoryAttempts, tasks: TaskList) -> str | None:
         decision = state.escalation(self.config.strategy_shifts)
@@ -380,6 +426,8 @@ class GateKeeper:
             f"Strategy shifts: {state.strategy_shifts}\n\n"
             + (f"Last output (verbatim, cut):\n{truncate(last.output, 60)}\n" if last else "")
         )
+        if state.start_commit:
+            self.save_work(record, state.start_commit, f"{story_id}'s work before the tier-3 reset (also on {branch})")
         tip = branch_failed_work(project, branch, message)
         reset = "not reset: no start commit recorded"
         if state.start_commit:

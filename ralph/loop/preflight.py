@@ -26,13 +26,17 @@ class PreflightError(UnavailableError):
     """A pre-flight check failed: nothing was started (exit 2)."""
 
 
-def preflight_checks(settings: Settings, host: PluginHost, runner: Runner, agent: Agent) -> list[Check]:
-    """Every check of the runner, the agent and the ``ralph_preflight`` hooks, in that order."""
-    context = PreflightContext(
-        settings=settings, project_dir=settings.project_dir, runner=runner, agent=agent, view=runner.agent_view()
-    )
+def preflight_checks(
+    settings: Settings, host: PluginHost, runner: Runner, agent: Agent, *others: Agent
+) -> list[Check]:
+    """Every check of the runner, the agent (and ``others``, e.g. a review agent of another kind)
+    and the ``ralph_preflight`` hooks, in that order."""
+    view = runner.agent_view()
+    context = PreflightContext(settings=settings, project_dir=settings.project_dir, runner=runner, agent=agent, view=view)
     checks = list(runner.preflight(context) or [])
-    checks += list(agent.preflight(context) or [])
+    for each in {id(a): a for a in (agent, *others)}.values():
+        each_context = context if each is agent else PreflightContext(settings, settings.project_dir, runner, each, view)
+        checks += list(each.preflight(each_context) or [])
     checks += host.preflight(context)
     return checks
 

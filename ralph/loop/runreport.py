@@ -19,6 +19,8 @@ def build_run_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code
             continue
         info = failed_by_id.get(story.id)
         state = keeper.state(story.id)
+        last_output = state.attempts[-1].output if state.attempts else (info.error if info else story.failureReason)
+        error_lines = [line for line in (last_output or "").splitlines() if line.strip()][:ERROR_LINES]
         failed.append(
             {
                 "id": story.id,
@@ -32,11 +34,22 @@ def build_run_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code
                 "strategy_shifts": state.strategy_shifts,
                 "quality_warnings": len(keeper.quality_warnings.get(story.id, [])),
                 "working_branch": info.reset if info else "",
+                "error_lines": error_lines,
+                "tier": 3,
+                "retry": retry_command(story.id, keeper.loop.tasks_path.name, keeper.loop.ralph_dir_arg()),
             }
         )
     warnings = {sid: items for sid, items in keeper.quality_warnings.items() if items}
+    failed_ids = {s.id for s in tasks.userStories if s.failed}
+    done_ids = {s.id for s in done}
+    blocked = [
+        {"id": s.id, "title": s.title, "waits_on": [d for d in s.dependsOn if d in failed_ids]}
+        for s in tasks.userStories
+        if not s.passes and not s.failed and any(d in failed_ids and d not in done_ids for d in s.dependsOn)
+    ]
     return {
         "verdicts": list(getattr(keeper, "verdicts", [])),
+        "blocked": blocked,
         "exit_code": exit_code,
         "reason": reason,
         "completed": len(done),
@@ -44,6 +57,41 @@ def build_run_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code
         "failed": failed,
         "quality_warnings": warnings,
     }
+
+
+#: How many lines of a failed story's last gate output the reports show.
+ERROR_LINES = 6
+
+
+def retry_command(story_id: str, task_file: str, ralph_dir_arg: str = "") -> str:
+    """What a person runs to try a stopped story again (after looking at its failure branch)."""
+    return (
+        f"set \"failed\": false on {story_id} in {task_file} and commit, then: "
+        f"ralph run{ralph_dir_arg} --story {story_id} --fresh"
+    )
+
+
+def needs_a_person(report: dict[str, Any]) -> list[str]:
+    """The lines that lead a failed run's report: failed and blocked stories, and what to do."""
+    lines: list[str] = []
+    for item in report.get("failed", []):
+        tier = f"tier {item.get('tier', 3)} (stopped)" + (
+            f" after {item.get('strategy_shifts', 0)} strategy shift(s)" if item.get("strategy_shifts") else ""
+        )
+        lines.append(
+            f"FAILED {item['id']}: {item.get('title', '')} - {item['attempts']}/{item['max_attempts']} attempts at the "
+            f"{item.get('last_gate') or '?'} gate, escalation {tier}"
+        )
+        lines.append(f"  work kept on: {item.get('branch') or '- (no failure branch)'}")
+        error_lines = item.get("error_lines") or ([item["error"]] if item.get("error") else [])
+        if error_lines:
+            lines.append("  last error:")
+            lines += [f"    {line}" for line in error_lines]
+        if item.get("retry"):
+            lines.append(f"  to retry: {item['retry']}")
+    for item in report.get("blocked", []):
+        lines.append(f"BLOCKED {item['id']}: {item.get('title', '')} - waits on failed {', '.join(item['waits_on'])}")
+    return lines
 
 
 def render_run_report(report: dict[str, Any]) -> str:
@@ -69,6 +117,13 @@ def render_run_report(report: dict[str, Any]) -> str:
                 f"- Quality warnings: {item['quality_warnings']}",
                 f"- Working branch: {item['working_branch'] or '-'}",
             ]
+            if item.get("error_lines"):
+                lines += ["- Last error (first lines):", "", "```", *item["error_lines"], "```"]
+            if item.get("retry"):
+                lines.append(f"- To retry: {item['retry']}")
+    if report.get("blocked"):
+        lines += ["", "## Blocked by failed stories"]
+        lines += [f"- {item['id']}: waits on {', '.join(item['waits_on'])}" for item in report["blocked"]]
     if report.get("verdicts"):
         lines += ["", "## Spec verdicts (independent reviewer, read by the loop)"]
         for item in report["verdicts"]:
@@ -95,6 +150,8 @@ def render_run_summary(data: dict[str, Any]) -> str:
             state = "approved (auto, at cap)" if story.get("autoApproved") else "approved"
         elif story["passes"]:
             state = "done"
+        elif story.get("failed"):
+            state = "failed"
         else:
             state = story.get("reviewStatus") or "open"
         rows.append((story["id"], story["title"][:40], state, str(story["reviewCount"])))

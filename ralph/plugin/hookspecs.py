@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import click
 
     from ralph.contracts import (
+        FleetEngine,
         Agent,
         Check,
         Denial,
@@ -71,6 +72,15 @@ def ralph_register_task_stores(register: Callable[[type[TaskStore]], None]) -> N
 
     Call ``register(StoreClass)``; the first store whose ``detect`` accepts the
     ralph directory is used unless config names one.
+    """
+
+
+@hookspec
+def ralph_register_fleet_engines(register: Callable[[type[FleetEngine]], None]) -> None:
+    """Register fleet engines: where ``ralph run --parallel --engine NAME`` runs whole loops.
+
+    Call ``register(EngineClass)``; ``EngineClass.name`` becomes an ``--engine``
+    choice (``worktrees``, the local default, is built in).  Duplicates are an error.
     """
 
 

@@ -27,6 +27,7 @@ from ralph.plugin import hookspecs
 from ralph.contracts import (
     Agent,
     Check,
+    FleetEngine,
     Gate,
     LoopEvent,
     Policy,
@@ -188,6 +189,7 @@ class PluginHost:
         self.policies = self._registry("policy", "ralph_register_policies", Policy, not_loaded)
         self.stores = self._registry("task store", "ralph_register_task_stores", TaskStore, not_loaded)
         self.gates = self._registry("gate", "ralph_register_gates", Gate, not_loaded)
+        self.fleet_engines = self._registry("fleet engine", "ralph_register_fleet_engines", FleetEngine, not_loaded)
 
     # -- loading ----------------------------------------------------------------
 

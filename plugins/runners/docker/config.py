@@ -17,7 +17,7 @@ DEFAULT_ENV_ALLOWLIST = [
     "ANTHROPIC_BASE_URL",
     "ANTHROPIC_MODEL",
 ]
-DEFAULT_ALLOW_HOSTS = ["api.anthropic.com:443"]
+DEFAULT_ALLOW_HOSTS = ["api.anthropic.com:443", "api.openai.com:443"]
 
 
 class SandboxConfig(ConfigSection):
@@ -29,7 +29,10 @@ class SandboxConfig(ConfigSection):
     )
     allow_hosts: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALLOW_HOSTS),
-        description="host or host:port the allowlist proxy lets through (the host of ANTHROPIC_BASE_URL is added)",
+        description=(
+            "host or host:port the allowlist proxy lets through (the hosts of ANTHROPIC_BASE_URL and "
+            "RALPH_CODEX_BASE_URL are added)"
+        ),
     )
     env: list[str] = Field(
         default_factory=list, description="extra host environment variables passed into the sandbox when set"

@@ -42,6 +42,44 @@ RUN_DIR_ENV = "RALPH_RUN_DIR"
 BUILD_HINT = "build it with `ralph sandbox build --offline-base` (or `ralph sandbox build --base IMAGE`)"
 
 
+READ_ONLY_GIT_DIRS = ("hooks", "info")
+READ_ONLY_GIT_FILES = ("config", "config.worktree", "commondir", "objects/info/alternates")
+SWEEP_SCRIPT = """
+import os, signal, sys, time
+me, lifetime = os.getpid(), sys.argv[1]
+def table():
+    out = {}
+    for name in os.listdir('/proc'):
+        if name.isdigit():
+            try:
+                stat = open('/proc/%s/stat' % name, 'rb').read()
+                cmd = open('/proc/%s/cmdline' % name, 'rb').read().split(b'\\0')
+            except OSError:
+                continue
+            fields = stat[stat.rindex(b')') + 2:].split()
+            out[int(name)] = (int(fields[1]), fields[0], cmd)
+    return out
+procs = table()
+keepers = [p for p, (pp, st, cmd) in procs.items() if pp == 1 and cmd[:2] == [b'sleep', lifetime.encode()]]
+keep = {1, me} | set(sorted(keepers)[:1])
+killed = set()
+for _ in range(50):
+    targets = [p for p, (pp, st, cmd) in table().items() if p not in keep and st != b'Z']
+    if not targets:
+        break
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+        except OSError:
+            pass
+    time.sleep(0.01)
+print(len(killed))
+"""
+"""For an agent running as root in the container: kill everything but PID 1 (the init), the
+keeper (``sleep <lifetime>``) and itself."""
+
+
 class SandboxError(RuntimeError):
     """An engine problem, worded for the user."""
 
@@ -94,6 +132,8 @@ def sweep(client: Any, project_dir: Path | None = None) -> list[str]:
     return removed
 
 
+
+
 def program_of(spec: ProcessSpec) -> str | None:
     """``spec.program``, or a guess from argv[0] for agents that do not set it."""
     program = getattr(spec, "program", None)
@@ -102,6 +142,8 @@ def program_of(spec: ProcessSpec) -> str | None:
     first = spec.argv[0] if spec.argv else ""
     if Path(first).name in ("claude", "claude.exe"):
         return "claude"
+    if Path(first).name in ("codex", "codex.exe"):
+        return "codex"
     if first == sys.executable or Path(first).name.startswith("python"):
         return "python3"
     return None
@@ -183,10 +225,11 @@ class Sandbox:
 
     def allow_list(self, env: dict[str, str]) -> list[str]:
         hosts = list(self.options.allow_hosts)
-        base = env.get("ANTHROPIC_BASE_URL") if "ANTHROPIC_BASE_URL" in self.options.env_names else None
-        if base:
-            url = urlsplit(base)
-            if url.hostname:
+        bases = [env.get("ANTHROPIC_BASE_URL") if "ANTHROPIC_BASE_URL" in self.options.env_names else None]
+        bases.append(env.get("RALPH_CODEX_BASE_URL"))  # the codex agent's endpoint (see docs/agents.md)
+        for base in bases:
+            url = urlsplit(base) if base else None
+            if url is not None and url.hostname:
                 port = url.port or (443 if url.scheme == "https" else 80)
                 hosts.append(f"{url.hostname}:{port}")
         return sorted(set(hosts))
@@ -231,14 +274,7 @@ class Sandbox:
 
     def mounts_for(self, spec: ProcessSpec) -> tuple[list[Mount], list[str]]:
         """(mounts, argv rewritten for the container)."""
-        project = self.project_dir
-        mounts = [Mount(str(project), str(project), type="bind")]
-        git = project / ".git"
-        if git.is_dir():
-            (git / "hooks").mkdir(exist_ok=True)
-            mounts.append(Mount(str(git / "hooks"), str(git / "hooks"), type="bind", read_only=True))
-            if (git / "config").is_file():
-                mounts.append(Mount(str(git / "config"), str(git / "config"), type="bind", read_only=True))
+        mounts = self.base_mounts()
         for name, path in hook_packages().items():
             mounts.append(Mount(f"{IN_CONTAINER_LIB}/{name}", str(path), type="bind", read_only=True))
         run_dir = spec.env.get(RUN_DIR_ENV)
@@ -246,14 +282,21 @@ class Sandbox:
             mounts.append(Mount(run_dir, run_dir, type="bind", read_only=True))
         hook_socket = spec.env.get(HOOK_SOCKET_ENV)
         if hook_socket:
-            socket_dir = str(Path(hook_socket).parent)
-            mounts.append(Mount(socket_dir, socket_dir, type="bind"))
+            # read-only: the agent can connect to the socket but not delete or replace it
+            socket_dir = Path(hook_socket).parent
+            self._share_socket(socket_dir, Path(hook_socket))
+            mounts.append(Mount(str(socket_dir), str(socket_dir), type="bind", read_only=True))
         argv = list(spec.argv)
         program = program_of(spec)
         if program == "claude":
             binary = Path(argv[0]).resolve()
             mounts.append(Mount(f"{IN_CONTAINER_BIN}/claude", str(binary), type="bind", read_only=True))
             argv[0] = f"{IN_CONTAINER_BIN}/claude"
+        elif program == "codex":
+            # a static binary: it runs as is in the image (Codex's own sandbox is off in the container)
+            binary = Path(argv[0]).resolve()
+            mounts.append(Mount(f"{IN_CONTAINER_BIN}/codex", str(binary), type="bind", read_only=True))
+            argv[0] = f"{IN_CONTAINER_BIN}/codex"
         elif program == "python3":
             argv[0] = "python3"
         if self.options.state_dir is not None:
@@ -261,6 +304,40 @@ class Sandbox:
             mounts.append(Mount(f"{IN_CONTAINER_HOME}/.claude", str(state / ".claude"), type="bind"))
             mounts.append(Mount(f"{IN_CONTAINER_HOME}/.claude.json", str(state / ".claude.json"), type="bind"))
         return mounts, argv
+
+    def base_mounts(self) -> list[Mount]:
+        """The project (read-write) and the git metadata that decides what git runs (read-only).
+
+        Git needs ``.git`` itself writable (``index.lock``, ``HEAD``, ``ORIG_HEAD`` are created
+        there and renamed), and ``objects/``, ``refs/``, ``logs/``; ``config``, ``hooks/``,
+        ``info/`` and, where they exist, ``commondir``, ``config.worktree`` and
+        ``objects/info/alternates`` are mounted read-only.  A file that does not exist cannot
+        be mounted: creating it (``.git/commondir``) is caught by the loop's metadata check
+        before its next git call on the host.
+        """
+        project = self.project_dir
+        mounts = [Mount(str(project), str(project), type="bind")]
+        git = project / ".git"
+        if git.is_dir() and not git.is_symlink():
+            for name in READ_ONLY_GIT_DIRS:
+                (git / name).mkdir(exist_ok=True)
+                mounts.append(Mount(str(git / name), str(git / name), type="bind", read_only=True))
+            for name in READ_ONLY_GIT_FILES:
+                if (git / name).is_file() and not (git / name).is_symlink():
+                    mounts.append(Mount(str(git / name), str(git / name), type="bind", read_only=True))
+        return mounts
+
+    def _share_socket(self, directory: Path, path: Path) -> None:
+        """A sandbox user other than the host's needs the private socket directory handed over."""
+        uid, _, gid = self.options.user.partition(":")
+        if not uid.isdigit() or int(uid) == os.getuid() or not path.exists():
+            return
+        try:
+            os.chown(directory, int(uid), int(gid or uid))
+            os.chown(path, int(uid), int(gid or uid))
+        except PermissionError:  # not root: traversal only; the run token still authenticates
+            os.chmod(directory, 0o711)
+            os.chmod(path, 0o666)
 
     def ensure_container(self, mounts: list[Mount]) -> bool:
         """Start the long-lived container unless one with these mounts runs; True when it was created."""
@@ -279,7 +356,9 @@ class Sandbox:
             ["sleep", str(self.options.lifetime)],
             name=self.name,
             labels=self._labels("agent"),
-            user=self.options.user,
+            # init and keeper as root (without capabilities): the agent's user cannot signal
+            # them, so the sweep can kill everything that user runs; every exec runs as the agent
+            user="0:0" if not self._agent_is_root() else self.options.user,
             working_dir=str(self.project_dir),
             mounts=mounts,
             tmpfs={
@@ -352,6 +431,7 @@ class Sandbox:
             user=self.options.user,
         )["Id"]
         sock = api.exec_start(exec_id, socket=True)
+        api._disable_socket_timeout(sock)  # a quiet agent must not end the read after ENGINE_TIMEOUT
         self.last_start_seconds = time.monotonic() - started
         raw = getattr(sock, "_sock", sock)
         if spec.stdin is not None:
@@ -377,6 +457,8 @@ class Sandbox:
                 break
         if timed_out or interrupted:
             self.kill_container()
+        else:
+            self.sweep_processes()  # nothing the agent started outlives its run
         reader.join(timeout=10)
         try:
             sock.close()
@@ -384,6 +466,65 @@ class Sandbox:
             pass
         exit_code = self._exit_code(exec_id, killed=timed_out or interrupted)
         return ProcessOutcome(exit_code, timed_out, interrupted, "\n".join(stderr_tail))
+
+    def sweep_processes(self) -> int:
+        """SIGKILL every process in the container except its PID 1 and keeper; returns how many.
+
+        Runs as the agent's user (the container has no capabilities, so only that user's
+        processes can be signalled, and every agent process is that user's).
+        """
+        if self.container is None:
+            return 0
+        api = self.client.api
+        if not self._agent_is_root():
+            # kill(-1) signals every process this uid may signal except the caller: all the
+            # agent's, none of root's init and keeper; atomic against forks (one kernel pass)
+            exec_id = api.exec_create(self.container.id, ["kill", "-KILL", "-1"], stdout=True, stderr=True,
+                                      user=self.options.user)["Id"]
+            api.exec_start(exec_id)
+            return -1
+        exec_id = api.exec_create(self.container.id, ["python3", "-S", "-c", SWEEP_SCRIPT, str(self.options.lifetime)],
+                                  stdout=True, stderr=True, user=self.options.user)["Id"]
+        output = api.exec_start(exec_id)
+        try:
+            return int(output.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise SandboxError(f"could not sweep the sandbox's processes: {output.decode(errors='replace')[:300]}") from None
+
+    def _agent_is_root(self) -> bool:
+        return self.options.user.partition(":")[0] in ("0", "root")
+
+    def run_command(self, command: str, cwd: Path, timeout: float | None) -> tuple[int, str, bool]:
+        """Run a loop-owned shell command (a gate) in the agent's container, as the agent's user,
+        with the container's network; (exit code, merged output, timed out).  Processes it
+        leaves behind are swept."""
+        if self.container is None:
+            self.ensure_container(self.base_mounts())
+        argv = ["sh", "-c", command]
+        if timeout is not None:
+            argv = ["timeout", "-s", "KILL", str(max(1, int(timeout + 0.999))), *argv]
+        env = {
+            "HOME": IN_CONTAINER_HOME,
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **self._network_args()[1],
+        }
+        api = self.client.api
+        exec_id = api.exec_create(self.container.id, argv, stdout=True, stderr=True, environment=env,
+                                  workdir=str(cwd), user=self.options.user)["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+        api._disable_socket_timeout(sock)  # a quiet test suite must not end the read after ENGINE_TIMEOUT
+        lines: list[str] = []
+        # one reader for both streams, in arrival order (the gate's output is shown verbatim)
+        _pump(sock, lines.append, lines.append)
+        try:
+            sock.close()
+        except OSError:
+            pass
+        self.sweep_processes()
+        code = self._exit_code(exec_id, killed=False)
+        timed_out = timeout is not None and code in (124, 137)
+        return code, "\n".join(lines), timed_out
 
     def _exit_code(self, exec_id: str, killed: bool) -> int:
         if killed:

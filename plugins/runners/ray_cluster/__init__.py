@@ -18,6 +18,14 @@ def ralph_register_runners(register):  # type: ignore[no-untyped-def]
 
 
 @hookimpl
+def ralph_register_fleet_engines(register):  # type: ignore[no-untyped-def]
+    """Register the ``ray`` fleet engine (``ralph run --parallel --engine ray``)."""
+    from .fleet import RayFleet
+
+    register(RayFleet)
+
+
+@hookimpl
 def ralph_config_sections() -> dict[str, type]:
     """The ``[tool.ralph.ray]`` section."""
     from .config import RayConfig

@@ -65,12 +65,13 @@ def _neutral_cwd() -> Iterator[None]:
             os.chdir(previous)
 
 
-def describe_cluster(cfg: Any) -> list[str]:
-    """Lines for `ralph doctor`: address, nodes and their resources (connects and disconnects)."""
+def describe_cluster(cfg: Any) -> tuple[list[str], list[str]]:
+    """Lines for `ralph doctor` (address, nodes, resources) and the ids of nodes that fit one iteration."""
     import ray
 
     connection = connect(cfg)
     try:
+        fitting = _fitting(cfg)
         lines = [f"ray: cluster at {connection.address}" + (" (local, started for this check)" if connection.started else "")]
         for node in ray.nodes():
             if not node.get("Alive"):
@@ -78,6 +79,17 @@ def describe_cluster(cfg: Any) -> list[str]:
             resources = ", ".join(f"{k}={v:g}" for k, v in sorted(node.get("Resources", {}).items())
                                   if not k.startswith("node:") and k != "object_store_memory")
             lines.append(f"  node {node['NodeID'][:12]} {node.get('NodeManagerAddress', '?')}: {resources}")
-        return lines
+        return lines, fitting
     finally:
         connection.close()
+
+
+def _fitting(cfg: Any) -> list[str]:
+    import ray
+
+    wanted = {"CPU": cfg.num_cpus, **cfg.resources}
+    return [
+        node["NodeID"]
+        for node in ray.nodes()
+        if node.get("Alive") and all(node.get("Resources", {}).get(k, 0) >= v for k, v in wanted.items())
+    ]

@@ -78,6 +78,34 @@ class RayRunner(Runner):
             )
         return Availability.yes()
 
+    def agent_view(self) -> Any:
+        """The agent on a node sees only the forwarded environment ([tool.ralph.ray] env) and what ralph ships."""
+        from ralph.api import AgentView
+
+        env = _forwarded_env(self.config().env)
+        home = env.get("HOME") or os.environ.get("HOME") or str(Path.home())
+        return AgentView(env=env, home=Path(home))
+
+    def preflight(self, context: Any) -> list[Any]:
+        """The cluster answers, and some alive node offers what one iteration asks for."""
+        from ralph.api import Check
+
+        cfg = self.config()
+        if not cfg.address:
+            return [Check(True, "ray: no address set: a local Ray cluster will be started for the run and stopped after it")]
+        from .cluster import describe_cluster
+
+        try:
+            lines, fitting = describe_cluster(cfg)
+        except RalphError as exc:
+            return [Check(False, str(exc), "start the cluster (`ray start --head`) or fix [tool.ralph.ray] address")]
+        checks = [Check(True, line) for line in lines]
+        if not fitting:
+            wanted = {"CPU": cfg.num_cpus, **cfg.resources}
+            checks.append(Check(False, f"ray: no alive node offers what an iteration asks for ({wanted})",
+                                "add a node with those resources, or change [tool.ralph.ray] num_cpus/resources"))
+        return checks
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def prepare(self, project_dir: Path) -> None:
@@ -226,6 +254,9 @@ class RayRunner(Runner):
         """Forward one relayed hook request to the loop's own socket; None when the loop cannot answer."""
         if not loop_socket:
             return None
+        assert self._project is not None
+        # the agent's paths are the node checkout's; the loop judges them as the project's
+        request = _translate(request, self._where["workspace"], str(self._project))
         event = (request.get("payload") or {}).get("hook_event_name")
         if event in HOOK_EVENTS_THAT_READ_THE_PROJECT:
             self._bring_back()  # the Stop checks read the project: show them the agent's work so far
@@ -284,6 +315,17 @@ class RayRunner(Runner):
             return
         with open(Path(run_dir) / "ray.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"ts": time.time(), **data}) + "\n")
+
+
+def _translate(value: Any, old: str, new: str) -> Any:
+    """``value`` (JSON) with every path under ``old`` rewritten to lie under ``new``."""
+    if isinstance(value, str):
+        return value.replace(old, new) if old in value else value
+    if isinstance(value, dict):
+        return {key: _translate(item, old, new) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_translate(item, old, new) for item in value]
+    return value
 
 
 def _forwarded_env(patterns: list[str]) -> dict[str, str]:

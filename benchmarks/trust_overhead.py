@@ -1,0 +1,158 @@
+"""Extra cost per iteration of the trust-boundary checks, on a project of 1,000 files.
+
+- the git metadata check (``.git/config``, ``commondir``, ``hooks/``, ``info/``,
+  ``alternates``) that runs before every host git call of the loop, and the
+  hardened git call itself against a plain one;
+- direct mode: the process sweep after an agent run (a /proc snapshot before,
+  the sweep after) and the agent's push-blocking git environment;
+- docker-sandbox: the in-container process sweep after each exec, and a gate
+  command in the container against the same command on the host; for
+  comparison, a fresh container per iteration (the alternative to the sweep).
+
+Per iteration the loop makes about ``GIT_CALLS`` git calls (checkpoint, untracked
+files, the git-clean check, changed files, a commit); the totals use that.
+
+    python benchmarks/trust_overhead.py [--runs 20] [--files 1000]
+
+The sandbox part needs a Docker engine and the image (``ralph sandbox build
+--offline-base``); without them it prints "skipped: ..." for that part.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import header, int_arg, ms, percentile, table  # noqa: E402
+
+GIT_CALLS = 8
+TARGET_DIRECT_MS = 50.0
+TARGET_SANDBOX_MS = 300.0
+
+
+def timed(func: Callable[[], Any], runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        func()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def row(label: str, samples: list[float]) -> tuple[str, ...]:
+    return (label, str(len(samples)), ms(min(samples)), ms(statistics.median(samples)), ms(percentile(samples, 0.9)))
+
+
+def make_project(root: Path, files: int) -> Path:
+    project = root / "project"
+    project.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@b"}
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project, check=True)
+    for index in range(files):
+        folder = project / f"pkg{index % 20:02d}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"module_{index:04d}.py").write_text(f"VALUE = {index}\n" * 20)
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "files"], cwd=project, check=True, env=env)
+    return project
+
+
+def main() -> None:
+    runs = int_arg(sys.argv, "--runs", 20)
+    files = int_arg(sys.argv, "--files", 1000)
+    header(f"trust-boundary checks: extra cost per iteration ({files} files)")
+    from ralph import gitutil
+    from ralph.procs import become_subreaper, descendants, kill_new_descendants
+    from ralph_plugins.runners.direct import agent_environment
+
+    with tempfile.TemporaryDirectory(prefix="ralph-bench-") as tmp:
+        project = make_project(Path(tmp), files)
+        gitutil.protect(project)
+        become_subreaper()
+        check = timed(gitutil.check_metadata, runs * 5)
+        plain = timed(lambda: subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True), runs)
+        hardened = timed(lambda: gitutil.git(project, "status", "--porcelain"), runs)
+        snapshot = timed(descendants, runs)
+        existing = descendants()
+        sweep = timed(lambda: kill_new_descendants(existing), runs)
+        push_env = timed(lambda: agent_environment(dict(os.environ), project), runs)
+        rows = [("direct mode", "runs", "min", "median", "p90"),
+                row("metadata check (before each loop git call)", check),
+                row("git status, plain (reference)", plain),
+                row("git status, hardened (incl. check)", hardened),
+                row("process sweep after the agent (per iteration)", sweep),
+                row("process snapshot (once per run)", snapshot),
+                row("agent git env, push block (once per run)", push_env)]
+        print("times in ms")
+        table(rows)
+        git_extra = GIT_CALLS * statistics.median(check)
+        direct_total = git_extra + statistics.median(sweep)
+        print(f"\ndirect: {GIT_CALLS} git calls x {ms(statistics.median(check))} ms check + sweep "
+              f"{ms(statistics.median(sweep))} = {ms(direct_total)} ms per iteration (target <= "
+              f"{TARGET_DIRECT_MS:.0f} ms: {'met' if direct_total * 1000 <= TARGET_DIRECT_MS else 'NOT met'}); "
+              f"hardened minus plain git status: {ms(statistics.median(hardened) - statistics.median(plain))} ms")
+        sandbox_part(project, runs, git_extra)
+        gitutil.unprotect(project)
+
+
+def sandbox_part(project: Path, runs: int, git_extra: float) -> None:
+    from ralph_plugins.runners.docker import engine
+
+    try:
+        client = engine.connect()
+    except engine.SandboxError as exc:
+        print(f"\nsandbox: skipped: {exc}")
+        return
+    if not engine.image_present(client, "ralph-sandbox:latest"):
+        print("\nsandbox: skipped: the sandbox image is missing: ralph sandbox build --offline-base")
+        return
+    from ralph.config import load_config
+    from ralph.procs import run_shell
+    from ralph.settings import Settings
+    from ralph_plugins.runners.docker.config import SandboxConfig
+    from ralph_plugins.runners.docker_sandbox import DockerSandboxRunner
+
+    config, _, _ = load_config(project, {}, environ={})
+    runner = DockerSandboxRunner(Settings(project, config, {"docker-sandbox": SandboxConfig(network="none")}))
+    runner.prepare(project)
+    try:
+        sandbox = runner.sandbox
+        sandbox.ensure_container(sandbox.base_mounts())
+        sweep = timed(sandbox.sweep_processes, runs)
+        gate_host = timed(lambda: run_shell("git status --porcelain >/dev/null", project, 60), runs)
+        # run_command includes its own sweep: subtract it below to show the exec cost alone
+        gate_sandbox = timed(lambda: runner.run_command("git status --porcelain >/dev/null", project, 60), runs)
+
+        def fresh_container() -> None:
+            sandbox.kill_container()
+            sandbox.ensure_container(sandbox.base_mounts())
+
+        fresh = timed(fresh_container, max(3, runs // 4))
+    finally:
+        runner.cleanup()
+    rows = [("docker-sandbox", "runs", "min", "median", "p90"),
+            row("process sweep after an exec", sweep),
+            row("gate command on the host (reference)", gate_host),
+            row("gate command in the sandbox (incl. sweep)", gate_sandbox),
+            row("alternative: fresh container per iteration", fresh)]
+    print()
+    table(rows)
+    gate_extra = max(0.0, statistics.median(gate_sandbox) - statistics.median(gate_host))
+    total = git_extra + statistics.median(sweep) + gate_extra
+    print(f"\nsandbox: git checks {ms(git_extra)} + sweep after the agent {ms(statistics.median(sweep))} + gate in "
+          f"the sandbox (extra over the host, incl. its sweep) {ms(gate_extra)} = {ms(total)} ms per iteration "
+          f"(target <= {TARGET_SANDBOX_MS:.0f} ms: {'met' if total * 1000 <= TARGET_SANDBOX_MS else 'NOT met'})")
+    print(f"a fresh container per iteration would cost {ms(statistics.median(fresh))} ms instead of the "
+          f"{ms(statistics.median(sweep))} ms sweep")
+
+
+if __name__ == "__main__":
+    main()

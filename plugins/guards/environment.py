@@ -1,0 +1,82 @@
+"""Assignments that change what later commands run: ``PS4``, ``BASH_ENV``, ``GIT_EDITOR`` ... and ``declare``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ralph_plugins.guards.walker import Flow, State, Val, Walker
+
+
+_CODE_VARS = {
+    "GIT_EDITOR": False, "GIT_SEQUENCE_EDITOR": False, "EDITOR": False, "VISUAL": False, "GIT_SSH_COMMAND": False,
+    "GIT_SSH": False, "GIT_EXTERNAL_DIFF": False, "GIT_ASKPASS": False, "SSH_ASKPASS": False,
+    "GIT_PROXY_COMMAND": False, "PROMPT_COMMAND": False, "GIT_PAGER": True, "PAGER": True, "MANPAGER": True,
+}
+"""Variables whose value programs run as a command (True: the command reads the program's output)."""
+
+
+_OPAQUE_VARS = frozenset(
+    {"PS0", "PS1", "PS2", "PS3", "PS4", "BASH_ENV", "ENV", "CDPATH", "SHELLOPTS", "BASHOPTS", "LD_PRELOAD", "LD_AUDIT",
+     "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_CONFIG", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
+     "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "BASH_LOADABLES_PATH", "LESSOPEN", "LESSCLOSE", "BASH_XTRACEFD",
+     "EXECIGNORE", "HISTCONTROL", "PROMPT_DIRTRIM", "ZDOTDIR", "INPUTRC"}
+)
+
+
+def check_env(w: Walker, name: str, value: Val, st: State, flow: Flow, persistent: bool = True) -> None:
+    """An assignment to ``name``: variables that make programs run code are followed or opaque."""
+    if name in _OPAQUE_VARS or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "BASH_FUNC_")) or (
+        name == "IFS" and persistent
+    ):
+        w.opaque(
+            f"setting `{name}` changes what later commands run or how the shell reads them",
+            f"leave `{name}` alone and run the commands plainly",
+        )
+    elif name in _CODE_VARS:
+        if isinstance(value, str):
+            if value.strip():
+                reads = _CODE_VARS[name]
+                here = Flow(stdin=("pipe", f"the output given to ${name}") if reads else None, depth=flow.depth)
+                w.code(value, st.copy(), here, f"`{name}`")
+        else:
+            w.opaque(f"`{name}` is set to a command only known at run time", f"set `{name}` to a literal command")
+
+
+def declaration(w: Walker, node: Any, st: State, flow: Flow, redirects: list[tuple[str, str]] | None = None) -> None:
+    """``declare``/``typeset``/``local``/``export``/``readonly`` (a declaration_command node)."""
+    from ralph_plugins.guards.walker import _text
+
+    keyword = _text(node.children[0]) if node.children else "declare"
+    argv = [keyword]
+    integer = False
+    for child in node.children[1:]:
+        if not child.is_named:
+            continue
+        if child.type == "variable_assignment":
+            name, value = w.assignment(child, st, flow)
+            argv.append(_text(child))
+            if name is None:
+                continue
+            if integer:
+                if isinstance(value, str):
+                    w.arith_name(name, State(vars={name: value}), _text(child))
+                value = None
+            check_env(w, name, value, st, flow)
+            st.vars[name] = value
+        elif child.type == "variable_name":
+            argv.append(_text(child))
+        else:
+            for word in w.words(child, st, flow):
+                argv.append(word.text)
+                if word.dynamic:
+                    w.opaque(f"`{keyword}` of `{word.text}`, only known at run time, can set any variable",
+                             "name the variable and its value literally")
+                elif word.text.startswith(("-", "+")):
+                    if "n" in word.text[1:]:
+                        w.opaque(f"`{keyword} -n` makes a name refer to another variable", "use the variable directly")
+                    integer = integer or "i" in word.text[1:]
+    from ralph_plugins.guards.shell import Command
+
+    w.result.simple.append(Command(argv, [False] * len(argv), [False] * len(argv), redirects=list(redirects or []),
+                                   piped_in=flow.piped_in,
+                                   piped_out=flow.piped_out, cd=list(st.cd), cd_unknown=st.cd_unknown, depth=flow.depth))

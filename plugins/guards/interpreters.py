@@ -1,0 +1,182 @@
+"""Shells, interpreters, database shells and editors: the code they run, and whether they read it from stdin."""
+
+from __future__ import annotations
+
+import re
+
+from ralph_plugins.guards.progutil import Handler, emit, getopts, is_stdin_path, run_code
+from ralph_plugins.guards.walker import Call, Walker, Word
+
+
+INTERPRETER = re.compile(
+    r"^(python[0-9.]*|pypy[0-9.]*|perl[0-9.]*|ruby[0-9.]*|node|nodejs|php[0-9.]*|lua[0-9.]*|luajit|deno|bun|tsx|"
+    r"ts-node|Rscript|R|tclsh[0-9.]*|wish[0-9.]*|osascript|jshell|groovy|julia|guile|racket|irb|jrunscript|qjs|dc|ed|ex|red|"
+    r"ghci|gnuplot|octave|sqlite3|psql|mysql|mariadb|duckdb)$"
+)
+
+
+def _shell(w: Walker, call: Call) -> None:
+    emit(w, call)
+    words = call.words
+    name = call.name
+    i, code_mode, stdin_mode = 1, False, False
+    while i < len(words):
+        word = words[i]
+        t = word.text
+        if word.dynamic:
+            break
+        if t in ("--", "-"):
+            i += 1
+            break
+        if t.startswith("--"):
+            if t in ("--rcfile", "--init-file") and i + 1 < len(words):
+                w.result.scripts.append(words[i + 1].text)
+                i += 2
+                continue
+            i += 1
+            continue
+        if t[:1] in "-+" and len(t) > 1:
+            skip = 1
+            for ch in t[1:]:
+                if ch == "c":
+                    code_mode = True
+                elif ch == "s":
+                    stdin_mode = True
+                elif ch in "oO":
+                    skip += 1
+            i += skip
+            continue
+        break
+    operands = words[i:]
+    if code_mode:
+        if operands:
+            run_code(w, call, operands[0], f"`{name} -c`")
+        return
+    if operands and not stdin_mode:
+        script = operands[0]
+        if script.procsub:
+            w.pipe(f"{name} {script.text}")
+        elif script.dynamic:
+            w.opaque(f"`{name}` runs a script named only at run time (`{script.text}`)", "name the script literally")
+        elif is_stdin_path(script.text, w.cwd):
+            w.stdin_program(name, call.flow, call.st, shell=True)
+        else:
+            w.result.scripts.append(script.text)
+        return
+    w.stdin_program(name, call.flow, call.st, shell=True)
+
+
+_INTERPRETER_CODE = {
+    "python": ({"-c"}, {"-m"}, {"-W", "-X", "-Q"}),
+    "pypy": ({"-c"}, {"-m"}, {"-W", "-X"}),
+    "perl": ({"-e", "-E"}, set(), {"-I", "-M", "-m"}),
+    "ruby": ({"-e"}, set(), {"-I", "-r", "-C", "-E"}),
+    "node": ({"-e", "--eval", "-p", "--print"}, set(), {"-r", "--require", "--import", "--loader"}),
+    "php": ({"-r"}, set(), {"-c", "-d", "-z", "-f"}),
+    "lua": ({"-e"}, set(), {"-l"}),
+    "Rscript": ({"-e"}, set(), set()),
+    "dc": ({"-e", "--expression"}, set(), {"-f", "--file"}),
+    "sqlite3": ({"-cmd"}, set(), {"-init", "-separator", "-newline", "-nullvalue"}),
+    "psql": ({"-c", "--command"}, set(), {"-d", "--dbname", "-h", "--host", "-p", "--port", "-U", "--username",
+                                          "-f", "--file", "-v", "--set", "-o", "--output"}),
+    "mysql": ({"-e", "--execute"}, set(), {"-u", "--user", "-h", "--host", "-P", "--port", "-D", "--database"}),
+}
+
+
+_QUERY_CLIENTS = frozenset({"sqlite3", "psql", "mysql", "mariadb", "duckdb"})
+"""Database shells: their own command language can run shell commands (``.shell``, ``\\!``)."""
+
+
+def _interpreter(w: Walker, call: Call) -> None:
+    emit(w, call)
+    name = call.name
+    family = next((k for k in _INTERPRETER_CODE if name.startswith(k)), "")
+    if name in ("nodejs", "deno", "bun", "tsx", "ts-node", "qjs"):
+        family = "node"
+    if name in ("mariadb",):
+        family = "mysql"
+    if name in _QUERY_CLIENTS:
+        _query_client(w, call, family)
+        return
+    code_opts, module_opts, values = _INTERPRETER_CODE.get(family, ({"-e", "-c"}, set(), set()))
+    words = call.words
+    start = 2 if name in ("deno", "bun") and len(words) > 1 and words[1].text in ("run", "x") else 1
+    if family == "perl":
+        opts, i = _perl_opts(words, start)
+    else:
+        opts, i = getopts(words, start, values | code_opts | module_opts)
+    if any(o in opts for o in code_opts) or any(o in opts for o in module_opts):
+        return
+    if family == "php" and opts.get("-f") is not None:
+        script = opts["-f"]
+    elif i < len(words):
+        script = words[i]
+    else:
+        w.stdin_program(name, call.flow, call.st, shell=False)
+        return
+    assert script is not None
+    if script.procsub:
+        w.pipe(f"{name} {script.text}")
+    elif not script.dynamic and is_stdin_path(script.text, w.cwd):
+        w.stdin_program(name, call.flow, call.st, shell=False)
+    else:
+        w.result.scripts.append(script.text)
+
+
+def _query_client(w: Walker, call: Call, family: str) -> None:
+    """``sqlite3 db`` / ``psql`` / ``mysql``: SQL from stdin may hold shell escapes; SQL given inline is read."""
+    code_opts, _, values = _INTERPRETER_CODE.get(family, (set(), set(), set()))
+    opts, i = getopts(call.words, 1, values | code_opts)
+    inline = [v for o, v in opts.items() if o in code_opts and v is not None]
+    operands = call.words[i:]
+    if family == "sqlite3" and len(operands) >= 2:
+        inline.extend(operands[1:])
+    elif family != "sqlite3" and opts.get("-f") is not None or opts.get("--file") is not None:
+        return
+    for word in inline:
+        if word.dynamic or re.search(r"(^|\n|;)\s*(\.shell|\.system|\\!|system\b)", word.text):
+            w.opaque(f"`{call.name}` runs shell commands from its own command language", "run the commands directly")
+    if not inline:
+        w.stdin_program(call.name, call.flow, call.st, shell=False)
+
+
+def _perl_opts(words: list[Word], start: int) -> tuple[dict[str, Word | None], int]:
+    opts: dict[str, Word | None] = {}
+    i = start
+    while i < len(words) and words[i].text.startswith("-") and len(words[i].text) > 1 and not words[i].dynamic:
+        t = words[i].text
+        if t == "--":
+            return opts, i + 1
+        i += 1
+        for j, ch in enumerate(t[1:], 1):
+            if ch in "eE":
+                opts["-" + ch] = Word(t[j + 1 :]) if t[j + 1 :] else (words[i] if i < len(words) else None)
+                if not t[j + 1 :]:
+                    i += 1
+                break
+            if ch in "IMmixl0C":
+                if ch in "IMm" and not t[j + 1 :]:
+                    i += 1
+                break
+    return opts, i
+
+
+def _editor(w: Walker, call: Call) -> None:
+    """Editors run their own commands (``vim -c '!cmd'``, ``emacs --eval``) and read them from stdin in ex mode."""
+    emit(w, call)
+    args = [x.text for x in call.words[1:]]
+    if any(a in ("-c", "--cmd", "-S", "--eval", "-l", "--load", "-x", "--script") or a.startswith(("+", "--eval="))
+           for a in args):
+        w.opaque(f"`{call.name}` with startup commands can run shell commands",
+                 "edit files with the Edit tool or sed, and run commands directly")
+    if call.name != "emacs" and any(a in ("-e", "-E", "-es", "-Es", "-s") for a in args):
+        w.stdin_program(call.name, call.flow, call.st, shell=False)
+
+
+INTERPRETER_HANDLERS: dict[str, Handler] = {
+    "vi": lambda w, call: _editor(w, call),
+    "vim": lambda w, call: _editor(w, call),
+    "nvim": lambda w, call: _editor(w, call),
+    "view": lambda w, call: _editor(w, call),
+    "emacs": lambda w, call: _editor(w, call),
+}

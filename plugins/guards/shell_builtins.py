@@ -1,0 +1,171 @@
+"""Bash builtins that run, hide or redirect code: ``eval``, ``source``, ``trap``, ``hash -p``, ``read``, ``cd`` ..."""
+
+from __future__ import annotations
+
+import re
+
+from ralph_plugins.guards.progutil import Handler, emit, getopts, is_stdin_path, run_code
+from ralph_plugins.guards.walker import Call, Walker, Word
+
+
+def _eval(w: Walker, call: Call) -> None:
+    emit(w, call)
+    rest = call.words[1:]
+    if any(x.dynamic for x in rest):
+        w.opaque("`eval` of text only known at run time", "run the commands themselves instead of eval")
+        if any(x.output for x in rest):
+            w.pipe("eval of a command's output")
+        return
+    if rest:
+        w.code(" ".join(x.text for x in rest), call.st, call.flow, "`eval`")
+
+
+def _source(w: Walker, call: Call) -> None:
+    emit(w, call)
+    opts, i = getopts(call.words, 1, set())
+    if i >= len(call.words):
+        return
+    script = call.words[i]
+    if script.procsub:
+        w.pipe(f"{call.name} {script.text}")
+    elif script.dynamic:
+        w.opaque(f"`{call.name}` of a file named only at run time (`{script.text}`)", "name the file literally")
+    elif is_stdin_path(script.text, w.cwd):
+        w.stdin_program(call.name, call.flow, call.st, shell=True)
+    else:
+        w.result.scripts.append(script.text)
+
+
+def _trap(w: Walker, call: Call) -> None:
+    emit(w, call)
+    args = call.words[1:]
+    if args and args[0].text == "--":
+        args = args[1:]
+    if not args or args[0].text in ("-l", "-p", "-P", "-") or (args[0].text == "" and not args[0].dynamic):
+        return
+    if len(args) == 1 and re.fullmatch(r"[0-9]+|(SIG)?[A-Z0-9+-]+", args[0].text) and not args[0].dynamic:
+        return  # `trap SIG`: reset
+    w.opaque("`trap` runs code later (on a signal or at exit), where the guard cannot follow it",
+             "run the commands directly instead of from a trap")
+    run_code(w, call, args[0], "`trap`")
+
+
+def _alias(w: Walker, call: Call) -> None:
+    emit(w, call)
+    for word in call.words[1:]:
+        if "=" in word.text and not word.text.startswith("-"):
+            key, _, value = word.text.partition("=")
+            run_code(w, call, Word(value, word.dynamic), f"the alias `{key}`")
+
+
+def _hash(w: Walker, call: Call) -> None:
+    emit(w, call)
+    if any(x.text.startswith("-") and "p" in x.text for x in call.words[1:]):
+        w.opaque("`hash -p` makes a name run another program", "call the program by its own name")
+
+
+def _enable(w: Walker, call: Call) -> None:
+    emit(w, call)
+    if any(x.text.startswith("-") and "f" in x.text for x in call.words[1:]):
+        w.opaque("`enable -f` loads a builtin from a shared library", "use the program it provides directly")
+
+
+def _read(w: Walker, call: Call) -> None:
+    emit(w, call)
+    opts, i = getopts(call.words, 1, {"-a", "-d", "-i", "-n", "-N", "-p", "-t", "-u"})
+    names = [x.text for x in call.words[i:]] or ["REPLY"]
+    if opts.get("-a") is not None:
+        names.append(opts["-a"].text)  # type: ignore[union-attr]
+    for name in names:
+        call.st.vars[name] = None
+
+
+def _mapfile(w: Walker, call: Call) -> None:
+    emit(w, call)
+    opts, i = getopts(call.words, 1, {"-d", "-n", "-O", "-s", "-u", "-C", "-c"})
+    if "-C" in opts:
+        w.opaque(f"`{call.name} -C` runs a callback for the lines it reads", "read the lines, then run commands plainly")
+    for word in call.words[i:] or [Word("MAPFILE")]:
+        call.st.vars[word.text] = None
+
+
+def _printf(w: Walker, call: Call) -> None:
+    emit(w, call)
+    opts, _ = getopts(call.words, 1, {"-v"})
+    if opts.get("-v") is not None:
+        call.st.vars[opts["-v"].text] = None  # type: ignore[union-attr]
+
+
+def _let(w: Walker, call: Call) -> None:
+    emit(w, call)
+    for word in call.words[1:]:
+        if word.dynamic:
+            w.opaque(f"`let` of `{word.text}`, only known at run time", "use literal arithmetic")
+            continue
+        for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*(?!\s*=[^=])", word.text):
+            w.arith_name(m.group(), call.st, word.text)
+
+
+def _getopts_builtin(w: Walker, call: Call) -> None:
+    emit(w, call)
+    if len(call.words) > 2:
+        call.st.vars[call.words[2].text] = None
+
+
+def _cd(w: Walker, call: Call) -> None:
+    emit(w, call)
+    opts, i = getopts(call.words, 1, set())
+    st = call.st
+    if call.name == "popd":
+        st.cd_unknown = True
+        return
+    if i >= len(call.words):
+        st.cd.append(w.home) if call.name == "cd" else None
+        return
+    target = call.words[i]
+    if target.text == "-" or target.dynamic and not re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?(/[^$`]*)?",
+                                                                  target.text):
+        st.cd_unknown = True
+    else:  # a literal, or one variable resolve_path may know (`cd "$CLAUDE_PROJECT_DIR"`)
+        st.cd.append(target.text)
+
+
+def _compgen(w: Walker, call: Call) -> None:
+    emit(w, call)
+    if any(x.text in ("-C", "-F") for x in call.words[1:]):
+        w.opaque(f"`{call.name} -C/-F` runs a command or function", "run the command directly")
+
+
+def _fc(w: Walker, call: Call) -> None:
+    emit(w, call)
+    w.opaque("`fc` re-runs commands from the shell history", "write the commands out")
+
+
+def _bind(w: Walker, call: Call) -> None:
+    emit(w, call)
+    if any(x.text.startswith("-") and "x" in x.text for x in call.words[1:]):
+        w.opaque("`bind -x` binds a key to a command", "run the command directly")
+
+
+BUILTINS: dict[str, Handler] = {
+    "eval": _eval,
+    "source": _source,
+    ".": _source,
+    "trap": _trap,
+    "alias": _alias,
+    "hash": _hash,
+    "enable": _enable,
+    "read": _read,
+    "mapfile": _mapfile,
+    "readarray": _mapfile,
+    "printf": _printf,
+    "let": _let,
+    "getopts": _getopts_builtin,
+    "cd": _cd,
+    "pushd": _cd,
+    "popd": _cd,
+    "compgen": _compgen,
+    "complete": _compgen,
+    "fc": _fc,
+    "bind": _bind,
+}

@@ -1,0 +1,266 @@
+"""Everyday tools with a way to run or destroy things: ``sed e``, ``awk system()``, ``find -exec``, ``at``, ``make -f -``, links."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ralph_plugins.guards.progutil import Handler, emit, expand_long, getopts, is_stdin_path
+from ralph_plugins.guards.shell import basename, resolve_path
+from ralph_plugins.guards.walker import Call, Flow, Walker, Word
+
+
+def _at(w: Walker, call: Call) -> None:
+    emit(w, call)
+    w.opaque(f"`{call.name}` schedules commands to run later, outside the loop's view", "run the commands now")
+    opts, _ = getopts(call.words, 1, {"-f", "-q", "-t"})
+    if "-f" not in opts and not any(o in opts for o in ("-l", "-r", "-d", "-c")):
+        w.stdin_program(call.name, call.flow, call.st, shell=True)
+
+
+def _crontab(w: Walker, call: Call) -> None:
+    emit(w, call)
+    if not any(x.text in ("-l", "-r", "-e") for x in call.words[1:]):
+        w.opaque("`crontab` installs commands that run later, outside the loop", "run the commands now")
+        if len(call.words) == 1 or call.words[-1].text == "-":
+            w.stdin_program("crontab", call.flow, call.st, shell=True)
+
+
+def _make(w: Walker, call: Call) -> None:
+    emit(w, call)
+    opts, _ = getopts(call.words, 1, {"-f", "--file", "--makefile", "-C", "--directory", "-j", "--jobs", "-l",
+                                      "-o", "-W", "-I", "-E", "--eval"})
+    for key in ("-f", "--file", "--makefile"):
+        value = opts.get(key)
+        if value is None:
+            continue
+        if value.procsub:
+            w.pipe(f"{call.name} -f {value.text}")
+        elif not value.dynamic and is_stdin_path(value.text, w.cwd):
+            w.stdin_program(call.name, call.flow, call.st, shell=False)
+    if "-E" in opts or "--eval" in opts:
+        w.opaque("`make --eval` adds rules from the command line", "put the rule in the Makefile")
+
+
+_SED_S = re.compile(r"s(?P<d>[^\\\n])(?:\\.|(?!(?P=d)).)*(?P=d)(?:\\.|(?!(?P=d)).)*(?P=d)(?P<flags>[a-zA-Z0-9]*)", re.S)
+
+
+_SED_ADDR = r"(?:[0-9]+(?:~[0-9]+)?|\$|/(?:\\.|[^/\n])*/[IM]*|\\(.)(?:\\.|.)*?\1)"
+
+
+_SED_E = re.compile(r"(?:^|[;\n{}])\s*(?:" + _SED_ADDR + r"(?:\s*,\s*" + _SED_ADDR + r")?)?\s*!?\s*e(?:\s|;|}|$)")
+
+
+def sed_executes(script: str) -> bool:
+    """Does this sed script run shell commands (the ``e`` command or the ``s///e`` flag)?"""
+    if any("e" in m.group("flags") for m in _SED_S.finditer(script)):
+        return True
+    return bool(_SED_E.search(_SED_S.sub("", script)))
+
+
+_SED_LONGS = frozenset({"--expression", "--file", "--line-length", "--in-place", "--sandbox", "--quiet", "--silent",
+                        "--regexp-extended", "--separate", "--null-data", "--unbuffered", "--posix", "--debug",
+                        "--follow-symlinks", "--zero-terminated", "--binary", "--help", "--version"})
+
+
+def sed_scripts(words: list[Word]) -> tuple[list[Word], list[Word], bool]:
+    """(scripts given inline, script files, ``--sandbox``) of a sed command line."""
+    scripts: list[Word] = []
+    files: list[Word] = []
+    operands: list[Word] = []
+    sandbox = False
+    i = 1
+    while i < len(words):
+        word = words[i]
+        t = word.text
+        if t.startswith("--") and not word.dynamic:
+            key, eq, val = t.partition("=")
+            t = expand_long(key, _SED_LONGS) + eq + val
+        nxt = words[i + 1] if i + 1 < len(words) else None
+        if t in ("-e", "--expression", "-f", "--file", "-l", "--line-length") and nxt is not None:
+            (scripts if t in ("-e", "--expression") else files if t in ("-f", "--file") else []).append(nxt)
+            i += 2
+            continue
+        if t.startswith(("--expression=", "--file=")):
+            (scripts if t.startswith("--e") else files).append(Word(t.split("=", 1)[1]))
+        elif t == "--sandbox":
+            sandbox = True
+        elif t.startswith("-") and not t.startswith("--") and len(t) > 1 and not word.dynamic:
+            i += _sed_cluster(t, nxt, scripts, files)
+        elif not t.startswith("-") or word.dynamic:
+            operands.append(word)
+        i += 1
+    if not scripts and not files and operands:
+        scripts.append(operands[0])
+    return scripts, files, sandbox
+
+
+def _sed_cluster(t: str, nxt: Word | None, scripts: list[Word], files: list[Word]) -> int:
+    """A short-option cluster (``-ne``, ``-i.bak``): 1 when it took the next word as its value."""
+    for j, ch in enumerate(t[1:], 1):
+        if ch in "il":
+            return 0  # -i[SUFFIX], -l N: the rest is their value
+        if ch in "ef":
+            value = Word(t[j + 1 :]) if t[j + 1 :] else nxt
+            if value is not None:
+                (scripts if ch == "e" else files).append(value)
+            return 0 if t[j + 1 :] else 1
+    return 0
+
+
+def _sed(w: Walker, call: Call) -> None:
+    emit(w, call)
+    scripts, files, sandbox = sed_scripts(call.words)
+    if sandbox:
+        return
+    for f in files:
+        if f.procsub:
+            w.pipe(f"sed -f {f.text}")
+        elif not f.dynamic and is_stdin_path(f.text, w.cwd):
+            w.stdin_program("sed", call.flow, call.st, shell=False)
+    for script in scripts:
+        if script.dynamic or sed_executes(script.text):
+            what = "a script only known at run time" if script.dynamic else "the `e` command or the `s///e` flag"
+            w.opaque(f"`sed` with {what} can run text as shell commands", "use sed without `e`, or run the command directly")
+            if call.flow.piped_in:
+                w.pipe(f"{call.flow.stdin[1] if call.flow.stdin else ''} | sed (e)")
+
+
+_AWK_RUNS = re.compile(r"\bsystem\s*\(|\|\s*&?\s*getline|\|&|\bprint[f]?\b[^;{}\n]*\|")
+
+
+def _awk(w: Walker, call: Call) -> None:
+    emit(w, call)
+    values = {"-f", "--file", "-v", "--assign", "-F", "--field-separator", "-i", "--include", "-l", "--load", "-E",
+              "--exec", "-W"}
+    opts, i = getopts(call.words, 1, values)
+    program_file = opts.get("-f") or opts.get("--file") or opts.get("-E") or opts.get("--exec")
+    if program_file is not None:
+        if program_file.procsub:
+            w.pipe(f"{call.name} -f {program_file.text}")
+        elif not program_file.dynamic and is_stdin_path(program_file.text, w.cwd):
+            w.stdin_program(call.name, call.flow, call.st, shell=False)
+        return
+    if i >= len(call.words):
+        return
+    program = call.words[i]
+    if program.dynamic or _AWK_RUNS.search(program.text):
+        w.opaque(f"`{call.name}` program that runs shell commands (system(), pipes to commands) or is only known at "
+                 "run time", "use awk only to process text, and run commands directly")
+        if call.flow.piped_in:
+            w.pipe(f"{call.flow.stdin[1] if call.flow.stdin else ''} | {call.name} (system)")
+
+
+def find_roots(argv: list[str]) -> tuple[list[int], bool]:
+    """Indices of ``find``'s start paths, and whether it follows symlinks (-L / -follow)."""
+    i, follow = 1, False
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-H", "-P"):
+            i += 1
+        elif a == "-L":
+            follow = True
+            i += 1
+        elif a == "-D":
+            i += 2
+        elif re.fullmatch(r"-O[0-9]*", a):
+            i += 1
+        else:
+            break
+    roots = []
+    while i < len(argv) and not argv[i].startswith("-") and argv[i] not in ("(", "!", ")", ","):
+        roots.append(i)
+        i += 1
+    return roots, follow or "-follow" in argv[i:]
+
+
+def _find(w: Walker, call: Call) -> None:
+    emit(w, call)
+    words = call.words
+    roots, _ = find_roots([x.text for x in words])
+    root_words = [words[r] for r in roots] or [Word(".")]
+    i = 1
+    while i < len(words):
+        t = words[i].text
+        if t in ("-exec", "-execdir", "-ok", "-okdir"):
+            j = i + 1
+            while j < len(words) and words[j].text not in (";", "+"):
+                j += 1
+            for root in root_words[:4]:  # `{}` is a path found under each start path
+                found = Word(root.text.rstrip("/") + "/*" if root.text != "/" else "/*", root.dynamic, True)
+                cmd = [Word(x.text.replace("{}", found.text), found.dynamic or x.dynamic, True) if "{}" in x.text
+                       else x for x in words[i + 1 : j]]
+                if cmd:
+                    w.run(cmd, dict(call.env), call.st.copy(), Flow(depth=call.flow.depth),
+                          [*call.wrappers, "find " + t], [])
+            i = j + 1
+            continue
+        if t in ("-fprint", "-fprint0", "-fprintf", "-fls") and i + 1 < len(words):
+            target = words[i + 1]
+            from ralph_plugins.guards.shell import WriteTarget
+
+            w.result.writes.append(WriteTarget(target.text, target.dynamic, target.glob, list(call.st.cd),
+                                               call.st.cd_unknown, "find " + t))
+        i += 1
+
+
+def _tee(w: Walker, call: Call) -> None:
+    from ralph_plugins.guards.shell import WriteTarget
+
+    emit(w, call)
+    opts, i = getopts(call.words, 1, {"--output-error"})
+    append = "-a" in opts or "--append" in opts
+    for word in call.words[i:]:
+        if word.procsub:
+            continue
+        w.result.writes.append(WriteTarget(word.text, word.dynamic, word.glob, list(call.st.cd), call.st.cd_unknown,
+                                           "tee", truncates=not append))
+
+
+def _links(w: Walker, call: Call) -> None:
+    emit(w, call)
+    values = {"-t", "--target-directory", "-S", "--suffix", "-m", "--mode", "-o", "--owner", "-g", "--group"}
+    opts, i = getopts(call.words, 1, values)
+    ops = [x.text for x in call.words[i:] if not x.text.startswith("-")]
+    target_dir = opts.get("-t") or opts.get("--target-directory")
+    if not ops:
+        return
+    made = {basename(ops[-1])} if target_dir is None and len(ops) > 1 else set()
+    dest = target_dir.text if target_dir is not None else (ops[-1] if len(ops) > 1 else ".")
+    sources = ops if target_dir is not None or len(ops) == 1 else ops[:-1]
+    dest_path = resolve_path(dest, w.cwd, w.home, False, call.st.cd, call.st.cd_unknown)
+    if target_dir is not None or len(ops) != 2 or dest.endswith("/") or dest in (".", "..") or (
+        dest_path is not None and os.path.isdir(dest_path)
+    ):
+        made.update(basename(s) for s in sources)
+    call.st.made.update(m for m in made if m)
+
+
+def _git(w: Walker, call: Call) -> None:
+    from ralph_plugins.guards.git import inspect
+
+    emit(w, call)
+    inspect(w, call)
+
+
+TOOLS: dict[str, Handler] = {
+    "at": _at,
+    "batch": _at,
+    "crontab": _crontab,
+    "make": _make,
+    "gmake": _make,
+    "sed": _sed,
+    "gsed": _sed,
+    "awk": _awk,
+    "gawk": _awk,
+    "mawk": _awk,
+    "nawk": _awk,
+    "find": _find,
+    "tee": _tee,
+    "ln": _links,
+    "cp": _links,
+    "mv": _links,
+    "install": _links,
+    "link": _links,
+    "git": _git,
+}

@@ -1,0 +1,290 @@
+"""Programs that run another program: ``env``, ``timeout``, ``xargs``, ``sudo``, ``script -c``, ``uv run`` ..."""
+
+from __future__ import annotations
+
+import re
+
+from ralph_plugins.guards.environment import check_env
+from ralph_plugins.guards.progutil import Handler, emit, getopts, inner, quote, run_code
+from ralph_plugins.guards.walker import Call, Flow, Val, Walker, Word
+
+
+def _wrapper(values: frozenset[str] | set[str], operands_before: int = 0, no_command: tuple[str, ...] = ()) -> Handler:
+    """A wrapper whose options end at its command (after ``operands_before`` operands such as a duration)."""
+
+    def handle(w: Walker, call: Call) -> None:
+        opts, i = getopts(call.words, 1, values)
+        if any(o in opts for o in no_command):
+            emit(w, call)
+            return
+        inner(w, call, i + operands_before)
+
+    return handle
+
+
+def _env(w: Walker, call: Call) -> None:
+    opts, i = getopts(call.words, 1, {"-u", "--unset", "-C", "--chdir", "-S", "--split-string", "-P"})
+    env: dict[str, Val] = {}
+    words = call.words
+    while i < len(words) and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[i].text) and not words[i].split:
+        key, _, value = words[i].text.partition("=")
+        env[key] = None if words[i].dynamic else value
+        i += 1
+    if i < len(words) and words[i].text == "-":
+        i += 1
+    st = call.st
+    chdir = opts.get("-C") or opts.get("--chdir")
+    if chdir is not None:
+        st = st.copy()
+        if chdir.dynamic:
+            st.cd_unknown = True
+        else:
+            st.cd.append(chdir.text)
+    split = opts.get("-S") or opts.get("--split-string")
+    if split is not None:
+        for key, value in env.items():
+            check_env(w, key, value, st, call.flow, persistent=False)
+        rest = " ".join(quote(x.text) for x in words[i:])
+        run_code(w, call, Word(split.text + (" " + rest if rest else ""), split.dynamic), "`env -S`")
+        return
+    if i >= len(words):
+        call.cmd.assignments.update({k: v if isinstance(v, str) else "$?" for k, v in env.items()})
+        emit(w, call)
+        return
+    inner(w, call, i, env=env, st=st)
+
+
+def _command(w: Walker, call: Call) -> None:
+    opts, i = getopts(call.words, 1, set())
+    if "-v" in opts or "-V" in opts:
+        emit(w, call)
+        return
+    inner(w, call, i)
+
+
+def _exec(w: Walker, call: Call) -> None:
+    opts, i = getopts(call.words, 1, {"-a"})
+    if i >= len(call.words):
+        emit(w, call)
+        return
+    inner(w, call, i)
+
+
+def _xargs(w: Walker, call: Call) -> None:
+    values = {"-I", "-n", "-L", "-l", "-P", "-d", "-a", "-E", "-e", "-s", "--max-args", "--max-lines", "--max-procs",
+              "--delimiter", "--arg-file", "--eof", "--max-chars", "--replace", "--process-slot-var"}
+    opts, i = getopts(call.words, 1, values)
+    replace = opts.get("-I") or opts.get("--replace")
+    if "-i" in opts and replace is None:
+        replace = Word("{}")
+    rest = call.words[i:] or [Word("echo")]
+    flow = Flow(stdin=None, depth=call.flow.depth)
+    if replace is not None:
+        words = [Word(x.text, True, x.glob, False, x.positional) if replace.text in x.text else x for x in rest]
+    else:
+        words = [*rest, Word("<arguments from stdin>", dynamic=True, split=True)]
+    inner(w, call, 0, words=words, flow=flow)
+
+
+def _timeout(w: Walker, call: Call) -> None:
+    opts, i = getopts(call.words, 1, {"-s", "--signal", "-k", "--kill-after"})
+    inner(w, call, i + 1)
+
+
+def _chrt(w: Walker, call: Call) -> None:
+    opts, i = getopts(call.words, 1, {"-T", "--sched-runtime", "-P", "--sched-period", "-D", "--sched-deadline"})
+    if "-p" in opts or "--pid" in opts:
+        emit(w, call)
+        return
+    inner(w, call, i + 1)
+
+
+def _taskset(w: Walker, call: Call) -> None:
+    opts, i = getopts(call.words, 1, set())
+    if "-p" in opts or "--pid" in opts:
+        emit(w, call)
+        return
+    inner(w, call, i + 1)
+
+
+def _setarch(w: Walker, call: Call) -> None:
+    start = 1 if call.name in ("linux32", "linux64", "i386", "x86_64") else 2
+    opts, i = getopts(call.words, start, set())
+    if i >= len(call.words):
+        emit(w, call)
+        w.stdin_program(call.name, call.flow, call.st, shell=True)
+        return
+    inner(w, call, i)
+
+
+def _flock(w: Walker, call: Call) -> None:
+    opts, i = getopts(call.words, 1, {"-w", "--wait", "--timeout", "-E", "--conflict-exit-code", "-c", "--command"})
+    code = opts.get("-c") or opts.get("--command")
+    rest = call.words[i + 1 :]
+    if code is None and len(rest) >= 2 and rest[0].text in ("-c", "--command"):
+        code = rest[1]
+    if code is not None:
+        run_code(w, call, code, "`flock -c`")
+        return
+    inner(w, call, i + 1)
+
+
+def _watch(w: Walker, call: Call) -> None:
+    opts, i = getopts(call.words, 1, {"-n", "--interval", "-q", "--equexit"})
+    if "-x" in opts or "--exec" in opts:
+        inner(w, call, i)
+        return
+    rest = call.words[i:]
+    if rest:
+        run_code(w, call, Word(" ".join(x.text for x in rest), any(x.dynamic for x in rest)), "`watch`")
+
+
+def _script(w: Walker, call: Call) -> None:
+    values = {"-c", "--command", "-E", "--echo", "-I", "--log-in", "-O", "--log-out", "-B", "--log-io", "-T",
+              "--log-timing", "-m", "--logging-format"}
+    opts, i = getopts(call.words, 1, values)
+    code = opts.get("-c") or opts.get("--command")
+    if code is not None:
+        run_code(w, call, code, "`script -c`")
+        return
+    emit(w, call)
+    w.stdin_program("script", call.flow, call.st, shell=True)
+
+
+def _privileged(values: set[str], code: tuple[str, ...] = (), shell_flags: tuple[str, ...] = (),
+                user_operand: bool = False, no_command: tuple[str, ...] = ()) -> Handler:
+    def handle(w: Walker, call: Call) -> None:
+        emit(w, call)
+        opts, i = getopts(call.words, 1, values | set(code))
+        if any(o in opts for o in no_command):
+            return
+        for c in code:
+            if opts.get(c) is not None:
+                run_code(w, call, opts[c], f"`{call.name} {c}`")
+                return
+        if user_operand and i < len(call.words):
+            i += 1
+        if i < len(call.words):
+            inner(w, call, i)
+        elif not shell_flags or any(f in opts for f in shell_flags) or call.name in ("su", "newgrp", "sg"):
+            w.stdin_program(call.name, call.flow, call.st, shell=True)
+
+    return handle
+
+
+def _sg(w: Walker, call: Call) -> None:
+    emit(w, call)
+    opts, i = getopts(call.words, 1, {"-c"})
+    if opts.get("-c") is not None:
+        run_code(w, call, opts["-c"], "`sg -c`")
+    elif i + 1 < len(call.words):
+        run_code(w, call, Word(" ".join(x.text for x in call.words[i + 1 :])), "`sg`")
+
+
+def _gosu(w: Walker, call: Call) -> None:
+    emit(w, call)
+    inner(w, call, 2)
+
+
+def _busybox(w: Walker, call: Call) -> None:
+    if len(call.words) > 1:
+        inner(w, call, 1)
+    else:
+        emit(w, call)
+
+
+def _run_subcommand(subs: dict[str, frozenset[str]]) -> Handler:
+    """``uv run CMD``, ``poetry run CMD``, ``npx CMD``...: the rest is a command (``{"": ...}``: no subcommand)."""
+
+    def handle(w: Walker, call: Call) -> None:
+        emit(w, call)
+        words = call.words
+        if "" in subs:
+            start, values = 1, subs[""]
+        elif len(words) > 1 and words[1].text in subs:
+            start, values = 2, subs[words[1].text]
+        else:
+            return
+        opts, i = getopts(words, start, values | {"-c", "--call"})
+        code = opts.get("-c") or opts.get("--call")
+        if code is not None and call.name in ("npx", "npm", "pnpm"):
+            run_code(w, call, code, f"`{call.name} -c`")
+            return
+        if i < len(words):
+            w.run(words[i:], dict(call.env), call.st, call.flow, [*call.wrappers, call.name], call.redirects)
+
+    return handle
+
+
+_SUDO_VALUES = {"-u", "--user", "-g", "--group", "-h", "--host", "-p", "--prompt", "-C", "--close-from", "-r",
+                "--role", "-t", "--type", "-U", "--other-user", "-D", "--chdir", "-R", "--chroot", "-T",
+                "--command-timeout"}
+
+
+WRAPPERS: dict[str, Handler] = {
+    "env": _env,
+    "command": _command,
+    "builtin": _wrapper(set()),
+    "exec": _exec,
+    "nohup": _wrapper(set()),
+    "setsid": _wrapper(set()),
+    "unbuffer": _wrapper(set()),
+    "chronic": _wrapper(set()),
+    "time": _wrapper({"-o", "--output", "-f", "--format"}),
+    "nice": _wrapper({"-n", "--adjustment"}),
+    "ionice": _wrapper({"-c", "--class", "-n", "--classdata"}, no_command=("-p", "-P", "-u", "--pid", "--pgid",
+                                                                          "--uid")),
+    "stdbuf": _wrapper({"-i", "-o", "-e", "--input", "--output", "--error"}),
+    "timeout": _timeout,
+    "chrt": _chrt,
+    "taskset": _taskset,
+    "setarch": _setarch,
+    "linux32": _setarch,
+    "linux64": _setarch,
+    "i386": _setarch,
+    "x86_64": _setarch,
+    "flock": _flock,
+    "watch": _watch,
+    "script": _script,
+    "xargs": _xargs,
+    "busybox": _busybox,
+    "coproc": _busybox,
+    "sudo": _privileged(_SUDO_VALUES, shell_flags=("-s", "-i", "--shell", "--login"),
+                        no_command=("-l", "--list", "-v", "--validate", "-k", "-K", "--reset-timestamp",
+                                    "--remove-timestamp", "-V", "--version", "-e", "--edit")),
+    "doas": _privileged({"-u", "-C"}, shell_flags=("-s",)),
+    "pkexec": _privileged({"--user"}),
+    "run0": _privileged({"-u", "--user", "-g", "--group", "-D", "--chdir", "--setenv", "--unit", "--property",
+                         "--description", "--slice", "--nice"}),
+    "runuser": _privileged({"-u", "--user", "-g", "--group", "-G", "--supp-group", "-s", "--shell", "-w",
+                            "--whitelist-environment"}, code=("-c", "--command", "--session-command"),
+                           user_operand=True),
+    "su": _privileged({"-s", "--shell", "-g", "--group", "-G", "--supp-group", "-w", "--whitelist-environment"},
+                      code=("-c", "--command", "--session-command"), user_operand=True),
+    "sg": _sg,
+    "newgrp": _privileged(set(), user_operand=True),
+    "gosu": _gosu,
+    "su-exec": _gosu,
+    "chroot": _privileged({"--userspec", "--groups"}, user_operand=True),
+    "uv": _run_subcommand({"run": frozenset({"--with", "--with-editable", "--with-requirements", "--python", "-p",
+                                             "--project", "--directory", "--env-file", "--group", "--extra",
+                                             "--index", "--package", "--only-group", "--no-group", "--index-url",
+                                             "--extra-index-url", "--find-links", "-f", "--cache-dir",
+                                             "--config-file", "-w"}),
+                           "tool": frozenset()}),
+    "uvx": _run_subcommand({"": frozenset({"--with", "--from", "--python", "-p", "--index", "--index-url"})}),
+    "poetry": _run_subcommand({"run": frozenset({"-C", "--directory", "-P", "--project"})}),
+    "pipenv": _run_subcommand({"run": frozenset()}),
+    "pdm": _run_subcommand({"run": frozenset({"-p", "--project"})}),
+    "hatch": _run_subcommand({"run": frozenset({"-e", "--env"})}),
+    "rye": _run_subcommand({"run": frozenset()}),
+    "conda": _run_subcommand({"run": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"})}),
+    "mamba": _run_subcommand({"run": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"})}),
+    "micromamba": _run_subcommand({"run": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"})}),
+    "npx": _run_subcommand({"": frozenset({"-p", "--package"})}),
+    "bunx": _run_subcommand({"": frozenset({"-p", "--package"})}),
+    "pnpm": _run_subcommand({"exec": frozenset({"-C", "--dir", "--filter", "-F"}), "dlx": frozenset()}),
+    "yarn": _run_subcommand({"exec": frozenset(), "dlx": frozenset({"-p", "--package"})}),
+    "npm": _run_subcommand({"exec": frozenset({"-p", "--package", "-w", "--workspace"}),
+                            "x": frozenset({"-p", "--package"})}),
+}

@@ -1,0 +1,12 @@
+"""What a fleet engine (``ralph run --parallel --engine NAME``) needs: the units of a parallel run.
+
+``Unit`` is one loop of a parallel run (a PRD folder or a story group), ``UNIT_ENV`` the
+environment variable naming it in the child's environment, ``write_group_tasks`` writes a
+group's own task list into a clone.
+"""
+
+from __future__ import annotations
+
+from ralph.lifecycle.parallel import UNIT_ENV, Unit, write_group_tasks
+
+__all__ = ["UNIT_ENV", "Unit", "write_group_tasks"]

@@ -1,0 +1,181 @@
+"""Git metadata the agent must not touch: fingerprinted at run start, checked before every host git call.
+
+``.git/config``, ``.git/commondir``, ``.git/hooks/``, ``.git/info/`` and
+``.git/objects/info/alternates`` decide which programs git runs (fsmonitor,
+hooks, filters) and which repository it reads.  The loop copies them when the
+run starts (contents, modes, symlink targets); :meth:`GitMetadata.changes`
+compares the current state (a stat comparison first, contents only when the
+stat differs) and :meth:`GitMetadata.restore` puts the copy back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+WATCHED_FILES = ("config", "config.worktree", "commondir", "gitdir", "objects/info/alternates",
+                 "objects/info/http-alternates")
+WATCHED_DIRS = ("hooks", "info")
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One path as it was: kind (file, dir, link, absent), content digest, bytes, mode, stat key."""
+
+    kind: str
+    digest: str = ""
+    data: bytes = b""
+    mode: int = 0
+    key: tuple[int, ...] = ()
+
+
+def _stat_key(info: os.stat_result) -> tuple[int, ...]:
+    # ctime cannot be set from user space: a write that restores mtime still changes it
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode)
+
+
+def _entry(path: Path, previous: Entry | None = None) -> Entry:
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return Entry("absent")
+    except NotADirectoryError:
+        return Entry("absent")
+    key = _stat_key(info)
+    if previous is not None and previous.key == key and previous.kind != "dir":
+        return previous
+    if stat.S_ISLNK(info.st_mode):
+        target = os.readlink(path).encode()
+        return Entry("link", hashlib.sha256(target).hexdigest(), target, 0, key)
+    if stat.S_ISDIR(info.st_mode):
+        return Entry("dir", "", b"", stat.S_IMODE(info.st_mode), key)
+    if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_FILE_BYTES:
+        data = path.read_bytes()
+        return Entry("file", hashlib.sha256(data).hexdigest(), data, stat.S_IMODE(info.st_mode), key)
+    return Entry("other", f"{info.st_mode}:{info.st_size}", b"", stat.S_IMODE(info.st_mode), key)
+
+
+def _same(a: Entry, b: Entry) -> bool:
+    if a.kind != b.kind:
+        return False
+    if a.kind == "dir":
+        return a.mode == b.mode
+    return a.digest == b.digest and a.mode == b.mode
+
+
+class GitMetadata:
+    """The watched metadata of one repository (its git dir and, for a worktree, the common dir)."""
+
+    def __init__(self, project_dir: Path, git_dir: Path, common_dir: Path) -> None:
+        self.project_dir = project_dir
+        self.dotgit = self._dotgit(project_dir)
+        self.bases = list(dict.fromkeys([git_dir, common_dir]))
+        self.entries: dict[Path, Entry] = self._scan({})
+
+    @staticmethod
+    def _dotgit(project_dir: Path) -> Path | None:
+        for directory in (project_dir, *project_dir.parents):
+            candidate = directory / ".git"
+            if os.path.lexists(candidate):
+                return candidate
+        return None
+
+    def _roots(self) -> list[Path]:
+        roots = [base / name for base in self.bases for name in WATCHED_FILES]
+        roots += [base / name for base in self.bases for name in WATCHED_DIRS]
+        if self.dotgit is not None:
+            roots.append(self.dotgit)
+        return roots
+
+    def _scan(self, previous: dict[Path, Entry]) -> dict[Path, Entry]:
+        entries: dict[Path, Entry] = {}
+        for root in self._roots():
+            if root == self.dotgit:
+                entries[root] = self._dotgit_entry(root)
+                continue
+            entry = _entry(root, previous.get(root))
+            entries[root] = entry
+            if entry.kind == "dir" and root.name in WATCHED_DIRS:
+                for dirpath, dirnames, filenames in os.walk(root):
+                    for name in dirnames + filenames:
+                        path = Path(dirpath) / name
+                        entries[path] = _entry(path, previous.get(path))
+        return entries
+
+    @staticmethod
+    def _dotgit_entry(path: Path) -> Entry:
+        """``.git`` itself: the same directory (inode), or the same gitfile contents."""
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            return Entry("absent")
+        if stat.S_ISDIR(info.st_mode):
+            return Entry("dir", f"inode:{info.st_dev}:{info.st_ino}", b"", 0, ())
+        return _entry(path)
+
+    def changes(self) -> list[Path]:
+        """Watched paths that differ from the run-start copy (added, removed or changed)."""
+        current = self._scan(self.entries)
+        changed = [p for p, e in current.items() if p not in self.entries or not _same(e, self.entries[p])]
+        if self.dotgit is not None and self.entries[self.dotgit].digest != current[self.dotgit].digest:
+            changed.append(self.dotgit)
+        changed += [p for p in self.entries if p not in current]
+        return sorted(set(changed), key=lambda p: (len(p.parts), str(p)))
+
+    def restore(self, changed: list[Path]) -> list[Path]:
+        """Put the run-start copy of ``changed`` back; returns what could not be restored."""
+        failed = []
+        for path in sorted(changed, key=lambda p: len(p.parts)):
+            original = self.entries.get(path, Entry("absent"))
+            try:
+                self._restore_one(path, original)
+            except OSError:
+                failed.append(path)
+        return failed
+
+    def _restore_one(self, path: Path, original: Entry) -> None:
+        if path == self.dotgit and original.kind == "dir" and path.is_dir() and not path.is_symlink():
+            return  # a different .git directory cannot be put back from here
+        current = path.lstat() if os.path.lexists(path) else None
+        if current is not None and not (stat.S_ISDIR(current.st_mode) and original.kind == "dir"):
+            if stat.S_ISDIR(current.st_mode):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        if original.kind == "absent":
+            return
+        if original.kind == "dir":
+            path.mkdir(exist_ok=True)
+            os.chmod(path, original.mode)
+            for child in list(path.iterdir()):
+                if child not in self.entries or self.entries[child].kind == "absent":
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+            for child, entry in self.entries.items():
+                if child.parent == path and not os.path.lexists(child):
+                    self._restore_one(child, entry)
+        elif original.kind == "link":
+            os.symlink(original.data.decode(), path)
+        elif original.kind == "file":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, original.mode)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(original.data)
+            os.chmod(path, original.mode)
+        self.entries[path] = _entry(path) if path != self.dotgit else self._dotgit_entry(path)
+        if original.kind == "dir":
+            self.entries.update({p: _entry(p) for p in list(self.entries) if path in p.parents})
+
+    def name(self, path: Path) -> str:
+        """``path`` as the user knows it (relative to the project when inside it)."""
+        try:
+            return str(path.relative_to(self.project_dir))
+        except ValueError:
+            return str(path)
