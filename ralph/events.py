@@ -49,6 +49,30 @@ class EventKind(str, Enum):
         "earlier_state_archived",
         "`--fresh` moved an interrupted run's story state aside. Payload: path.",
     )
+    EARLIER_STATE_CONTINUED = (
+        "earlier_state_continued",
+        "`--resume` (or the default) goes on with an interrupted run's story state. Payload: stories.",
+    )
+    BUILTIN_PROMPT = (
+        "builtin_prompt",
+        "The ralph directory has no prompt.md: ralph's built-in prompt is used. Payload: ralph_dir.",
+    )
+    WORK_BRANCH = (
+        "work_branch",
+        "The run works on (or switched to) the task list's branch. Payload: message.",
+    )
+    FAILURE_BRANCHES_ARCHIVED = (
+        "failure_branches_archived",
+        "`--fresh` renamed earlier wip/ralph-fail-* branches aside. Payload: branches (a list of {from, to}).",
+    )
+    GIT_METADATA_CHANGED = (
+        "git_metadata_changed",
+        "The agent changed .git metadata the loop guards (config, hooks ...); the run stops. Payload: error.",
+    )
+    HOOK_REFUSED = (
+        "hook_refused",
+        "The hook server refused a request without the run's token. Payload: reason.",
+    )
     RUN_FINISHED = (
         "run_finished",
         "The run ended, however it ended. Payload: exit_code, reason, iterations, max_iterations, "
@@ -206,6 +230,11 @@ class EventKind(str, Enum):
         "rollback",
         "on_gate_failure = \"rollback\" reset the work. Payload: iteration, to (commit), removed "
         "(new files removed).",
+    )
+    WORK_SAVED = (
+        "work_saved",
+        "The loop copied the tree's changes into the run directory before discarding them (a "
+        "rollback). Payload: iteration, what, where.",
     )
     ATTEMPT_FAILED = (
         "attempt_failed",

@@ -196,7 +196,7 @@ def test_a_guard_that_raises_denies_the_call_and_stops_the_run(project: RalphPro
         s = socket.socket(socket.AF_UNIX)
         s.connect(os.environ["RALPH_HOOK_SOCKET"])
         payload = {{"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {{"command": "true"}}, "session_id": "s"}}
-        s.sendall(json.dumps({{"payload": payload}}).encode() + b"\\n")
+        s.sendall(json.dumps({{"payload": payload, "token": os.environ["RALPH_HOOK_TOKEN"]}}).encode() + b"\\n")
         answer = s.makefile().readline()
         with open({str(tmp_path / "hook-answer.json")!r}, "w") as out:
             out.write(answer)

@@ -354,6 +354,10 @@ class EveryHook:
         self._record("ralph_register_gates", register=register)
 
     @hookimpl
+    def ralph_register_fleet_engines(self, register: Any) -> None:
+        self._record("ralph_register_fleet_engines", register=register)
+
+    @hookimpl
     def ralph_register_commands(self, cli: Any) -> None:
         self._record("ralph_register_commands", cli=cli)
 
