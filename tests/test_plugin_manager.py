@@ -346,6 +346,10 @@ class EveryHook:
         self._record("ralph_register_gates", register=register)
 
     @hookimpl
+    def ralph_register_fleet_engines(self, register: Any) -> None:
+        self._record("ralph_register_fleet_engines", register=register)
+
+    @hookimpl
     def ralph_config_sections(self) -> dict[str, type]:
         self._record("ralph_config_sections")
         return {}
