@@ -476,6 +476,9 @@ class LoopView:
     """Files the agent must not write during the loop (marker, prd.md, prompt.md, hook config ...)."""
     checkpoint: str | None = None
     """The commit the loop recorded before this iteration (``reset --hard`` to it is the loop's job)."""
+    isolates: bool = False
+    """True when the runner isolates the agent (a container): guards are then early feedback,
+    not the boundary.  False for ``direct`` and for runners that run it elsewhere unsandboxed (``ray``)."""
 
 
 @dataclass

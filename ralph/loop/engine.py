@@ -789,7 +789,7 @@ class Loop:
                 run_dir=self.run_dir,
                 iteration=record.number,
                 model=self.model_for(record.mode, agent, explicit_only=True),
-                sandboxed=self.runner.name != "direct",
+                sandboxed=self.runner.isolates,
                 hook_settings=self._hook_settings(),
                 mode=record.mode,
                 env={
@@ -994,7 +994,7 @@ class Loop:
             hook_settings=self._hook_settings(),
             env=self.channel_env(),
             purpose=label.split(".", 1)[-1],
-            sandboxed=self.runner.name != "direct",
+            sandboxed=self.runner.isolates,
             read_only=read_only,
         )
         texts: list[str] = []
@@ -1061,7 +1061,7 @@ class Loop:
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "pid": os.getpid(),
             "max_iterations": self.config.max_iterations,
-            "mode": "sandbox" if self.runner.name != "direct" else "direct",
+            "mode": "sandbox" if self.runner.isolates else "direct",
             "runner": self.runner.name,
             "skipReview": not self.policy.uses_review,
             "reviewCap": self.config.review_cap,
@@ -1106,6 +1106,7 @@ class Loop:
         assert self.run_dir is not None
         return LoopView(
             runner=self.runner.name,
+            isolates=self.runner.isolates,
             mode=selection.mode if selection else None,
             story_id=selection.story_id if selection else None,
             ralph_dir=self.ralph_dir,
