@@ -221,9 +221,9 @@ class Runner(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     isolates: ClassVar[bool] = False
-    """True when the agent (and :meth:`run_command`) runs isolated from the host: a sandbox, another
-    machine.  False (a host subprocess): the agent-side guards are the only protection, and guards
-    deny what they cannot model."""
+    """True when the agent (and :meth:`run_command`) runs in a sandbox (a container).  False (a host
+    subprocess, or unsandboxed on another machine like ``ray``): the agent-side guards are the only
+    protection, and they deny what they cannot model."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -499,8 +499,9 @@ class LoopView:
     """Files the agent must not write during the loop (marker, prd.md, prompt.md, hook config ...)."""
     checkpoint: str | None = None
     """The commit the loop recorded before this iteration (``reset --hard`` to it is the loop's job)."""
-    isolated: bool = False
-    """The runner isolates the agent (``Runner.isolates``); False: the guards are the only protection."""
+    isolates: bool = False
+    """True when the runner isolates the agent (a container): guards are then early feedback,
+    not the boundary.  False for ``direct`` and for runners that run it elsewhere unsandboxed (``ray``)."""
 
 
 @dataclass

@@ -89,7 +89,7 @@ def _bundle(repo: Path, current: str, known: list[str]) -> bytes:
         git(repo, "update-ref", "refs/ralph/ship", current)
         try:
             exclusions = [f"^{sha}" for sha in known if _has_commit(repo, sha)]
-            git(repo, "bundle", "create", "-q", str(path), "refs/ralph/ship", *exclusions)
+            git(repo, "-c", "pack.compression=1", "bundle", "create", "-q", str(path), "refs/ralph/ship", *exclusions)
         finally:
             git(repo, "update-ref", "-d", "refs/ralph/ship", check=False)
         return path.read_bytes()

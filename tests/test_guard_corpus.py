@@ -36,7 +36,8 @@ def project(tmp_path: Path) -> Path:
 
 def loop(project: Path, runner: str) -> LoopView:
     return LoopView(
-        runner=runner, mode="implement", story_id="US-001", ralph_dir=project / "ralph",
+        runner=runner,
+        isolates=runner == "docker-sandbox", mode="implement", story_id="US-001", ralph_dir=project / "ralph",
         run_dir=project.parent / "runs" / "run-1",
         protected_paths=[project / ".ralph-active", project / "ralph" / "prd.md", project / "ralph" / "prompt.md"],
         checkpoint="0123456789abcdef0123456789abcdef01234567",

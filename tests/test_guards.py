@@ -47,7 +47,7 @@ def make_loop(project: Path, runner: str = "direct", checkpoint: str | None = CH
     ralph_dir = project / "ralph"
     return LoopView(
         runner=runner,
-        isolated=runner != "direct",
+        isolates=runner == "docker-sandbox",
         mode="implement",
         story_id="US-001",
         ralph_dir=ralph_dir,

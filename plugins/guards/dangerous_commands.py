@@ -100,8 +100,9 @@ def is_secret_path(path: str) -> bool:
 
 
 def is_direct(event: HookEvent) -> bool:
-    """No sandbox around the agent: outside a loop, or a loop whose runner does not isolate it."""
-    return event.loop is None or not event.loop.isolated
+    """No sandbox around the agent: outside a loop, or a loop whose runner does not isolate it
+    (``direct``, or ``ray`` where the agent runs unsandboxed on a node)."""
+    return event.loop is None or not event.loop.isolates
 
 
 def _under(path: str, root: str) -> bool:

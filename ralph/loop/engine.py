@@ -809,7 +809,7 @@ class Loop:
                 run_dir=self.run_dir,
                 iteration=record.number,
                 model=self.model_for(record.mode, agent, explicit_only=True),
-                sandboxed=self.runner.name != "direct",
+                sandboxed=self.runner.isolates,
                 hook_settings=self._hook_settings(),
                 mode=record.mode,
                 env={
@@ -1014,7 +1014,7 @@ class Loop:
             hook_settings=self._hook_settings(),
             env=self.channel_env(),
             purpose=label.split(".", 1)[-1],
-            sandboxed=self.runner.name != "direct",
+            sandboxed=self.runner.isolates,
             read_only=read_only,
         )
         texts: list[str] = []
@@ -1126,6 +1126,7 @@ class Loop:
         assert self.run_dir is not None
         return LoopView(
             runner=self.runner.name,
+            isolates=self.runner.isolates,
             mode=selection.mode if selection else None,
             story_id=selection.story_id if selection else None,
             ralph_dir=self.ralph_dir,
@@ -1140,7 +1141,6 @@ class Loop:
                 self.project_dir / ".codex" / "hooks.json",
             ],
             checkpoint=checkpoint,
-            isolated=self.runner.isolates,
         )
 
     def answer_hook(self, request: dict[str, Any]) -> dict[str, Any]:

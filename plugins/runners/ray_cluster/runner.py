@@ -182,14 +182,18 @@ class RayRunner(Runner):
         timeout: float | None,
         cancel: threading.Event,
     ) -> ProcessOutcome:
+        import dataclasses
+
         from ralph.api.workspace import capture
 
         assert self._project is not None, "prepare() was not called"
-        start = capture(self._project)  # what to restore if the node dies
+        shipped = capture(self._project, self._known)
+        # what to restore if the node dies (its commits are the project's own: no bundle needed)
+        start = dataclasses.replace(shipped, bundle=None)
         deadline = None if timeout is None else time.monotonic() + timeout
         for attempt in (1, 2):
             try:
-                return self._attempt(spec, on_line, deadline, cancel, start)
+                return self._attempt(spec, on_line, deadline, cancel, shipped if attempt == 1 else None)
             except NodeLost as lost:
                 self._restore(start)
                 node = self._where.get("node_id", "?")
@@ -210,7 +214,7 @@ class RayRunner(Runner):
         on_line: Callable[[str], None],
         deadline: float | None,
         cancel: threading.Event,
-        start: WorkspaceState,
+        shipped: WorkspaceState | None,
     ) -> ProcessOutcome:
         from ralph.api.hooks import ask_loop
         from ralph.api.workspace import capture
@@ -218,7 +222,8 @@ class RayRunner(Runner):
         assert self._project is not None
         cfg = self.config()
         loop_socket = spec.env.get("RALPH_HOOK_SOCKET")
-        shipped = capture(self._project, self._known)
+        if shipped is None:  # a retry on a fresh actor: it has nothing yet
+            shipped = capture(self._project, self._known)
         self._call(self._actor.sync_in.remote(shipped, self._branch))
         self._known.add(shipped.head)
         argv, env = self._node_command(spec)
