@@ -32,24 +32,7 @@ from ralph_plugins.guards.git import GitView, parse_git, short_flag, view
 from ralph_plugins.guards.programs import fetches, find_roots, has_long
 from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Analysis, Command, analyze_for, resolve_path
 
-__all__ = ["RULES", "PUSH_REASON", "check_command", "current_branch", "is_direct", "is_secret_path", "parse_git"]
-
-RULES: dict[str, str] = {
-    "git-push": "git push in any form (also via bash -c, eval, aliases, `git -C dir push`)",
-    "git-merge-main": "git merge into main/master; gh pr merge",
-    "git-force": "git checkout/switch --force, git clean -f, git branch -D/-f/--force",
-    "git-no-verify": "--no-verify, git commit -n, core.hooksPath overrides, HUSKY=0 / SKIP=",
-    "git-reset-hard": "git reset --hard to anything but the loop's own checkpoint",
-    "delete-outside-project": "rm/unlink/shred/find -delete outside the project, of the project itself or its .git",
-    "disk-tools": "dd, mkfs*, fdisk, parted, wipefs and other disk tools",
-    "fork-bomb": "a function piping into itself in the background",
-    "privilege": "sudo/su/doas/pkexec, chmod/chown outside the project, setuid bits",
-    "pipe-to-shell": "text piped into a shell or interpreter (curl | sh, base64 -d | bash, bash <(curl))",
-    "read-secrets": "reading ~/.ssh, cloud credentials, .env files; environment dumps piped or written out",
-    "write-system-files": "redirections, tee, cp/mv/dd into /etc, /usr, /dev, home dotfiles ...",
-    "unparseable": "a command the guard cannot parse (direct mode only)",
-    "opaque-code": 'code only known at run time: eval "$x", bash -c "$(...)" (direct mode only)',
-}
+__all__ = ["PUSH_REASON", "check_command", "current_branch", "is_direct", "is_secret_path", "parse_git"]
 
 PUSH_REASON = "Pushing is not allowed inside a Ralph loop: commit locally; the user pushes after review."
 _DELETERS = frozenset({"rm", "unlink", "shred", "srm"})

@@ -115,10 +115,6 @@ class Command:
     def args(self) -> list[str]:
         return self.argv[1:]
 
-    @property
-    def from_xargs(self) -> bool:
-        return "xargs" in self.wrappers
-
 
 @dataclass
 class WriteTarget:

@@ -569,7 +569,7 @@ class Loop:
                 continue
             self._rate_limit_streak, self._rate_limit_waited = 0, 0.0  # an answered iteration ends the episode
             if not self.cancel.is_set():
-                tasks, _ = self.keeper.after_iteration(record, selection, tasks, checkpoint, untracked_before)
+                tasks = self.keeper.after_iteration(record, selection, tasks, checkpoint, untracked_before)
                 story = tasks.story(selection.story_id or "")
                 if story is not None and story.passes and not record.violations:
                     self.keeper.forget(story.id)

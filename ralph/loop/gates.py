@@ -14,7 +14,7 @@ import functools
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,15 +47,6 @@ class FailedStory:
     stuck: bool
     quality_warnings: int
     reset: str
-
-
-@dataclass
-class GateOutcome:
-    """What the gates decided after one iteration."""
-
-    results: list[GateResult] = field(default_factory=list)
-    failed_gate: GateResult | None = None
-    escalation: str | None = None
 
 
 class GateKeeper:
@@ -182,11 +173,10 @@ class GateKeeper:
         tasks: TaskList,
         checkpoint: str | None,
         untracked_before: set[str],
-    ) -> tuple[TaskList, GateOutcome]:
-        outcome = GateOutcome()
+    ) -> TaskList:
         story_id = selection.story_id
         if selection.mode not in GATED_MODES or story_id is None or tasks.story(story_id) is None:
-            return tasks, outcome
+            return tasks
         loop = self.loop
         state = self.state(story_id)
         if record.timed_out:
@@ -216,7 +206,6 @@ class GateKeeper:
                     where="sandbox" if loop.runner.isolates else "host",
                 )
                 gate_result = self._run_read_only(gate, context, record, story_id)
-                outcome.results.append(gate_result)
                 if gate_result.data.get("verdict"):
                     verdict = {"iteration": record.number, "story": story_id, "gate": gate_result.gate,
                                "passed": gate_result.passed, **gate_result.data}
@@ -249,9 +238,8 @@ class GateKeeper:
         if result is None:
             state.record_success()
             state.save(self.states_dir)
-            return tasks, outcome
+            return tasks
 
-        outcome.failed_gate = result
         from ralph.gitutil import changed_files
 
         state.record_failure(
@@ -260,11 +248,11 @@ class GateKeeper:
         tasks = self._send_back(record, selection, tasks, result)
         if self.config.on_gate_failure == "rollback" and checkpoint:
             tasks = self._rollback(record, checkpoint, untracked_before)
-        outcome.escalation = self._escalate(record, state, tasks)
+        escalation = self._escalate(record, state, tasks)
         state.save(self.states_dir)
-        if outcome.escalation == "stop":
+        if escalation == "stop":
             tasks = self._stop_story(record, story_id, state, tasks)
-        return tasks, outcome
+        return tasks
 
     def _run_read_only(self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str) -> GateResult:
         """Run ``gate``; whatever it (its agent session) changed in the project is undone and logged."""

@@ -178,7 +178,6 @@ class Sandbox:
         self._mount_key: tuple[Any, ...] | None = None
         self.network: Any = None
         self.proxy: Any = None
-        self.last_start_seconds = 0.0
         """Seconds from run() to the exec running (including container creation when it happened)."""
 
     # -- lifecycle ---------------------------------------------------------------
@@ -413,7 +412,6 @@ class Sandbox:
         timeout: float | None,
         cancel: threading.Event,
     ) -> ProcessOutcome:
-        started = time.monotonic()
         mounts, argv = self.mounts_for(spec)
         self.ensure_container(mounts)
         if timeout is not None:
@@ -432,7 +430,6 @@ class Sandbox:
         )["Id"]
         sock = api.exec_start(exec_id, socket=True)
         api._disable_socket_timeout(sock)  # a quiet agent must not end the read after ENGINE_TIMEOUT
-        self.last_start_seconds = time.monotonic() - started
         raw = getattr(sock, "_sock", sock)
         if spec.stdin is not None:
             try:
