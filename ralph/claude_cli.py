@@ -1,6 +1,8 @@
-"""Finding the Claude Code CLI (the ``claude`` agent, ``ralph plan``, ``ralph demo`` and tests use it).
+"""Finding an agent's CLI (Claude Code, Codex ...): config, an environment variable, PATH, a wheel.
 
-Stdlib only: the SDK wheel is found without importing it.
+Stdlib only: a wheel that bundles the CLI is found without importing it.  The ``claude`` agent,
+``ralph plan``, ``ralph demo`` and the tests find Claude Code with :func:`locate_claude_cli`;
+other agents describe their CLI with an :class:`AgentCli` (``ralph.api.AgentCli``).
 """
 
 from __future__ import annotations
@@ -8,33 +10,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
-__all__ = ["BINARY_ENV_VAR", "bundled_binary", "locate_claude_cli", "resolve_binary"]
-
-BINARY_ENV_VAR = "RALPH_CLAUDE_BINARY"
-_SDK_PACKAGE = "claude_agent_sdk"
-_NOT_FOUND = (
-    "claude CLI not found: set [tool.ralph.claude] binary, set RALPH_CLAUDE_BINARY, "
-    "put claude on PATH, or pip install claude-agent-sdk (it bundles the CLI)"
-)
-
-
-def bundled_binary() -> Path | None:
-    """The CLI inside an installed claude-agent-sdk wheel, found without importing the SDK."""
-    try:
-        spec = importlib.util.find_spec(_SDK_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        for name in ("claude", "claude.exe"):
-            candidate = Path(location) / "_bundled" / name
-            if _is_executable(candidate):
-                return candidate
-    return None
+__all__ = ["BINARY_ENV_VAR", "CLAUDE_CLI", "AgentCli", "bundled_binary", "locate_claude_cli", "resolve_binary"]
 
 
 def _is_executable(path: Path) -> bool:
@@ -52,47 +32,93 @@ def _lookup(value: str, base_dir: Path | None) -> Path | None:
     return Path(found) if found else None
 
 
+@dataclass(frozen=True)
+class AgentCli:
+    """Where to look for one agent CLI, in order: the ``binary`` key of its config section, an
+    environment variable, ``program`` on PATH, and the copy a Python wheel bundles."""
+
+    program: str
+    """The executable's name on PATH (``claude``)."""
+    section: str
+    """Its config section (``[tool.ralph.<section>] binary``)."""
+    env_var: str
+    """The environment variable naming the executable (``RALPH_CLAUDE_BINARY``)."""
+    wheel_package: str
+    """The import package of the wheel that bundles the CLI (``claude_agent_sdk``)."""
+    wheel_dir: str
+    """The directory inside that package holding the executable (``_bundled``, ``bin``)."""
+    wheel_label: str
+    """How the wheel is named in messages and as a source (``claude-agent-sdk``)."""
+
+    def bundled(self) -> Path | None:
+        """The CLI inside the installed wheel, found without importing it."""
+        try:
+            spec = importlib.util.find_spec(self.wheel_package)
+        except (ImportError, ValueError):
+            return None
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        for location in spec.submodule_search_locations:
+            for name in (self.program, f"{self.program}.exe"):
+                candidate = Path(location) / self.wheel_dir / name
+                if _is_executable(candidate):
+                    return candidate
+        return None
+
+    def locate(
+        self,
+        configured: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        base_dir: Path | None = None,
+        bundled: Callable[[], Path | None] | None = None,
+    ) -> tuple[Path | None, str, str]:
+        """``(path or None, source, reason when not found)``; ``source`` is ``config``, ``env``,
+        ``path``, the wheel's label or ``none``.  An explicit choice that is not executable never
+        falls back silently."""
+        environ = os.environ if environ is None else environ
+        if configured:
+            path = _lookup(configured, base_dir)
+            if path is None:
+                return None, "config", f"[tool.ralph.{self.section}] binary = {configured!r} is not an executable file"
+            return path, "config", ""
+        from_env = environ.get(self.env_var, "")
+        if from_env:
+            path = _lookup(from_env, base_dir)
+            if path is None:
+                return None, "env", f"{self.env_var}={from_env!r} is not an executable file"
+            return path, "env", ""
+        on_path = shutil.which(self.program, path=environ.get("PATH"))
+        if on_path:
+            return Path(on_path), "path", ""
+        found = (bundled or self.bundled)()
+        if found is not None:
+            return found, self.wheel_label, ""
+        return None, "none", (
+            f"{self.program} CLI not found: set [tool.ralph.{self.section}] binary, set {self.env_var}, "
+            f"put {self.program} on PATH, or pip install {self.wheel_label} (it bundles the CLI)"
+        )
+
+
+CLAUDE_CLI = AgentCli("claude", "claude", "RALPH_CLAUDE_BINARY", "claude_agent_sdk", "_bundled", "claude-agent-sdk")
+"""Claude Code: ``[tool.ralph.claude] binary``, ``RALPH_CLAUDE_BINARY``, PATH, the claude-agent-sdk wheel."""
+BINARY_ENV_VAR = CLAUDE_CLI.env_var
+
+
+def bundled_binary() -> Path | None:
+    """The Claude Code CLI inside an installed claude-agent-sdk wheel."""
+    return CLAUDE_CLI.bundled()
+
+
 def locate_claude_cli(
     configured: str | None = None, environ: Mapping[str, str] | None = None, base_dir: Path | None = None
 ) -> tuple[Path | None, str, str]:
-    """Find the Claude Code CLI: ``(path or None, source, reason when not found)``.
-
-    Order: ``configured`` (``[tool.ralph.claude] binary``), ``$RALPH_CLAUDE_BINARY``,
-    ``claude`` on PATH, the CLI bundled in the claude-agent-sdk wheel.  ``source`` is
-    ``config``, ``env``, ``path``, ``claude-agent-sdk`` or ``none``.  An explicit choice
-    that is not executable never falls back silently.
-    """
-    environ = os.environ if environ is None else environ
-    if configured:
-        path = _lookup(configured, base_dir)
-        if path is None:
-            return None, "config", f"[tool.ralph.claude] binary = {configured!r} is not an executable file"
-        return path, "config", ""
-    from_env = environ.get(BINARY_ENV_VAR, "")
-    if from_env:
-        path = _lookup(from_env, base_dir)
-        if path is None:
-            return None, "env", f"{BINARY_ENV_VAR}={from_env!r} is not an executable file"
-        return path, "env", ""
-    on_path = shutil.which("claude", path=environ.get("PATH"))
-    if on_path:
-        return Path(on_path), "path", ""
-    bundled = bundled_binary()
-    if bundled is not None:
-        return bundled, "claude-agent-sdk", ""
-    return None, "none", _NOT_FOUND
+    """Find the Claude Code CLI: ``(path or None, source, reason when not found)`` (see ``AgentCli.locate``)."""
+    return CLAUDE_CLI.locate(configured, environ, base_dir, bundled=lambda: bundled_binary())
 
 
 def resolve_binary(
-    configured: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    base_dir: Path | None = None,
+    configured: str | None = None, environ: Mapping[str, str] | None = None, base_dir: Path | None = None
 ) -> tuple[Path | None, str]:
-    """Find the claude executable: ``(path or None, source)``.
-
-    Order: ``configured`` (the ``binary`` config key), ``$RALPH_CLAUDE_BINARY``,
-    ``claude`` on PATH, the CLI bundled in claude-agent-sdk.  ``source`` is one
-    of ``config``, ``env``, ``path``, ``claude-agent-sdk`` or ``none``.
-    """
-    path, source, _ = locate_claude_cli(configured, os.environ if environ is None else environ, base_dir)
+    """Find the Claude Code CLI: ``(path or None, source)``."""
+    path, source, _ = locate_claude_cli(configured, environ, base_dir)
     return path, source

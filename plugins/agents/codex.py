@@ -21,14 +21,13 @@ The prompt goes on stdin (``codex exec ... -``).  Output parsing lives in
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ralph.api import Agent, AgentEvent, AgentInvocation, Availability, ProcessSpec, hookimpl
+from ralph.api import Agent, AgentCli, AgentEvent, AgentInvocation, Availability, ProcessSpec, hookimpl
 
 if TYPE_CHECKING:
     from ralph.api import Settings
@@ -40,65 +39,17 @@ BASE_URL_ENV = "RALPH_CODEX_BASE_URL"
 DIALECT_ENV = "RALPH_HOOK_DIALECT"
 PROVIDER_ID = "ralph"
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
-_WHEEL_PACKAGE = "codex_cli_bin"
-_NOT_FOUND = (
-    "codex CLI not found: set [tool.ralph.codex] binary, set RALPH_CODEX_BINARY, "
-    "put codex on PATH, or pip install openai-codex-cli-bin (it bundles the CLI)"
-)
+CODEX_CLI = AgentCli("codex", "codex", BINARY_ENV_VAR, "codex_cli_bin", "bin", "openai-codex-cli-bin")
+"""The Codex CLI: ``[tool.ralph.codex] binary``, ``RALPH_CODEX_BINARY``, PATH, the openai-codex-cli-bin wheel."""
 
 
 def bundled_binary() -> Path | None:
     """The CLI inside an installed openai-codex-cli-bin wheel (``codex_cli_bin/bin/codex``)."""
-    try:
-        spec = importlib.util.find_spec(_WHEEL_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        for name in ("codex", "codex.exe"):
-            candidate = Path(location) / "bin" / name
-            if _is_executable(candidate):
-                return candidate
-    return None
+    return CODEX_CLI.bundled()
 
 
-def _is_executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def _lookup(value: str, base_dir: Path | None) -> Path | None:
-    if os.sep in value or (os.altsep and os.altsep in value):
-        path = Path(value).expanduser()
-        if not path.is_absolute() and base_dir is not None:
-            path = base_dir / path
-        return path if _is_executable(path) else None
-    found = shutil.which(value)
-    return Path(found) if found else None
-
-
-def _resolve(
-    configured: str | None, environ: Mapping[str, str], base_dir: Path | None
-) -> tuple[Path | None, str, str]:
-    """(path, source, reason when not found).  Explicit choices never fall back silently."""
-    if configured:
-        path = _lookup(configured, base_dir)
-        if path is None:
-            return None, "config", f"[tool.ralph.codex] binary = {configured!r} is not an executable file"
-        return path, "config", ""
-    from_env = environ.get(BINARY_ENV_VAR, "")
-    if from_env:
-        path = _lookup(from_env, base_dir)
-        if path is None:
-            return None, "env", f"{BINARY_ENV_VAR}={from_env!r} is not an executable file"
-        return path, "env", ""
-    on_path = shutil.which("codex", path=environ.get("PATH"))
-    if on_path:
-        return Path(on_path), "path", ""
-    bundled = bundled_binary()
-    if bundled is not None:
-        return bundled, "openai-codex-cli-bin", ""
-    return None, "none", _NOT_FOUND
+def _resolve(configured: str | None, environ: Mapping[str, str], base_dir: Path | None) -> tuple[Path | None, str, str]:
+    return CODEX_CLI.locate(configured, environ, base_dir, bundled=lambda: bundled_binary())
 
 
 def resolve_binary(

@@ -23,7 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ralph import hookimpl
-from ralph.claude_cli import locate_claude_cli
+from ralph.claude_cli import AgentCli, locate_claude_cli
 from ralph.contracts import (
     AUTO_APPROVED_PREFIX,
     Agent,
@@ -82,6 +82,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "API_VERSION",
+    "AgentCli",
     "BUILTIN_PROMPT_NOTE",
     "AUTO_APPROVED_PREFIX",
     "Agent",
