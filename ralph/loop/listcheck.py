@@ -155,9 +155,9 @@ def check_list(
         now = new.get(story_id)
         if now is None:
             continue
-        changed_fields = [name for name in TEXT_FIELDS if getattr(was, name) != getattr(now, name)]
-        if not changed_fields:
+        if was.title == now.title and was.description == now.description and was.acceptanceCriteria == now.acceptanceCriteria:
             continue
+        changed_fields = [name for name in TEXT_FIELDS if getattr(was, name) != getattr(now, name)]
         if story_id != selected:
             result.revert_text.append(story_id)
             result.violations.append(
