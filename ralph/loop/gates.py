@@ -272,8 +272,12 @@ class GateKeeper:
 
         loop = self.loop
         snapshot = TreeSnapshot.take(loop.project_dir)
+        from ralph.gitutil import GitMetadataChanged
+
         try:
             result = gate.run(context)
+        except GitMetadataChanged:  # the loop's own stop (tampered .git), not the gate's fault
+            raise
         except Exception as exc:  # a failing check returns a result; raising means the gate is broken
             raise PluginFailure("gate", loop.host.provider_of(gate), loop.host.owner_of(gate), exc) from exc
         changes = snapshot.changes()
