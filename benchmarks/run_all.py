@@ -32,6 +32,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "hook_latency": ["--runs", "5"],
     "sandbox_overhead": ["--runs", "3"],
     "trust_overhead": ["--runs", "5"],
+    "trust_checks": ["--sizes", "10,1000"],
 }
 
 

@@ -279,7 +279,12 @@ def untracked_files(project_dir: Path) -> set[str]:
 
 def commit_paths(project_dir: Path, paths: list[Path], message: str) -> str | None:
     """Commit exactly ``paths`` (the loop's own repairs); returns an error text or None."""
-    rel = [str(p.relative_to(project_dir)) if p.is_absolute() else str(p) for p in paths if p.exists()]
+    rel = [
+        str(p.relative_to(project_dir)) if p.is_absolute() else str(p)
+        for p in paths
+        # a tracked file that is gone is committed as deleted
+        if p.exists() or git(project_dir, "ls-files", "--error-unmatch", "--", str(p), check=False).returncode == 0
+    ]
     added = git(project_dir, "add", "--", *rel, check=False)
     if added.returncode != 0:
         return added.stderr.strip()

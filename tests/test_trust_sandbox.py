@@ -69,9 +69,46 @@ def test_gate_command_runs_in_the_container_never_on_the_host(runner: Any, sandb
     assert not canary.exists()  # ... and not on the host
     timed = runner.run_command("sleep 30", sandbox_project.path, 1)
     assert timed.timed_out and timed.exit_code != 0
+    failing = runner.run_command("echo some output; exit 3", sandbox_project.path, 60)
+    assert (failing.exit_code, failing.output) == (3, "some output")
 
 
-def test_processes_left_by_an_exec_are_killed(runner: Any, sandbox_project: RalphProject) -> None:
+def test_processes_left_by_a_gate_command_are_killed(any_user_runner: Any, sandbox_project: RalphProject) -> None:
+    runner = any_user_runner
+    path = sandbox_project.path
+    writer = "setsid sh -c 'while :; do echo x >> gate-bg.log; sleep 0.1; done' </dev/null >/dev/null 2>&1 & echo started"
+    result = runner.run_command(writer, path, 60)
+    assert (result.exit_code, result.output) == (0, "started")
+    size = (path / "gate-bg.log").stat().st_size if (path / "gate-bg.log").exists() else 0
+    time.sleep(1.0)
+    after = (path / "gate-bg.log").stat().st_size if (path / "gate-bg.log").exists() else 0
+    assert after == size, "a background process of a gate command survived it"
+    # a gate that kills the shell which would sweep: the separate sweep still runs
+    escape = writer.replace("gate-bg.log", "gate-bg2.log") + "; kill -KILL $(ps -o ppid= -p $PPID)"
+    escaped = runner.run_command(escape, path, 60)
+    assert "@@" not in escaped.output and escaped.exit_code != 0  # the folded sweep never ran
+    size = (path / "gate-bg2.log").stat().st_size if (path / "gate-bg2.log").exists() else 0
+    time.sleep(1.0)
+    assert ((path / "gate-bg2.log").stat().st_size if (path / "gate-bg2.log").exists() else 0) == size
+
+
+@pytest.fixture(params=["host-user", "other-user"])
+def any_user_runner(request: pytest.FixtureRequest, sandbox_project: RalphProject):  # type: ignore[no-untyped-def]
+    """The sandbox as the host's uid (root here: the python sweep) and as another uid (kill -1)."""
+    section: dict[str, Any] = {"network": "none"}
+    if request.param == "other-user":
+        import os
+
+        os.chmod(sandbox_project.path, 0o777)
+        section["user"] = "1234:1234"
+    runner = make_runner(sandbox_project.path, **section)
+    runner.prepare(sandbox_project.path)
+    yield runner
+    runner.cleanup()
+
+
+def test_processes_left_by_an_exec_are_killed(any_user_runner: Any, sandbox_project: RalphProject) -> None:
+    runner = any_user_runner
     path = sandbox_project.path
     writer = "setsid sh -c 'while :; do echo x >> bg.log; sleep 0.1; done' </dev/null >/dev/null 2>&1 & echo started"
     outcome, lines = run_in(runner, path, ["sh", "-c", writer])
@@ -80,10 +117,17 @@ def test_processes_left_by_an_exec_are_killed(runner: Any, sandbox_project: Ralp
     time.sleep(1.0)
     after = (path / "bg.log").stat().st_size if (path / "bg.log").exists() else 0
     assert after == size, "a background writer survived its exec"
+    # an agent that kills the shell which would sweep: the runner's own sweep exec still runs
+    escape = writer.replace("bg.log", "bg2.log") + "; kill -KILL $(ps -o ppid= -p $PPID)"
+    run_in(runner, path, ["sh", "-c", escape])
+    size = (path / "bg2.log").stat().st_size if (path / "bg2.log").exists() else 0
+    time.sleep(1.0)
+    assert ((path / "bg2.log").stat().st_size if (path / "bg2.log").exists() else 0) == size
     # the container itself survives the sweep and takes the next exec
     outcome, lines = run_in(runner, path, ["sh", "-c", "ps -e -o comm="])
     assert outcome.exit_code == 0
-    assert sorted(lines) == ["docker-init", "ps", "sh", "sleep", "timeout"]  # the keeper and this exec only
+    # the keeper, and this exec: its sweeping shell, timeout, sh, ps
+    assert sorted(lines) == ["docker-init", "ps", "sh", "sh", "sleep", "timeout"]
 
 
 def test_hook_socket_directory_is_read_only_and_still_answers(runner: Any, sandbox_project: RalphProject) -> None:

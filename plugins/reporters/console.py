@@ -116,6 +116,17 @@ class ConsoleView:
     def on_transition_undone(self, data: dict[str, Any]) -> None:
         self.status(f"undid illegal review-field changes on {', '.join(data['stories'])}")
 
+    def on_task_list_restored(self, data: dict[str, Any]) -> None:
+        parts = [f"{label} {', '.join(data[key])}" for key, label in
+                 (("fields", "fields"), ("reinserted", "put back"), ("reverted", "reverted"), ("dropped", "removed")) if data.get(key)]
+        self.status(f"undid task-list changes an iteration may not make ({'; '.join(parts)})")
+
+    def on_protected_file_restored(self, data: dict[str, Any]) -> None:
+        self.status(f"restored {data['path']} ({data['how']} by the agent) from the run's trusted copy")
+
+    def on_hook_settings_warning(self, data: dict[str, Any]) -> None:
+        self.status(f"warning: {data['warning']}")
+
     def on_iteration_timeout(self, data: dict[str, Any]) -> None:
         self.status(f"iteration {data['iteration']} timed out after {data['timeout']:g}s; the agent was stopped")
 

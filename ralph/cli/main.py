@@ -357,16 +357,23 @@ def _build_loop(session: Any, from_cli: dict[str, str | None]) -> Any:
             if not message.startswith(f"unknown {key} {value!r}") or from_cli.get(key):
                 continue
             env = f"RALPH_{key.upper()}"
+            source = _config_file(session.settings.project_dir)
             if os.environ.get(env):
                 where = f"the environment variable {env}"
-            elif session.settings.config_source is not None:
-                source = session.settings.config_source
+            elif source is not None:
                 table = "[tool.ralph]" if source.name == "pyproject.toml" else "the top level"
                 where = f"{source} ({key} = {value!r} in {table})"
             else:
                 continue
             raise PluginError(f"{message} (set by {where}): fix it there or pass --{key}") from None
         raise
+
+
+def _config_file(project_dir: Path) -> Path | None:
+    """The config file ralph read for ``project_dir`` (ralph.toml or pyproject.toml), if any."""
+    from ralph.config import find_config_file
+
+    return find_config_file(project_dir)[0]
 
 
 def _print_dry_run(loop: Any) -> None:

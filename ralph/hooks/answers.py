@@ -75,12 +75,15 @@ def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str
 def _collect(host: Any, caller: Any, kind: str, event: HookEvent) -> list[Any]:
     """Every implementation's items, in pluggy's order; one that raises is a ``PluginFailure``
     naming it (the loop denies the call and stops; the hook client outside a loop fails open)."""
+    from ralph.gitutil import GitMetadataChanged
     from ralph.plugin.manager import PluginFailure
 
     items: list[Any] = []
     for impl in reversed(caller.get_hookimpls()):
         try:
             result = impl.function(event=event)
+        except GitMetadataChanged:  # the loop's own stop (tampered .git), not the plugin's fault
+            raise
         except Exception as exc:
             raise PluginFailure(kind, host.describe(impl.plugin_name), impl.plugin_name, exc) from exc
         items.extend(result or [])

@@ -130,7 +130,13 @@ class Loop:
         self.records: list[IterationRecord] = []
         self.cost = 0.0
         self.started = time.monotonic()
-        self._last_good_raw: str | None = None
+        from ralph.loop.taskfile import TaskFile
+
+        self.taskfile = TaskFile(store, self.tasks_path)
+        """The task file: reads, the loop's writes, the last good text, the trusted non-story fields."""
+        self.trusted_files: Any = None
+        self.trusted_tracked: set[Path] = set()
+        """prd.md, prompt.md and the agent CLIs' project settings as the run started (``TrustedFiles``)."""
         self.hook_server: Any = None
         self.hook_token = ""
         self.rerun: str | None = None
@@ -176,23 +182,11 @@ class Loop:
 
     def read_tasks(self) -> tuple[str | None, TaskList | None, str | None]:
         """(raw text, parsed list or None, parse error or None)."""
-        from ralph.tasks import read_task_text
-
-        try:
-            raw = read_task_text(self.tasks_path)
-        except FileNotFoundError:
-            return None, None, f"{self.tasks_path} does not exist"
-        except TaskListError as exc:
-            return None, None, str(exc)
-        try:
-            return raw, self.store.parse(raw, self.tasks_path), None
-        except TaskListError as exc:
-            return raw, None, str(exc)
+        return self.taskfile.read()
 
     def write_tasks(self, tasks: TaskList, previous_raw: str | None) -> str:
-        text = self.store.render(tasks, previous_raw)
-        atomic_write_text(self.tasks_path, text)
-        return text
+        """Render ``tasks`` against ``previous_raw``, write it; it becomes the last good text."""
+        return self.taskfile.write(tasks, previous_raw)
 
     # -- preflight ---------------------------------------------------------------------
 
@@ -232,13 +226,20 @@ class Loop:
             raise TaskListError(f"{lines}\n(no agent was started; fix the task list and run again)")
         if self.only_story is not None:
             check_only_story(tasks, self.only_story, self.tasks_path)
+        from ralph.loop.taskfile import unsafe_ids
+
+        bad_ids = unsafe_ids(tasks)
+        if bad_ids:
+            lines = "\n".join(f"{self.tasks_path}: {line}" for line in bad_ids)
+            raise TaskListError(f"{lines}\n(the file was left untouched; fix the id and run again)")
         for agent in {id(a): a for a in (self.agent, self.review_agent)}.values():
             unavailable = agent.availability()
             if not unavailable.ok:
                 from ralph.errors import UnavailableError
 
                 raise UnavailableError(f"agent {agent.name!r} cannot run: {unavailable.reason}")
-        self._last_good_raw = raw
+        self.taskfile.accept(raw)
+        self.taskfile.trust(tasks)
         return tasks
 
     def validate(
@@ -249,7 +250,9 @@ class Loop:
         before: TaskList | None,
         check_git: bool = True,
         parse_error: str | None = None,
+        story_id: str | None = None,
     ) -> list[Violation]:
+        """The validators' violations, and with a snapshot (``before``) the whole-list check's."""
         context = ValidationContext(
             project_dir=self.project_dir,
             tasks_path=self.tasks_path,
@@ -263,7 +266,16 @@ class Loop:
             skip_review=not self.policy.uses_review,
             check_git=check_git,
         )
-        return self.host.validate(context)
+        violations = self.host.validate(context)
+        if before is not None and tasks is not None:
+            violations += self.check_list(before, tasks, story_id).violations
+        return violations
+
+    def check_list(self, before: TaskList, after: TaskList, story_id: str | None) -> Any:
+        """The task list as a whole against ``before`` and the run's trusted fields (a ``ListCheck``)."""
+        from ralph.loop.listcheck import check_list
+
+        return check_list(before, after, story_id, self.taskfile.trusted)
 
     # -- the run -------------------------------------------------------------------------
 
@@ -291,7 +303,7 @@ class Loop:
             raw, tasks, error = self.read_tasks()
             if tasks is None:
                 raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
-            self._last_good_raw = raw
+            self.taskfile.accept(raw)
         except BaseException:
             self._restore_signal_handlers(previous_handlers)
             lock.release()
@@ -304,6 +316,7 @@ class Loop:
             self.stash_message = (self.stash_message or "") + "; " + record_saved_work(
                 self.run_dir, "stash", self.saved_work, "your uncommitted work at run start (also stashed)"
             )
+        self._take_trusted_copy(tasks)
         from ralph.hooks.server import HookServer
 
         import secrets
@@ -734,7 +747,7 @@ class Loop:
     ) -> TaskList:
         assert self.run_dir is not None
         before = tasks  # never mutated: the post-iteration state is a fresh parse
-        before_raw = self._last_good_raw
+        before_raw = self.taskfile.last_good
         self.current = (selection, before, checkpoint)
         self._write_state(record, selection, before)
         prompt = self.render(record.number, selection, tasks, feedback)
@@ -759,16 +772,17 @@ class Loop:
 
         self.current = None  # hooks that still arrive now see no iteration
         raw, after, error = self.read_tasks()
-        violations = self.validate(raw, after, selection.mode, before, parse_error=error)
+        violations = self.validate(raw, after, selection.mode, before, parse_error=error, story_id=selection.story_id)
         if after is None:
             after = self._restore_unparseable(record, raw, before, before_raw)
             violations = [v for v in violations if v.check != "schema"] + [
                 Violation("schema", f"{error}. The loop restored the task list from before the iteration.")
             ]
         elif any(v.undoable for v in violations):
-            after = self._undo(record, before, after, raw, violations)
+            after = self._undo(record, before, after, raw, violations, selection.story_id, before_raw)
         else:
-            self._last_good_raw = raw
+            self.taskfile.accept(raw)
+        violations += self._restore_trusted_files(record)
         record.violations = [v.message for v in violations if v.is_error]
         self._log_unfinished_iteration(record)
         for violation in violations:
@@ -803,6 +817,11 @@ class Loop:
         retries = 0
         agent = self.agent_for(record.mode)
         while True:
+            env = {
+                STATE_FILE_ENV: str(self.run_dir / "state.json"),
+                "RALPH_TASKS_FILE": str(self.tasks_path),
+                **self.channel_env(),
+            }
             invocation = AgentInvocation(
                 prompt=prompt,
                 project_dir=self.project_dir,
@@ -810,13 +829,9 @@ class Loop:
                 iteration=record.number,
                 model=self.model_for(record.mode, agent, explicit_only=True),
                 sandboxed=self.runner.isolates,
-                hook_settings=self._hook_settings(),
+                hook_settings=self._hook_settings(env),
                 mode=record.mode,
-                env={
-                    STATE_FILE_ENV: str(self.run_dir / "state.json"),
-                    "RALPH_TASKS_FILE": str(self.tasks_path),
-                    **self.channel_env(),
-                },
+                env=env,
             )
             spec = agent.process(invocation)
             texts: list[str] = []
@@ -888,31 +903,54 @@ class Loop:
     # -- repairs ---------------------------------------------------------------------------
 
     def _undo(
-        self, record: IterationRecord, before: TaskList, after: TaskList, raw: str | None, violations: list[Violation]
+        self,
+        record: IterationRecord,
+        before: TaskList,
+        after: TaskList,
+        raw: str | None,
+        violations: list[Violation],
+        story_id: str | None = None,
+        before_raw: str | None = None,
     ) -> TaskList:
-        """Restore the review fields of every story with an undoable violation."""
-        from ralph.tasks import Story
+        """Undo the whole-list findings and restore the review fields of every story with an undoable violation."""
+        from ralph.loop.listcheck import CHECK
 
-        ids = {v.story_id for v in violations if v.undoable and v.story_id}
-        repaired = after.model_copy(deep=True)
+        listed = self.check_list(before, after, story_id)
+        repaired = listed.apply(before, after) if listed.needed else after.model_copy(deep=True)
+        ids = {v.story_id for v in violations if v.undoable and v.story_id and v.check != CHECK}
         for story in repaired.userStories:
             if story.id not in ids:
                 continue
             old = before.story(story.id)
             for name in REVIEW_FIELDS:
-                value = getattr(old, name) if old is not None else Story.model_fields[name].default
                 if old is None:
                     value = {"passes": False, "reviewStatus": None, "reviewCount": 0, "reviewFeedback": ""}[name]
+                else:
+                    value = getattr(old, name)
                 setattr(story, name, value)
             record.undone.append(story.id)
-        text = self.write_tasks(repaired, raw)
-        self._last_good_raw = text
+        # text the person owns goes back: render against the pre-iteration text, not the agent's
+        self.write_tasks(repaired, before_raw if listed.needed and before_raw is not None else raw)
+        _, reread, _ = self.read_tasks()
+        repaired = reread if reread is not None else repaired
         lines = [v.message for v in violations if v.undoable]
-        self._note_in_progress(
-            record,
-            f"the loop undid illegal review-field changes on {', '.join(sorted(set(record.undone)))}: " + " ".join(lines),
-        )
-        self.emit("transition_undone", iteration=record.number, stories=sorted(set(record.undone)), reasons=lines)
+        parts = []
+        if record.undone:
+            parts.append(f"the loop undid illegal review-field changes on {', '.join(sorted(set(record.undone)))}")
+        if listed.needed:
+            parts.append("the loop undid changes to the task list that an iteration may not make")
+            self.emit(
+                "task_list_restored",
+                iteration=record.number,
+                fields=sorted((listed.top_level or {}).keys()) if listed.top_level is not None else [],
+                reinserted=listed.reinsert,
+                reverted=listed.revert_text,
+                dropped=listed.drop,
+                reasons=[v.message for v in listed.violations],
+            )
+        self._note_in_progress(record, "; ".join(parts) + ": " + " ".join(lines))
+        if record.undone:
+            self.emit("transition_undone", iteration=record.number, stories=sorted(set(record.undone)), reasons=lines)
         return repaired
 
     def _restore_unparseable(
@@ -921,20 +959,21 @@ class Loop:
         assert self.run_dir is not None
         if raw is not None:
             (self.run_dir / f"iteration-{record.number:03d}.tasks-invalid.json").write_text(raw, encoding="utf-8")
-        text = self.write_tasks(before, before_raw)
-        self._last_good_raw = text
+        self.write_tasks(before, before_raw)
         self._note_in_progress(record, "the task list did not validate; the loop restored the previous version")
         self.emit("tasks_restored", iteration=record.number)
         return before
 
-    def _note_in_progress(self, record: IterationRecord, message: str, subject: str = "loop repaired the task list") -> None:
+    def _note_in_progress(
+        self, record: IterationRecord, message: str, subject: str = "loop repaired the task list", paths: list[Path] | None = None
+    ) -> None:
         """Record the loop's own change in the progress log and commit exactly those files."""
         progress = progress_log(self.ralph_dir)
         stamp = time.strftime("%Y-%m-%d %H:%M")
         with progress.open("a", encoding="utf-8") as handle:
             handle.write(f"\n[ralph loop {stamp}] iteration {record.number}: {message}\n")
         error = commit_paths(
-            self.project_dir, [self.tasks_path, progress], f"ralph: iteration {record.number} - {subject}"
+            self.project_dir, [self.tasks_path, progress, *(paths or [])], f"ralph: iteration {record.number} - {subject}"
         )
         if error:
             self.emit("loop_commit_failed", iteration=record.number, error=error)
@@ -966,7 +1005,7 @@ class Loop:
 
     def persist_tasks(self, tasks: TaskList, record: IterationRecord, message: str) -> None:
         """Write a task list the loop changed (gates, failures), log it and commit it."""
-        self._last_good_raw = self.write_tasks(tasks, self._last_good_raw)
+        self.taskfile.persist(tasks)
         self._note_in_progress(record, message, subject=message.split(";")[0][:72])
 
     def ask_reviewer(
@@ -1005,14 +1044,15 @@ class Loop:
         """One extra agent call (a gate's review); its raw output goes to the run directory."""
         assert self.run_dir is not None
         agent = agent or self.agent
+        env = self.channel_env()
         invocation = AgentInvocation(
             prompt=prompt,
             project_dir=self.project_dir,
             run_dir=self.run_dir,
             iteration=int(label.split(".")[0]),
             model=model if model is not None else (self.config.model if agent is self.agent else None),
-            hook_settings=self._hook_settings(),
-            env=self.channel_env(),
+            hook_settings=self._hook_settings(env),
+            env=env,
             purpose=label.split(".", 1)[-1],
             sandboxed=self.runner.isolates,
             read_only=read_only,
@@ -1110,17 +1150,69 @@ class Loop:
         if data.get("pid") in (None, os.getpid()) and self.marker.exists():
             self.marker.unlink()
 
-    def _hook_settings(self) -> Path | None:
-        """A Claude Code settings file in the run directory (outside the project) wiring ralph's hooks."""
-        assert self.run_dir is not None
-        from ralph.hooks.wiring import write_hook_settings
+    def _hook_settings(self, env: dict[str, str]) -> Path | None:
+        """A Claude Code settings file in the run directory (outside the project) wiring ralph's hooks.
 
-        return write_hook_settings(self.run_dir, self.runner.hook_command())
+        It also pins what decides whether those hooks run (``disableAllHooks``, the hook
+        process's ``RALPH_*`` and loader variables): see :mod:`ralph.hooks.wiring`.
+        """
+        assert self.run_dir is not None
+        from ralph.hooks.wiring import pinned_env, write_hook_settings
+
+        return write_hook_settings(
+            self.run_dir, self.runner.hook_command(), pinned_env(env, inherit=not self.runner.isolates)
+        )
+
+    # -- the trusted copy of prd.md, prompt.md and the hook settings ----------------------------
+
+    def _take_trusted_copy(self, tasks: TaskList) -> None:
+        """Read the run's trusted inputs once (in process and in the run directory); warn about weak settings."""
+        assert self.run_dir is not None
+        from ralph.hooks.wiring import weakening_settings
+        from ralph.loop.trustedfiles import TrustedFiles, protected_files
+
+        self.taskfile.trust(tasks, self.run_dir)
+        self.trusted_files = TrustedFiles(self.project_dir, protected_files(self.project_dir, self.ralph_dir))
+        self.trusted_files.save(self.run_dir)
+        self.trusted_tracked = {path for path in self.trusted_files.paths if _tracked(self.project_dir, path)}
+        config = self.config.model_dump(mode="json") if hasattr(self.config, "model_dump") else {}
+        atomic_write_text(self.run_dir / "trusted" / "config.json", json.dumps(config, indent=2, default=str) + "\n")
+        for warning in weakening_settings(self.project_dir):
+            self.emit("hook_settings_warning", warning=warning)
+
+    def _restore_trusted_files(self, record: IterationRecord) -> list[Violation]:
+        """Put back prd.md, prompt.md and the project settings the iteration changed; log and commit them."""
+        if self.trusted_files is None:
+            return []
+        restored = self.trusted_files.restore()
+        if not restored:
+            return []
+        violations = []
+        names = []
+        for item in restored:
+            name = str(item.path.relative_to(self.project_dir)) if item.path.is_relative_to(self.project_dir) else str(item.path)
+            names.append(name)
+            message = (
+                f"{name} is protected during the run and was {item.how} by the agent; the loop restored it from its "
+                "trusted copy. It is the person's to change between runs: propose the change in progress.txt."
+            )
+            violations.append(Violation("protected-file", message))
+            self.emit("protected_file_restored", iteration=record.number, path=name, how=item.how, message=message)
+        # commit the restored files git tracks now or tracked when the run started, so the tree stays clean
+        tracked = [item.path for item in restored if item.path in self.trusted_tracked or _tracked(self.project_dir, item.path)]
+        self._note_in_progress(
+            record,
+            f"the loop restored protected files the agent changed: {', '.join(names)}",
+            subject="loop restored protected files",
+            paths=tracked,
+        )
+        return violations
 
     # -- the hook server's answers ----------------------------------------------------------
 
     def loop_view(self) -> Any:
         from ralph.contracts import LoopView
+        from ralph.loop.trustedfiles import protected_files
 
         selection, _, checkpoint = self.current if self.current else (None, None, None)
         assert self.run_dir is not None
@@ -1131,15 +1223,7 @@ class Loop:
             story_id=selection.story_id if selection else None,
             ralph_dir=self.ralph_dir,
             run_dir=self.run_dir,
-            protected_paths=[
-                self.marker,
-                self.ralph_dir / "prd.md",
-                self.ralph_dir / "prompt.md",
-                self.project_dir / ".claude" / "settings.json",
-                self.project_dir / ".claude" / "settings.local.json",
-                self.project_dir / ".codex" / "config.toml",
-                self.project_dir / ".codex" / "hooks.json",
-            ],
+            protected_paths=[self.marker, *protected_files(self.project_dir, self.ralph_dir)],
             checkpoint=checkpoint,
         )
 
@@ -1158,7 +1242,7 @@ class Loop:
                 return []
             selection, before, _ = current
             raw, tasks, error = self.read_tasks()
-            return self.validate(raw, tasks, selection.mode, before, parse_error=error)
+            return self.validate(raw, tasks, selection.mode, before, parse_error=error, story_id=selection.story_id)
 
         assert self.run_dir is not None
         context = HookContext(self.host, self.project_dir, session, self.run_dir, self.loop_view(), stop_checks)
@@ -1262,6 +1346,13 @@ def _file_sha256(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
+
+
+def _tracked(project_dir: Path, path: Path) -> bool:
+    """Does git track ``path`` (in the index)?"""
+    from ralph.gitutil import git
+
+    return git(project_dir, "ls-files", "--error-unmatch", "--", str(path), check=False).returncode == 0
 
 
 def _jsonable(data: dict[str, Any]) -> dict[str, Any]:

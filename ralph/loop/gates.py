@@ -191,7 +191,7 @@ class GateKeeper:
                 context = GateContext(
                     project_dir=loop.project_dir,
                     run_dir=loop.run_dir,  # type: ignore[arg-type]
-                    tasks=tasks,
+                    tasks=loop.taskfile.trusted_view(tasks),  # verifyCommands as the run started
                     story_id=story_id,
                     mode=selection.mode,
                     iteration=record.number,
@@ -260,8 +260,12 @@ class GateKeeper:
 
         loop = self.loop
         snapshot = TreeSnapshot.take(loop.project_dir)
+        from ralph.gitutil import GitMetadataChanged
+
         try:
             result = gate.run(context)
+        except GitMetadataChanged:  # the loop's own stop (tampered .git), not the gate's fault
+            raise
         except Exception as exc:  # a failing check returns a result; raising means the gate is broken
             raise PluginFailure("gate", loop.host.provider_of(gate), loop.host.owner_of(gate), exc) from exc
         changes = snapshot.changes()
@@ -342,7 +346,7 @@ class GateKeeper:
         self.loop.emit("rollback", iteration=record.number, to=checkpoint, removed=removed, saved=saved)
         raw, tasks, _ = self.loop.read_tasks()
         assert tasks is not None
-        self.loop._last_good_raw = raw
+        self.loop.taskfile.accept(raw)
         return tasks
 
     def save_work(self, record: IterationRecord, base: str, what: str) -> str | None:
@@ -435,7 +439,7 @@ class GateKeeper:
             f"stopped after {state.iteration} failed attempts at the {state.last_gate} gate"
             f"{' (stuck: same error ' + str(state.stuck_count) + 'x)' if stuck else ''}; work kept on {branch}"
         )
-        loop._last_good_raw = raw
+        loop.taskfile.accept(raw)
         loop.persist_tasks(current, record, f"{story_id} stopped (tier 3): {story.failureReason}")
         self.failed.append(
             FailedStory(story_id, state.iteration, state.max_iterations, state.last_gate, branch, error[:300], stuck,

@@ -319,10 +319,14 @@ class PluginHost:
     def validate(self, context: ValidationContext) -> list[Violation]:
         """Every validator's violations.  A validator that raises stops the caller with a
         ``PluginFailure`` naming it (the loop is fail-closed)."""
+        from ralph.gitutil import GitMetadataChanged
+
         violations: list[Violation] = []
         for impl in reversed(self.pm.hook.ralph_validate.get_hookimpls()):
             try:
                 result = cast("list[Violation] | None", impl.function(context=context))
+            except GitMetadataChanged:  # the loop's own stop (tampered .git), not the plugin's fault
+                raise
             except Exception as exc:
                 raise PluginFailure("validator", self.describe(impl.plugin_name), impl.plugin_name, exc) from exc
             violations.extend(result or [])

@@ -42,6 +42,7 @@ RUN_DIR_ENV = "RALPH_RUN_DIR"
 BUILD_HINT = "build it with `ralph sandbox build --offline-base` (or `ralph sandbox build --base IMAGE`)"
 
 
+SWEPT_MARKER = "@@ralph-sandbox-swept@@"
 READ_ONLY_GIT_DIRS = ("hooks", "info")
 READ_ONLY_GIT_FILES = ("config", "config.worktree", "commondir", "objects/info/alternates")
 SWEEP_SCRIPT = """
@@ -61,7 +62,7 @@ def table():
     return out
 procs = table()
 keepers = [p for p, (pp, st, cmd) in procs.items() if pp == 1 and cmd[:2] == [b'sleep', lifetime.encode()]]
-keep = {1, me} | set(sorted(keepers)[:1])
+keep = {1, me, os.getppid()} | set(sorted(keepers)[:1])
 killed = set()
 for _ in range(50):
     targets = [p for p, (pp, st, cmd) in table().items() if p not in keep and st != b'Z']
@@ -178,6 +179,8 @@ class Sandbox:
         self._mount_key: tuple[Any, ...] | None = None
         self.network: Any = None
         self.proxy: Any = None
+        self.sweep = True
+        """Kill what the agent's user left in the container after every exec (off only to measure it)."""
         """Seconds from run() to the exec running (including container creation when it happened)."""
 
     # -- lifecycle ---------------------------------------------------------------
@@ -417,6 +420,9 @@ class Sandbox:
         if timeout is not None:
             # belt and braces: the exec ends on its own even if this process dies
             argv = ["timeout", "-k", str(KILL_GRACE), str(int(timeout) + 30), *argv]
+        folded = self.sweep
+        if folded:  # the sweep in the same exec (see run_command); its marker goes to stderr
+            argv = self._sweeping(argv, ">&2")
         api = self.client.api
         exec_id = api.exec_create(
             self.container.id,
@@ -454,13 +460,16 @@ class Sandbox:
                 break
         if timed_out or interrupted:
             self.kill_container()
-        else:
-            self.sweep_processes()  # nothing the agent started outlives its run
         reader.join(timeout=10)
         try:
             sock.close()
         except OSError:
             pass
+        if self.sweep and not (timed_out or interrupted):  # nothing the agent started outlives its run
+            if folded and _strip_marker(stderr_tail):
+                pass
+            else:  # the agent killed the sweeping shell: sweep with an exec of our own
+                self.sweep_processes()
         exit_code = self._exit_code(exec_id, killed=timed_out or interrupted)
         return ProcessOutcome(exit_code, timed_out, interrupted, "\n".join(stderr_tail))
 
@@ -488,6 +497,18 @@ class Sandbox:
         except (ValueError, IndexError):
             raise SandboxError(f"could not sweep the sandbox's processes: {output.decode(errors='replace')[:300]}") from None
 
+    def _sweeping(self, argv: list[str], redirect: str) -> list[str]:
+        """``argv`` run by a shell that afterwards kills every other process the agent's user has in
+        the container and prints :data:`SWEPT_MARKER` (to stdout, or as ``redirect`` says); the
+        caller falls back to :meth:`sweep_processes` when the marker is missing (the agent's code
+        killed that shell).  No extra exec: the sweep costs a ``kill`` (or a python3) in this one."""
+        if self._agent_is_root():
+            sweep = f'python3 -S -c "$code" {self.options.lifetime} >/dev/null 2>&1'
+        else:  # kill(-1) spares the caller; root's init and keeper are out of this user's reach
+            sweep = "kill -KILL -1 2>/dev/null"
+        script = f'm=$1; code=$3; shift 3; "$@"; rc=$?; {sweep}; echo "$m" {redirect}; exit $rc'
+        return ["sh", "-c", script, "ralph-sweep", SWEPT_MARKER, "-", SWEEP_SCRIPT, *argv]
+
     def _agent_is_root(self) -> bool:
         return self.options.user.partition(":")[0] in ("0", "root")
 
@@ -500,6 +521,9 @@ class Sandbox:
         argv = ["sh", "-c", command]
         if timeout is not None:
             argv = ["timeout", "-s", "KILL", str(max(1, int(timeout + 0.999))), *argv]
+        folded = self.sweep
+        if folded:
+            argv = self._sweeping(argv, "")
         env = {
             "HOME": IN_CONTAINER_HOME,
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -518,7 +542,10 @@ class Sandbox:
             sock.close()
         except OSError:
             pass
-        self.sweep_processes()
+        if folded and _strip_marker(lines):
+            pass
+        elif self.sweep:  # the gate's code killed the outer shell (or the agent runs as root): sweep now
+            self.sweep_processes()
         code = self._exit_code(exec_id, killed=False)
         timed_out = timeout is not None and code in (124, 137)
         return code, "\n".join(lines), timed_out
@@ -543,6 +570,18 @@ class Sandbox:
             return None
         code = info.get("ExitCode")
         return int(code) if code is not None else None
+
+
+def _strip_marker(lines: Any) -> bool:
+    """Remove :data:`SWEPT_MARKER` from the end of ``lines`` (a list or deque); True when it was there.
+
+    Output without a final newline puts the marker at the end of its last line."""
+    if not lines or not lines[-1].endswith(SWEPT_MARKER):
+        return False
+    rest = lines.pop()[: -len(SWEPT_MARKER)]
+    if rest:
+        lines.append(rest)
+    return True
 
 
 def _pump(sock: Any, on_line: Callable[[str], None], on_err: Callable[[str], None]) -> None:

@@ -1,0 +1,88 @@
+"""The task file of one run: reading it, writing the loop's repairs, and the trusted parts.
+
+:class:`TaskFile` owns everything the loop knows about the file on disk: the last text
+that passed the loop's checks (repairs are rendered against it, so a store keeps the
+file's formatting) and the non-story fields taken when the run started, which are the
+only ones the gates and the checks use for the whole run (``verifyCommands`` included).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ralph.contracts import TaskStore
+from ralph.errors import TaskListError
+from ralph.fsutil import atomic_write_text
+from ralph.loop.listcheck import top_level
+from ralph.ralphfiles import story_id_problem
+from ralph.tasks import TaskList
+
+
+class TaskFile:
+    """One store's task file: read, render + persist, last good text, trusted non-story fields."""
+
+    def __init__(self, store: TaskStore, path: Path) -> None:
+        self.store = store
+        self.path = path
+        self.last_good: str | None = None
+        """The file's text as the loop last accepted or wrote it."""
+        self.trusted: dict[str, Any] | None = None
+        """The non-story fields (``verifyCommands`` ...) taken at run start (:meth:`trust`)."""
+
+    def read(self) -> tuple[str | None, TaskList | None, str | None]:
+        """(raw text, parsed list or None, parse error or None)."""
+        from ralph.tasks import read_task_text
+
+        try:
+            raw = read_task_text(self.path)
+        except FileNotFoundError:
+            return None, None, f"{self.path} does not exist"
+        except TaskListError as exc:  # a directory, unreadable, not UTF-8
+            return None, None, str(exc)
+        try:
+            return raw, self.store.parse(raw, self.path), None
+        except TaskListError as exc:
+            return raw, None, str(exc)
+
+    def accept(self, raw: str | None) -> None:
+        """``raw`` passed the loop's checks: later repairs are rendered against it."""
+        self.last_good = raw
+
+    def write(self, tasks: TaskList, base: str | None) -> str:
+        """Render ``tasks`` changing as little of ``base`` as the store can, write it, and accept it."""
+        text = self.store.render(tasks, base)
+        atomic_write_text(self.path, text)
+        self.last_good = text
+        return text
+
+    def persist(self, tasks: TaskList) -> str:
+        """Write a list the loop changed (gates, failures), rendered against the last good text."""
+        return self.write(tasks, self.last_good)
+
+    # -- the trusted part ---------------------------------------------------------------
+
+    def trust(self, tasks: TaskList, run_dir: Path | None = None) -> None:
+        """Take ``tasks``' non-story fields as the run's trusted copy (and save it in ``run_dir``)."""
+        self.trusted = top_level(tasks)
+        if run_dir is not None:
+            target = run_dir / "trusted"
+            target.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(target / "task-list-fields.json", json.dumps(self.trusted, indent=2) + "\n")
+
+    def trusted_view(self, tasks: TaskList) -> TaskList:
+        """``tasks`` with the trusted non-story fields (what gates read ``verifyCommands`` from)."""
+        if self.trusted is None or top_level(tasks) == self.trusted:
+            return tasks
+        return TaskList.model_validate({**self.trusted, "userStories": [s.model_dump() for s in tasks.userStories]})
+
+    @property
+    def verify_commands(self) -> list[str]:
+        """The trusted ``verifyCommands``."""
+        return list((self.trusted or {}).get("verifyCommands") or [])
+
+
+def unsafe_ids(tasks: TaskList) -> list[str]:
+    """One line per story whose id does not match :data:`ralph.ralphfiles.STORY_ID_PATTERN`."""
+    return [problem for story in tasks.userStories if (problem := story_id_problem(story.id))]
