@@ -69,6 +69,10 @@ class EventKind(str, Enum):
         "git_metadata_changed",
         "The agent changed .git metadata the loop guards (config, hooks ...); the run stops. Payload: error.",
     )
+    HOOK_SETTINGS_WARNING = (
+        "hook_settings_warning",
+        "The project's Claude Code settings weaken ralph's hooks (reported at start). Payload: warning.",
+    )
     HOOK_REFUSED = (
         "hook_refused",
         "The hook server refused a request without the run's token. Payload: reason.",
@@ -172,6 +176,16 @@ class EventKind(str, Enum):
     TRANSITION_UNDONE = (
         "transition_undone",
         "The loop restored illegal review-field changes. Payload: iteration, stories, reasons.",
+    )
+    TASK_LIST_RESTORED = (
+        "task_list_restored",
+        "The loop undid changes to the task list an iteration may not make (deleted stories, other "
+        "stories' text, trusted fields). Payload: iteration, fields, reinserted, reverted, dropped.",
+    )
+    PROTECTED_FILE_RESTORED = (
+        "protected_file_restored",
+        "A file the agent must not change (prd.md, prompt.md, .claude/settings*, .codex config) was "
+        "restored from the run's trusted copy. Payload: iteration, path, how, message.",
     )
     TASKS_RESTORED = (
         "tasks_restored",

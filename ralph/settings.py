@@ -22,8 +22,6 @@ class Settings:
     project_dir: Path
     config: RalphConfig
     plugin_config: dict[str, Any] = field(default_factory=dict)
-    config_source: Path | None = None
-    """The config file the settings came from (pyproject.toml or ralph.toml), or None."""
 
     @property
     def ralph_dir(self) -> Path:

@@ -52,6 +52,6 @@ def open_session(
         sys.stderr.write(
             f"ralph: warning: plugin {failure.describe()} is not loaded: {failure.status}\n"
         )
-    config, plugin_config, source = load_config(project_dir, overrides, host.config_sections(), environ)
-    settings = Settings(project_dir=project_dir, config=config, plugin_config=plugin_config, config_source=source)
+    config, plugin_config, _ = load_config(project_dir, overrides, host.config_sections(), environ)
+    settings = Settings(project_dir=project_dir, config=config, plugin_config=plugin_config)
     return Session(host, settings)
