@@ -26,6 +26,11 @@ def decode_json(raw: str, source: Path) -> Any:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
         raise TaskListError(f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise TaskListError(
+            f"{source}: nested too deeply to be a task list (arrays/objects inside each other thousands of "
+            "levels deep): fix the file"
+        ) from None
 
 
 def same_json(a: Any, b: Any) -> bool:
