@@ -12,8 +12,9 @@ bytes split into ``tools`` (the tool definitions), ``system`` (the system prompt
 prompt (the ``iteration-NNN.prompt.md`` the loop wrote), plus the number of tools and their
 names.  The CLI resends this prefix with every turn, so it is the per-turn floor of an
 iteration's input.  Then the usage the CLI reported for each iteration (stream-json ``result``
-event: input, cache read, cache write, output tokens; with the scripted server these are
-estimates of ~4 bytes per token, not a real model's counts).
+event: input, cache read, cache write, output tokens; the scripted server estimates ~4 bytes per
+token and simulates prompt caching of the tools + system prefix, so these are not a real model's
+counts, but they show where the input goes).
 
 Part 2 renders ralph's prompt in-process (no agent) for each mode with a two-story task list and
 with a 1,000-story task list whose progress log holds 200 entries, and prints the growth.
@@ -146,7 +147,7 @@ def through_cli(root: Path) -> int:
     home = root / "home"
     home.mkdir()
     state = root / "state"
-    with ScriptedModelServer(script) as server:
+    with ScriptedModelServer(script, cache=True) as server:
         env = {**os.environ, **GIT_ENV, **claude_env(server.url, home), "RALPH_STATE_DIR": str(state),
                "RALPH_HOOK_DAEMON_IDLE": "5"}  # fmt: skip
         command = [sys.executable, "-P", "-m", "ralph", "run", "--runner", "direct", "--agent", "claude",
@@ -192,7 +193,7 @@ def through_cli(root: Path) -> int:
     for mode, names in tool_names.items():
         print(f"  {mode:<11} {', '.join(names)}")
 
-    print("\nAgent usage per iteration (stream-json result event; scripted server: ~4 bytes/token):")
+    print("\nAgent usage per iteration (stream-json result; scripted server: ~4 bytes/token, simulated cache):")
     urows = [["it", "mode", "input", "cache read", "cache write", "output", "turns"]]
     for e in events:
         if e.get("kind") == "agent_event" and e.get("type") == "result":

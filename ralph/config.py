@@ -68,6 +68,12 @@ class RalphConfig(BaseModel):
     rate_limit_max_backoff: float = Field(900.0, gt=0, description="longest single wait of the doubling rate-limit backoff")
     max_agent_failures: int = Field(3, ge=1, description="consecutive agent failures with the same error before the run stops")
     preflight: bool = Field(True, description="check the runner and agent (binary, credentials, files) before iteration 1")
+    progress_keep_entries: int = Field(
+        20, ge=0, description="progress log entries kept; older ones move to progress-archive.txt (0: keep all)"
+    )
+    prompt_progress_entries: int = Field(
+        3, ge=0, description="progress log entries quoted in the prompt, with the Codebase Patterns section"
+    )
 
 
 class ConfigSection(BaseModel):

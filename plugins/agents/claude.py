@@ -109,8 +109,17 @@ class ClaudeAgent(Agent):
         return list(names)
 
     def tool_args(self, invocation: AgentInvocation) -> list[str]:
-        """``--tools A,B`` (the CLI refuses every other built-in tool) and ``--disallowedTools``."""
-        key = invocation.mode or (invocation.purpose if invocation.purpose != "iteration" else None)
+        """``--tools A,B`` (the CLI refuses every other built-in tool) and ``--disallowedTools``.
+
+        The tool set is the first of ``tools`` entries named by the invocation's mode, its purpose
+        (an extra call such as ``quality``) and, for a read-only call, ``read-only``.
+        """
+        from .claude_config import DEFAULT_TOOLS
+
+        table = self._config_value("tools", None) or DEFAULT_TOOLS
+        keys = [invocation.mode, invocation.purpose if invocation.purpose != "iteration" else None]
+        keys.append("read-only" if getattr(invocation, "read_only", False) else None)
+        key = next((k for k in keys if k and k in table), None)
         args: list[str] = []
         names = self.tools_for(key)
         if names is not None:

@@ -7,7 +7,8 @@ may approve a story; the review cap forces approval with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from ralph.api import AUTO_APPROVED_PREFIX, IterationMode, Policy, Selection, Snapshot, StoryState, Violation, hookimpl
 
@@ -15,6 +16,77 @@ if TYPE_CHECKING:
     from ralph.api import Story, TaskList
 
 INITIAL = StoryState(False, None, 0)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One legal change of the selected story in a mode (Check 2.5), and how the prompt teaches it.
+
+    ``allows(old, new)`` says whether the story may go from state ``old`` (before the
+    iteration) to ``new`` (the story after it); ``prompt`` lists phrases the rendered prompt
+    of that mode must contain (compared with whitespace collapsed).  The checks below and
+    this table must agree exactly; ``tests/test_prompt_modes.py`` proves both directions.
+    """
+
+    name: str
+    allows: Callable[[StoryState, Story], bool]
+    prompt: tuple[str, ...]
+
+
+def _same_state(old: StoryState, new: Story) -> bool:
+    return new.state() == old
+
+
+TRANSITIONS: dict[IterationMode, tuple[Transition, ...]] = {
+    "implement": (
+        Transition("no change (stuck or unfinished)", _same_state, ("document the blocker",)),
+        Transition(
+            "submit for review",
+            lambda old, new: old.reviewStatus is None
+            and new.state() == StoryState(old.passes, "needs_review", old.reviewCount),
+            ('set the story\'s `reviewStatus` to `"needs_review"`', "leave `passes` at `false`",
+             "never set `passes: true`"),
+        ),
+    ),
+    "review": (
+        Transition(
+            "approve",
+            lambda old, new: old.reviewStatus == "needs_review" and new.passes and new.reviewStatus == "approved"
+            and new.reviewCount == old.reviewCount + 1,
+            ("increase the story's `reviewCount` by exactly 1", "**Approve**", '`reviewStatus: "approved"`',
+             "`passes: true`", "`notes`", "**Auto-approve at cap**", "`[AUTO-APPROVED AT CAP]`"),
+        ),
+        Transition(
+            "request changes",
+            lambda old, new: old.reviewStatus == "needs_review" and not new.passes
+            and new.reviewStatus == "changes_requested" and new.reviewCount == old.reviewCount + 1
+            and bool(new.reviewFeedback.strip()),
+            ("increase the story's `reviewCount` by exactly 1", "**Changes requested**",
+             '`reviewStatus: "changes_requested"`', "`passes: false`", "`reviewFeedback`"),
+        ),
+    ),
+    "review-fix": (
+        Transition("no change (stuck or unfinished)", _same_state, ("document the blocker",)),
+        Transition(
+            "resubmit for review",
+            lambda old, new: old.reviewStatus == "changes_requested"
+            and new.state() == StoryState(old.passes, "needs_review", old.reviewCount)
+            and not new.reviewFeedback.strip(),
+            ("Clear `reviewFeedback`", 'set `reviewStatus` to `"needs_review"`',
+             "Leave `passes` at `false` and `reviewCount` unchanged", "never set `passes: true`"),
+        ),
+    ),
+}
+"""Check 2.5 as a table: the legal transitions of the selected story per mode."""
+
+EVERY_MODE: tuple[str, ...] = (
+    "New stories start with `passes: false`, `reviewStatus: null`, `reviewCount: 0`",
+    "Never touch the review fields of other stories",
+    "leave the working tree clean",
+    "One story per iteration",
+)
+"""Rules every mode's prompt states: new stories' initial state and other stories' review fields
+(Check 2.5, all modes), committed work (Check 3), one story per iteration."""
 
 
 def _first(tasks: TaskList, status: str) -> Story | None:

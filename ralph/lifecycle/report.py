@@ -3,10 +3,10 @@
 Data come from the run directories the loop writes (``events.jsonl``, ``summary.json``;
 see :mod:`ralph.loop.rundir`) and from the task list:
 
-- per iteration: mode, story, start, seconds, cost, timed out, exit code, violations,
-  gate failures;
+- per iteration: mode, story, start, seconds, cost, tokens (input, cache read, cache write,
+  output, as the agent reported them), timed out, exit code, violations, gate failures;
 - per story: iterations (implement / review / review-fix), reviews, ``reviewCount``,
-  gate failures, violations, time and cost;
+  gate failures, violations, time, cost and tokens;
 - review analytics (seed 000, "Review cycle iteration budget"): the distribution of
   ``reviewCount`` over completed stories (mostly 1s: low overhead; many 3-4s: the reviews
   catch real issues; cap hits: stories that may need a person's attention).
@@ -51,6 +51,8 @@ class IterationRow:
     model: str | None = None
     verdicts: list[str] = field(default_factory=list)
     """Spec reviewers' verdicts on this iteration ("met (codex)", "NOT met (claude): ...")."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Tokens the agent reported: ``input``, ``cache_read``, ``cache_write``, ``output``."""
 
     @property
     def failed(self) -> bool:
@@ -72,6 +74,7 @@ class StoryRow:
     violations: int = 0
     seconds: float = 0.0
     cost: float = 0.0
+    usage: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -173,6 +176,7 @@ def run_iterations(run_dir: Path, offset: float = 0.0) -> list[IterationRow]:
         if kind == "iteration_finished":
             row.seconds = float(event.get("seconds") or 0)
             row.cost = float(event.get("cost") or 0)
+            row.usage = usage_of(event.get("usage"))
             row.timed_out = bool(event.get("timed_out"))
             row.exit_code = event.get("exit_code")
             row.finished = True
@@ -200,6 +204,7 @@ def run_iterations(run_dir: Path, offset: float = 0.0) -> list[IterationRow]:
             float(record.get("seconds") or 0), float(record.get("cost_usd") or 0), bool(record.get("timed_out")),
             record.get("exit_code"), list(record.get("violations") or []),
         )
+        row.usage = usage_of(record.get("usage"))
         clock += row.seconds
         out.append(row)
     return out
@@ -281,6 +286,8 @@ def build_project_report(
         story_row.violations += len(row.violations)
         story_row.seconds += row.seconds
         story_row.cost += row.cost
+        for name, value in row.usage.items():
+            story_row.usage[name] = story_row.usage.get(name, 0) + value
     ordered = [rows_by_id[str(s["id"])] for s in stories] + [r for i, r in rows_by_id.items() if i not in known]
     from ralph.loop.runreport import needs_a_person
 
@@ -309,6 +316,31 @@ def _duration(seconds: float) -> str:
 
 
 STORY_COLUMNS = ("story", "title", "state", "iters", "impl", "reviews", "fixes", "reviewCount", "gate fails", "violations", "time", "cost")
+USAGE_COLUMNS = ("tokens in", "cache read", "cache write", "tokens out")
+USAGE_NAMES = ("input", "cache_read", "cache_write", "output")
+
+
+def usage_of(value: Any) -> dict[str, int]:
+    """The token counts of a recorded ``usage`` dict (unknown keys and bad values dropped)."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: int(v) for k, v in value.items() if k in USAGE_NAMES and isinstance(v, (int, float))}
+
+
+def tokens(n: int | None) -> str:
+    """A token count for a table: ``812``, ``30.4k``, ``1.25M``; ``-`` when unknown."""
+    if n is None:
+        return "-"
+    if n < 10_000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
+
+
+def usage_cells(usage: dict[str, int]) -> tuple[str, ...]:
+    """input, cache read, cache write and output tokens (``-`` where the agent reported none)."""
+    return tuple(tokens(usage.get(name)) for name in USAGE_NAMES)
 
 
 def story_cells(row: StoryRow) -> tuple[str, ...]:
@@ -342,12 +374,24 @@ def render_text(report: Report) -> str:
             who = f"{iteration.agent or '?'} ({iteration.model or 'default model'})"
             lines.append(f"  {iteration.run} #{iteration.number} {iteration.mode} {iteration.story or '-'} — {who}")
             lines += [f"      verdict {v}" for v in iteration.verdicts]
+    lines += ["", "tokens the agent reported (input / cache read / cache write / output):"]
+    lines += aligned_rows([("story", *USAGE_COLUMNS)] + [(r.id, *usage_cells(r.usage)) for r in report.stories])
+    lines += aligned_rows([("iteration", "mode", "story", *USAGE_COLUMNS)] + [
+        (f"#{r.number}", r.mode, r.story or "-", *usage_cells(r.usage)) for r in report.iterations
+    ])  # fmt: skip
     lines += ["", "review analytics:"] + [f"  {line}" for line in report.analytics.lines()]
     gated = [row for row in report.iterations if row.gates]
     if gated:
         lines += ["", "gates (where their commands ran):"]
         lines += [f"  #{row.number} {row.story or '-'}: {', '.join(row.gates)}" for row in gated]
     return "\n".join(lines)
+
+
+def aligned_rows(rows: list[tuple[str, ...]]) -> list[str]:
+    """Indented, left-aligned text table lines (header, rule, rows) and a blank line."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = ["  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    return [out[0], "  " + "  ".join("-" * w for w in widths), *out[1:], ""]
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -469,12 +513,12 @@ def render_html(report: Report) -> str:
     if report.reason:
         summary.append(("outcome", report.reason))
     cards = "".join(f'<div class="card"><div class="k">{_esc(k)}</div><div class="v">{_esc(v)}</div></div>' for k, v in summary)
-    story_rows = [story_cells(row) for row in report.stories]
+    story_rows = [(*story_cells(row), *usage_cells(row.usage)) for row in report.stories]
     story_classes = ["cap" if row.auto_approved else ("ok" if row.state.startswith(("approved", "done")) else "") for row in report.stories]
     iteration_rows = [
         (
             str(row.number), row.run, row.mode, row.story or "-", f"{row.agent or '?'} ({row.model or 'default model'})",
-            _duration(row.seconds), f"${row.cost:.4f}",
+            _duration(row.seconds), f"${row.cost:.4f}", *usage_cells(row.usage),
             "yes" if row.timed_out else "", "; ".join(row.violations) or "", ", ".join(row.gate_failures) or "",
             "; ".join(row.verdicts),
             ", ".join(row.gates),
@@ -486,13 +530,17 @@ def render_html(report: Report) -> str:
         "RUNS": _esc(", ".join(report.runs) or "no run recorded: story states from the task list"),
         "CARDS": cards,
         "TIMELINE": timeline_svg(report) if report.iterations else '<p class="empty">No iterations recorded.</p>',
-        "STORIES": _table(STORY_COLUMNS, story_rows, story_classes, table_class="stories"),
+        "STORIES": _table((*STORY_COLUMNS, *USAGE_COLUMNS), story_rows, story_classes, table_class="stories"),
         "ATTENTION": _attention_html(report.attention),
         "HISTOGRAM": analytics_svg(report.analytics)
         if any(s.reviews or s.review_count for s in report.stories)
         else '<p class="empty">No reviews in this report, so no review chart.</p>',
         "ANALYTICS": "".join(f"<li>{_esc(line)}</li>" for line in report.analytics.lines()),
-        "ITERATIONS": _table(("#", "run", "mode", "story", "agent (model)", "time", "cost", "timed out", "violations", "gate failures", "verdicts", "gates (where they ran)"), iteration_rows, table_class="iterations"),
+        "ITERATIONS": _table(
+            ("#", "run", "mode", "story", "agent (model)", "time", "cost", "tokens in", "cache read", "cache write",
+             "tokens out", "timed out", "violations", "gate failures", "verdicts", "gates (where they ran)"),
+            iteration_rows, table_class="iterations",
+        ),  # fmt: skip
     }
     return render(template_text("report/report.html"), values)
 

@@ -41,6 +41,7 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
         lines += ["", "iterations (mode, story, agent and model):"]
         for event in started[-30:]:
             lines.append(f"  #{event['iteration']} {event['mode']} {event.get('story')} — {who_did(event)}")
+    lines += usage_lines(events)
     if summary:
         from ralph.loop.runreport import render_run_summary
 
@@ -87,3 +88,22 @@ def run_with_saved_work(project_dir: Path, name: str | None, state_dir: str | No
         if saved_work(path):
             return path
     raise UsageError("no run of this project saved any work (nothing was stashed or rolled back)")
+
+
+def usage_lines(events: list[dict]) -> list[str]:
+    """Per iteration and per story: the tokens the agent reported (from ``iteration_finished``)."""
+    from ralph.lifecycle.report import USAGE_COLUMNS, aligned_rows, usage_cells, usage_of
+
+    finished = [e for e in events if e.get("kind") == "iteration_finished" and isinstance(e.get("usage"), dict)]
+    if not finished:
+        return []
+    per_story: dict[str, dict[str, int]] = {}
+    rows = [("iteration", "mode", "story", *USAGE_COLUMNS)]
+    for event in finished:
+        usage = usage_of(event["usage"])
+        rows.append((f"#{event.get('iteration')}", str(event.get("mode")), str(event.get("story") or "-"), *usage_cells(usage)))
+        story = per_story.setdefault(str(event.get("story") or "-"), {})
+        for name, value in usage.items():
+            story[name] = story.get(name, 0) + value
+    stories = [("story", *USAGE_COLUMNS)] + [(sid, *usage_cells(usage)) for sid, usage in per_story.items()]
+    return ["", "tokens the agent reported (input / cache read / cache write / output):", *aligned_rows(rows), *aligned_rows(stories)]

@@ -84,6 +84,8 @@ class IterationRecord:
     """Seconds the API asked to wait, when the agent passed it on."""
     agent_error: str | None = None
     """The agent's own last error message (e.g. "Not logged in · Please run /login")."""
+    usage: dict[str, int] = field(default_factory=dict)
+    """Tokens the agent reported (``input``, ``cache_read``, ``cache_write``, ``output``)."""
 
 
 @dataclass
@@ -213,6 +215,10 @@ class Loop:
         from ralph.loop.start import check_only_story, graph_errors, load_prompt
 
         self.prompt = load_prompt(self.ralph_dir, progress_log(self.ralph_dir).name)
+        from ralph.loop.prompt import check_template
+
+        shown = "built-in prompt" if self.prompt.builtin else relative_dir(self.ralph_dir / "prompt.md", self.project_dir)
+        check_template(self.prompt.text, shown)
         raw, tasks, error = self.read_tasks()
         if tasks is None:
             raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
@@ -471,6 +477,7 @@ class Loop:
         return selection, self.render(1, selection, tasks, []), tasks
 
     def render(self, iteration: int, selection: Selection, tasks: TaskList, feedback: list[str]) -> str:
+        from ralph.loop import progresslog
         from ralph.loop.start import load_prompt, seed_tokens
         from ralph.templates import render
 
@@ -478,6 +485,7 @@ class Loop:
         if self.prompt is None:
             self.prompt = load_prompt(self.ralph_dir, progress.name)
         tokens = seed_tokens(selection.story_id, tasks, self.tasks_path, progress, self.ralph_dir)
+        archive = progresslog.archive_path(progress)
         return render_prompt(
             render(self.prompt.text, tokens),
             iteration=iteration,
@@ -490,6 +498,9 @@ class Loop:
             tasks=tasks,
             feedback=feedback,
             tasks_file=relative_dir(self.tasks_path, self.project_dir),
+            progress=progresslog.excerpt(progress, selection.story_id, self.config.prompt_progress_entries),
+            progress_file=relative_dir(progress, self.project_dir),
+            progress_archive=relative_dir(archive, self.project_dir) if archive.exists() else "",
         )
 
     def select(self, tasks: TaskList) -> Selection | None:
@@ -559,6 +570,7 @@ class Loop:
             record.agent, record.model = agent.name, self.model_for(selection.mode, agent)
             self.records.append(record)
             iteration_started = time.time()
+            self._trim_progress(iteration)
             checkpoint = head(self.project_dir)
             untracked_before = untracked_files(self.project_dir)
             self.keeper.before_iteration(selection, checkpoint)
@@ -799,6 +811,7 @@ class Loop:
             timed_out=record.timed_out,
             seconds=record.seconds,
             cost=round(record.cost_usd, 6),
+            usage=dict(record.usage),
             cost_so_far=round(self.cost, 6),
             promise=record.promise,
             agent_error=record.agent_error,
@@ -896,6 +909,7 @@ class Loop:
             if isinstance(cost, (int, float)):
                 record.cost_usd += float(cost)
                 self.cost += float(cost)
+            add_usage(record.usage, event.data.get("usage"))
             if isinstance(event.data.get("result"), str):
                 texts.append("")  # the result repeats the last text; counted once via text events
         self.emit("agent_event", iteration=record.number, type=event.kind, text=event.text[:4000], data=_jsonable(event.data))
@@ -963,6 +977,29 @@ class Loop:
         self._note_in_progress(record, "the task list did not validate; the loop restored the previous version")
         self.emit("tasks_restored", iteration=record.number)
         return before
+
+    def _trim_progress(self, iteration: int) -> None:
+        """Keep the progress log bounded: older entries move to its archive, committed by the loop."""
+        from ralph.gitutil import dirty_paths
+        from ralph.loop import progresslog
+
+        keep = self.config.progress_keep_entries
+        progress = progress_log(self.ralph_dir)
+        if keep <= 0 or not progress.is_file():
+            return
+        if len(progresslog.parse(progress.read_text(encoding="utf-8")).entries) <= keep:
+            return
+        rel = relative_dir(progress, self.project_dir)
+        if any(line[3:].strip().strip('"') == rel for line in dirty_paths(self.project_dir)):
+            return  # uncommitted edits of the log are the agent's work: leave them for the git-clean check
+        moved = progresslog.trim(progress, keep)
+        archive = progresslog.archive_path(progress)
+        error = commit_paths(
+            self.project_dir, [progress, archive], f"ralph: before iteration {iteration + 1} - archive {moved} progress entries"
+        )
+        if error:
+            self.emit("loop_commit_failed", iteration=iteration + 1, error=error)
+        self.emit("progress_trimmed", iteration=iteration + 1, moved=moved, kept=keep, archive=str(archive))
 
     def _note_in_progress(
         self, record: IterationRecord, message: str, subject: str = "loop repaired the task list", paths: list[Path] | None = None
@@ -1309,6 +1346,7 @@ class Loop:
             "iterations": len(self.records),
             "max_iterations": self.config.max_iterations,
             "cost_usd": round(self.cost, 6),
+            "usage": total_usage(self.records),
             "elapsed": round(time.monotonic() - self.started, 3),
             "stories": stories,
             "records": [record.__dict__ for record in self.records],
@@ -1328,6 +1366,34 @@ class Loop:
         )
         self.emit("run_finished", **summary)
         return result
+
+
+USAGE_KEYS = {
+    "input_tokens": "input",
+    "cache_read_input_tokens": "cache_read",
+    "cache_creation_input_tokens": "cache_write",
+    "output_tokens": "output",
+}
+"""Token counts of a stream-json ``usage`` object, and the names ralph records them under."""
+
+
+def add_usage(into: dict[str, int], usage: Any) -> None:
+    """Add the token counts of an agent's ``usage`` report to ``into`` (other fields ignored)."""
+    if not isinstance(usage, dict):
+        return
+    for key, name in USAGE_KEYS.items():
+        value = usage.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            into[name] = into.get(name, 0) + int(value)
+
+
+def total_usage(records: list[IterationRecord]) -> dict[str, int]:
+    """The token counts of all ``records``, summed."""
+    total: dict[str, int] = {}
+    for record in records:
+        for name, value in record.usage.items():
+            total[name] = total.get(name, 0) + value
+    return total
 
 
 def _done(tasks: TaskList) -> int:

@@ -1,14 +1,120 @@
-"""Render one iteration's prompt: the project's prompt.md plus the loop's own section."""
+"""Render one iteration's prompt: the project's prompt.md for this mode, plus the loop's own section.
+
+A template may mark parts that apply only to some iterations::
+
+    <!-- ralph:if review review-fix -->
+    ...only in review and review-fix iterations...
+    <!-- ralph:end -->
+
+A block is kept when one of its names applies: the iteration's mode (``implement``,
+``review``, ``review-fix``) or the run's review setting (``with-review``, ``skip-review``).
+Blocks nest (a nested block needs its own name to apply too).  ``<!-- ralph:note ... -->``
+comments are dropped.  A template without any ``ralph:`` marker is sent as it is, so a
+project's own ``prompt.md`` written for all three modes keeps working unchanged.
+
+The loop's section (``## This iteration``) carries the policy's instructions, the selected
+story as JSON and the recent part of the progress log, so an iteration need not read a
+large task list or log to start.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from ralph.contracts import Policy, Selection
+from ralph.errors import UsageError
 from ralph.tasks import TaskList
 from ralph.templates import render
 
 THIS_ITERATION_HEADING = "## This iteration (set by the loop — authoritative)"
+SECTION_NAMES = frozenset({"implement", "review", "review-fix", "with-review", "skip-review"})
+"""Names a ``<!-- ralph:if ... -->`` block may use."""
+
+_IF = re.compile(r"^\s*<!--\s*ralph:if\s+(?P<names>[^>]*?)\s*-->\s*$")
+_END = re.compile(r"^\s*<!--\s*ralph:end\s*-->\s*$")
+_NOTE = re.compile(r"^\s*<!--\s*ralph:note\b")
+_ANY_MARKER = re.compile(r"<!--\s*ralph:")
+_INTERNAL_FIELDS = ("failed", "failureReason")
+
+
+def active_names(mode: str, skip_review: bool) -> frozenset[str]:
+    """The section names that apply to an iteration in ``mode``."""
+    return frozenset({mode, "skip-review" if skip_review else "with-review"})
+
+
+def select_sections(template: str, active: frozenset[str] | set[str], source: str = "prompt.md") -> str:
+    """Keep the marked blocks of ``template`` that apply to ``active``, drop the rest and the markers.
+
+    Raises :class:`UsageError` naming ``source`` and the line for an unknown name, an
+    ``end`` without ``if``, or a block left open.
+    """
+    if not _ANY_MARKER.search(template):
+        return template
+    kept: list[str] = []
+    stack: list[tuple[bool, int]] = []
+    in_note = False
+    for number, line in enumerate(template.splitlines(keepends=True), 1):
+        if in_note:
+            in_note = "-->" not in line
+            continue
+        if _NOTE.match(line):
+            in_note = "-->" not in line.split("ralph:note", 1)[1]
+            continue
+        opened = _IF.match(line)
+        if opened:
+            names = set(opened.group("names").split())
+            unknown = sorted(names - SECTION_NAMES)
+            if unknown or not names:
+                raise UsageError(
+                    f"{source} line {number}: unknown section name {', '.join(unknown) or '(none)'} in "
+                    f"`ralph:if`; use {', '.join(sorted(SECTION_NAMES))}"
+                )
+            stack.append((bool(names & active), number))
+            continue
+        if _END.match(line):
+            if not stack:
+                raise UsageError(f"{source} line {number}: `<!-- ralph:end -->` without an open `ralph:if` block")
+            stack.pop()
+            continue
+        if _ANY_MARKER.search(line):
+            raise UsageError(
+                f"{source} line {number}: not a valid `ralph:` marker; markers are `<!-- ralph:if NAME ... -->`, "
+                "`<!-- ralph:end -->` and `<!-- ralph:note ... -->`, each alone on its line"
+            )
+        if all(keep for keep, _ in stack):
+            kept.append(line)
+    if in_note:
+        raise UsageError(f"{source}: a `<!-- ralph:note` comment is never closed with `-->`")
+    if stack:
+        raise UsageError(f"{source} line {stack[-1][1]}: `ralph:if` block is never closed with `<!-- ralph:end -->`")
+    return re.sub(r"\n{3,}", "\n\n", "".join(kept))
+
+
+def check_template(template: str, source: str = "prompt.md") -> None:
+    """Raise :class:`UsageError` when the template's section markers are malformed."""
+    select_sections(template, frozenset(), source)
+
+
+def story_json(tasks: TaskList, story_id: str | None) -> str:
+    """The selected story as the task list holds it (the loop's own bookkeeping fields left out)."""
+    story = tasks.story(story_id or "")
+    if story is None:
+        return ""
+    data = story.model_dump(mode="json")
+    for name in _INTERNAL_FIELDS:
+        if not data.get(name):
+            data.pop(name, None)
+    # one field per line: readable, and about 15% smaller than indent=2 for list-valued fields
+    fields = [f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}" for key, value in data.items()]
+    return "{\n" + ",\n".join(fields) + "\n}"
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in ``text`` (quoted entries may hold fences)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def render_prompt(
@@ -24,10 +130,19 @@ def render_prompt(
     tasks: TaskList,
     feedback: list[str],
     tasks_file: str = "",
+    progress: str = "",
+    progress_file: str = "",
+    progress_archive: str = "",
 ) -> str:
-    """Substitute the template tokens and append the loop's section and feedback."""
+    """This mode's part of the template with its tokens filled in, then the loop's section.
+
+    ``progress`` is the excerpt of the progress log to quote (see
+    :func:`ralph.loop.progresslog.excerpt`); ``progress_file`` and ``progress_archive`` name the log
+    and its archive for the agent.
+    """
+    sections = select_sections(template, active_names(selection.mode, skip_review))
     body = render(
-        template,
+        sections,
         {
             "RALPH_ITERATION": str(iteration),
             "RALPH_MAX_ITERATIONS": str(max_iterations),
@@ -42,6 +157,17 @@ def render_prompt(
             f"- Task list: `{tasks_file}` (this project's format; wherever this prompt says tasks.json, "
             "it means this file)"
         )
+    if tasks.verifyCommands:
+        parts.append("- verifyCommands: " + ", ".join(f"`{command}`" for command in tasks.verifyCommands))
+    story = story_json(tasks, selection.story_id)
+    if story:
+        parts += ["", f"### The story, as in `{tasks_file or ralph_dir + '/tasks.json'}`", "", "```json", story, "```"]
+    if progress:
+        where = f"`{progress_file}`" if progress_file else "the progress log"
+        older = f"; older entries are in `{progress_archive}`" if progress_archive else ""
+        fence = _fence(progress)
+        parts += ["", f"### Progress log: Codebase Patterns and recent entries (from {where}{older})", "",
+                  fence + "text", progress, fence]  # fmt: skip
     if feedback:
         parts += ["", "### Feedback from the loop about the previous iteration", ""]
         parts += [f"- {item}" for item in feedback]

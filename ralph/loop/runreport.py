@@ -164,6 +164,10 @@ def render_run_summary(data: dict[str, Any]) -> str:
         f"{done}/{len(stories)} stories done | {data.get('iterations')} iterations | "
         f"cost ${data.get('cost_usd', 0):.4f} | {format_elapsed(data.get('elapsed', 0))} | {data.get('reason')}"
     )
+    usage = data.get("usage")
+    if isinstance(usage, dict) and usage:
+        names = (("input", "input"), ("cache_read", "cache read"), ("cache_write", "cache write"), ("output", "output"))
+        lines.append("tokens: " + ", ".join(f"{label} {usage.get(key, 0):,}" for key, label in names))
     return "\n".join(lines)
 
 

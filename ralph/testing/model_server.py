@@ -274,8 +274,11 @@ def _estimate_tokens(s: str) -> int:
     return max(1, len(s) // 4)
 
 
-def encode_turn(turn: Turn, model: str, input_tokens: int) -> bytes:
-    """The full SSE stream for ``turn``, as the Messages API streams a reply."""
+def encode_turn(turn: Turn, model: str, input_tokens: int, usage: dict[str, int] | None = None) -> bytes:
+    """The full SSE stream for ``turn``, as the Messages API streams a reply.
+
+    ``usage`` overrides the token counts of ``message_start`` (e.g. a simulated cache split).
+    """
     message_id = f"msg_scripted_{next(_tool_ids):06d}"
     out = [
         _sse(
@@ -295,6 +298,7 @@ def encode_turn(turn: Turn, model: str, input_tokens: int) -> bytes:
                         "output_tokens": 1,
                         "cache_creation_input_tokens": 0,
                         "cache_read_input_tokens": 0,
+                        **(usage or {}),
                     },
                 },
             },
@@ -391,7 +395,8 @@ class _Handler(BaseHTTPRequestHandler):
             reply = _exhausted()
         elif _is_exhausted(reply):
             self.server.owner._count_unscripted()
-        self._send(200, encode_turn(reply, request.model, _estimate_tokens(raw)), "text/event-stream",
+        usage = self.server.owner._usage(body, raw)
+        self._send(200, encode_turn(reply, request.model, usage["input_tokens"], usage), "text/event-stream",
                    {"cache-control": "no-cache", "request-id": "req_scripted"})
 
 
@@ -411,10 +416,14 @@ class ScriptedModelServer:
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(self, responder: Responder, host: str = "127.0.0.1") -> None:
+    def __init__(self, responder: Responder, host: str = "127.0.0.1", cache: bool = False) -> None:
         self.responder = responder
         self.host = host
         """The address to bind: e.g. the docker bridge gateway, so a sandboxed agent reaches it."""
+        self.cache = cache
+        """Simulate prompt caching in the reported usage: the request's tools + system prefix is
+        a cache write the first time the server sees it and a cache read afterwards."""
+        self._prefixes: set[str] = set()
         self._requests: list[ModelRequest] = []
         self._errors: list[BaseException] = []
         self._unscripted = 0
@@ -423,6 +432,19 @@ class ScriptedModelServer:
         self._thread: threading.Thread | None = None
 
     # bookkeeping, called from handler threads
+    def _usage(self, body: Any, raw: str) -> dict[str, int]:
+        """Token counts for a request: ~4 bytes per token, split by the cache simulation."""
+        total = _estimate_tokens(raw)
+        if not self.cache or not isinstance(body, dict):
+            return {"input_tokens": total}
+        prefix = json.dumps([body.get("tools"), body.get("system")], sort_keys=True)
+        cached = min(total - 1, _estimate_tokens(prefix))
+        with self._lock:
+            seen = prefix in self._prefixes
+            self._prefixes.add(prefix)
+        key = "cache_read_input_tokens" if seen else "cache_creation_input_tokens"
+        return {"input_tokens": total - cached, key: cached}
+
     def _record(self, request: ModelRequest) -> None:
         with self._lock:
             self._requests.append(request)

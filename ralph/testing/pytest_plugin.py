@@ -31,13 +31,13 @@ def ralph_project(tmp_path: Path) -> RalphProject:
 
 @pytest.fixture
 def scripted_model() -> Iterator[Callable[[Any], Any]]:
-    """Factory: ``server = scripted_model(responder)`` starts a scripted model server."""
+    """Factory: ``server = scripted_model(responder, cache=False)`` starts a scripted model server."""
     from ralph.testing.model_server import ScriptedModelServer
 
     servers: list[ScriptedModelServer] = []
 
-    def start(responder: Any) -> ScriptedModelServer:
-        server = ScriptedModelServer(responder).start()
+    def start(responder: Any, **options: Any) -> ScriptedModelServer:
+        server = ScriptedModelServer(responder, **options).start()
         servers.append(server)
         return server
 
