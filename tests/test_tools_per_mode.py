@@ -45,6 +45,8 @@ def test_default_tool_sets_per_mode(tmp_path: Path) -> None:
     assert _option(_argv(agent, tmp_path, "review-fix"), "--tools") == "Bash,Read,Edit,Write"
     assert _option(_argv(agent, tmp_path, "review"), "--tools") == "Bash,Read,Edit"
     assert _option(_argv(agent, tmp_path, None, purpose="quality"), "--tools") == "Bash,Read"
+    read_only = AgentInvocation(prompt="p", project_dir=tmp_path, run_dir=tmp_path, iteration=1, purpose="x", read_only=True)
+    assert _option(agent.process(read_only).argv, "--tools") == "Bash,Read"
     # an invocation without a mode (a third-party caller) keeps the CLI's own set
     assert "--tools" not in _argv(agent, tmp_path)
     for names in DEFAULT_TOOLS.values():

@@ -28,7 +28,9 @@ def test_usage_is_summed_from_result_events() -> None:
 
 
 def _table_row(text: str, first: str) -> list[str]:
-    return next(line.split() for line in text.splitlines() if line.split()[:1] == [first])
+    """The first row starting with ``first`` in the token tables (after their heading)."""
+    tables = text[text.index("tokens the agent reported") :]
+    return next(line.split() for line in tables.splitlines() if line.split()[:1] == [first])
 
 
 @pytest.mark.real_claude

@@ -16,9 +16,12 @@ DEFAULT_TOOLS: dict[str, list[str]] = {
     "quality": ["Bash", "Read"],
     # the spec gate's reviewer: read and run, change nothing (the loop undoes any change anyway)
     "spec": ["Bash", "Read"],
+    # any other read-only call (a third-party gate's reviewer)
+    "read-only": ["Bash", "Read"],
 }
-"""Claude Code built-in tools offered per iteration mode, or per extra call's purpose (``--tools``):
-the CLI refuses every other built-in tool.  A mode or purpose not listed gets the CLI's own set."""
+"""Claude Code built-in tools offered per iteration mode, per extra call's purpose, or for any
+read-only call (``--tools``): the CLI refuses every other built-in tool.  A call matching no key gets
+the CLI's own set."""
 
 
 class ClaudeConfig(ConfigSection):
@@ -32,7 +35,8 @@ class ClaudeConfig(ConfigSection):
     tools: dict[str, list[str]] = Field(
         default_factory=lambda: {mode: list(names) for mode, names in DEFAULT_TOOLS.items()},
         description=(
-            "built-in tools per mode (implement, review, review-fix) or extra call (quality), passed as "
+            "built-in tools per mode (implement, review, review-fix), extra call (quality, spec) or read-only "
+            "call (read-only), passed as "
             '--tools; ["default"] keeps the CLI\'s own set; keys you set replace only those entries'
         ),
     )
