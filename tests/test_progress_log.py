@@ -107,12 +107,14 @@ def test_the_loop_archives_old_entries_and_the_prompt_names_the_archive(
 
     archive = ralph_project.ralph_dir / "progress-archive.txt"
     kept = progresslog.parse(progress.read_text()).entries
-    assert len(kept) == 6  # 5 kept before iteration 1, plus the one iteration 1 wrote
-    # nothing lost: every original entry is in the archive or still in the log, in order
-    assert (archive.read_text().split("\n", 1)[1] + "".join(kept[:5])) == original_entries
-    assert [e["moved"] for e in ralph_project.events("progress_trimmed")] == [25]
+    # 25 moved before iteration 1; iteration 1 added one, so one more moved before iteration 2
+    assert [e["moved"] for e in ralph_project.events("progress_trimmed")] == [25, 1]
+    assert len(kept) == 5 and "## Iteration 31 - implement - US-001" in kept[-1]
+    # nothing lost: every entry is in the archive or still in the log, once, in order
+    assert archive.read_text().split("\n", 1)[1] + "".join(kept[:4]) == original_entries
     log = ralph_project.git("log", "--format=%s")
     assert "ralph: before iteration 1 - archive 25 progress entries" in log
+    assert "ralph: before iteration 2 - archive 1 progress entries" in log
     assert ralph_project.git("status", "--porcelain") == ""
     # the prompt the CLI really sent: the story's JSON, recent entries, and where the rest is
     first = next(r.first_user_text for r in server.requests if script.key_of(r) == 1)

@@ -139,9 +139,8 @@ class ReviewPolicy(Policy):
         elif selection.mode == "review" and story is not None:
             number = story.reviewCount + 1
             lines.append(
-                f"- This is review number {number} of this story: set reviewCount to {number}. "
-                'Approve (reviewStatus "approved" and passes true, with notes) or request changes '
-                '(reviewStatus "changes_requested" with specific reviewFeedback). Do not fix code yourself.'
+                f"- This is review number {number} of this story: set reviewCount to {number}, then approve "
+                "(with notes) or request changes (with reviewFeedback). Do not fix code yourself."
             )
             if number >= self.cap:
                 lines.append(
