@@ -979,7 +979,7 @@ class Loop:
         return before
 
     def _trim_progress(self, iteration: int) -> None:
-        """Keep the progress log bounded: older entries move to its archive, committed by the loop."""
+        """Before ``iteration``: keep the progress log bounded (older entries move to its archive, committed)."""
         from ralph.gitutil import dirty_paths
         from ralph.loop import progresslog
 
@@ -995,11 +995,11 @@ class Loop:
         moved = progresslog.trim(progress, keep)
         archive = progresslog.archive_path(progress)
         error = commit_paths(
-            self.project_dir, [progress, archive], f"ralph: before iteration {iteration + 1} - archive {moved} progress entries"
+            self.project_dir, [progress, archive], f"ralph: before iteration {iteration} - archive {moved} progress entries"
         )
         if error:
-            self.emit("loop_commit_failed", iteration=iteration + 1, error=error)
-        self.emit("progress_trimmed", iteration=iteration + 1, moved=moved, kept=keep, archive=str(archive))
+            self.emit("loop_commit_failed", iteration=iteration, error=error)
+        self.emit("progress_trimmed", iteration=iteration, moved=moved, kept=keep, archive=str(archive))
 
     def _note_in_progress(
         self, record: IterationRecord, message: str, subject: str = "loop repaired the task list", paths: list[Path] | None = None
