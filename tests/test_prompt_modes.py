@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from ralph.config import RalphConfig
-from ralph.contracts import Selection, StoryState
+from ralph.contracts import Selection
 from ralph.errors import UsageError
 from ralph.loop.prompt import render_prompt, select_sections
 from ralph.settings import Settings

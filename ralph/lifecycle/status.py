@@ -98,12 +98,12 @@ def usage_lines(events: list[dict]) -> list[str]:
     if not finished:
         return []
     per_story: dict[str, dict[str, int]] = {}
-    rows = [("iteration", "mode", "story", *USAGE_COLUMNS)]
+    rows: list[tuple[str, ...]] = [("iteration", "mode", "story", *USAGE_COLUMNS)]
     for event in finished:
         usage = usage_of(event["usage"])
         rows.append((f"#{event.get('iteration')}", str(event.get("mode")), str(event.get("story") or "-"), *usage_cells(usage)))
         story = per_story.setdefault(str(event.get("story") or "-"), {})
         for name, value in usage.items():
             story[name] = story.get(name, 0) + value
-    stories = [("story", *USAGE_COLUMNS)] + [(sid, *usage_cells(usage)) for sid, usage in per_story.items()]
+    stories: list[tuple[str, ...]] = [("story", *USAGE_COLUMNS)] + [(sid, *usage_cells(usage)) for sid, usage in per_story.items()]
     return ["", "tokens the agent reported (input / cache read / cache write / output):", *aligned_rows(rows), *aligned_rows(stories)]

@@ -58,7 +58,7 @@ def parse(text: str) -> ProgressLog:
     if not starts:
         return ProgressLog(text, [])
     # An entry takes the blank lines before its heading with it, so trimming leaves no gap.
-    bounds = []
+    bounds: list[int] = []
     for start in starts:
         while start > 0 and not lines[start - 1].strip() and (not bounds or start - 1 > bounds[-1]):
             start -= 1

@@ -7,6 +7,7 @@ where an actor lands (``{"node2": 1}``).  Needs the ``ray`` extra.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -58,7 +59,7 @@ def local_cluster(**workers: dict[str, float]) -> Iterator[LocalCluster]:
     try:
         for name, resources in workers.items():
             handle.add_node(name, num_cpus=1, **resources)
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
         yield handle
     finally:
         if ray.is_initialized():

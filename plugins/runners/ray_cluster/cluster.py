@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ def connect(cfg: Any) -> ClusterConnection:
 
     if ray.is_initialized():
         return ClusterConnection(ray.get_runtime_context().gcs_address, started=False)
-    options: dict[str, Any] = {"log_to_driver": False, "logging_level": "ERROR", "include_dashboard": False}
+    options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR, "include_dashboard": False}
     try:
         with _neutral_cwd():
             if cfg.address:

@@ -166,7 +166,8 @@ class RayFleet(FleetEngine):
         try:
             state = capture(project_dir)
             env = _forwarded_env(cfg.env)
-            remote = ray.remote(FleetLoopActor).options(**_placement(cfg))
+            remote: Any = ray.remote(FleetLoopActor)
+            remote = remote.options(**_placement(cfg))
             for unit in units:  # all placed at once; Ray starts each when a node has room
                 actor = remote.remote()
                 loops.append(_Loop(unit, actor, pending=actor.where.remote()))
