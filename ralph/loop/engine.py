@@ -137,6 +137,7 @@ class Loop:
         self.taskfile = TaskFile(store, self.tasks_path)
         """The task file: reads, the loop's writes, the last good text, the trusted non-story fields."""
         self.trusted_files: Any = None
+        self.trusted_config_table: Any = None
         self.trusted_tracked: set[Path] = set()
         """prd.md, prompt.md and the agent CLIs' project settings as the run started (``TrustedFiles``)."""
         self.hook_server: Any = None
@@ -1206,11 +1207,12 @@ class Loop:
         """Read the run's trusted inputs once (in process and in the run directory); warn about weak settings."""
         assert self.run_dir is not None
         from ralph.hooks.wiring import weakening_settings
-        from ralph.loop.trustedfiles import TrustedFiles, protected_files
+        from ralph.loop.trustedfiles import TrustedConfigTable, TrustedFiles, protected_files
 
         self.taskfile.trust(tasks, self.run_dir)
         self.trusted_files = TrustedFiles(self.project_dir, protected_files(self.project_dir, self.ralph_dir))
         self.trusted_files.save(self.run_dir)
+        self.trusted_config_table = TrustedConfigTable(self.project_dir)
         self.trusted_tracked = {path for path in self.trusted_files.paths if _tracked(self.project_dir, path)}
         config = self.config.model_dump(mode="json") if hasattr(self.config, "model_dump") else {}
         atomic_write_text(self.run_dir / "trusted" / "config.json", json.dumps(config, indent=2, default=str) + "\n")
@@ -1222,9 +1224,19 @@ class Loop:
         if self.trusted_files is None:
             return []
         restored = self.trusted_files.restore()
-        if not restored:
-            return []
         violations = []
+        table = self.trusted_config_table
+        if table is not None:
+            config_restored, config_message = table.check()
+            if config_restored is not None:
+                restored.append(config_restored)
+            if config_message is not None:
+                violations.append(Violation("protected-file", config_message))
+                self.emit("protected_file_restored", iteration=record.number, path="pyproject.toml", how="reported",
+                          message=config_message)
+                self._note_in_progress(record, config_message, subject="agent changed [tool.ralph]", paths=[])
+        if not restored:
+            return violations
         names = []
         for item in restored:
             name = str(item.path.relative_to(self.project_dir)) if item.path.is_relative_to(self.project_dir) else str(item.path)

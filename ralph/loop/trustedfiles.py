@@ -27,6 +27,7 @@ def protected_files(project_dir: Path, ralph_dir: Path) -> list[Path]:
         project_dir / ".claude" / "settings.local.json",
         project_dir / ".codex" / "config.toml",
         project_dir / ".codex" / "hooks.json",
+        project_dir / "ralph.toml",
     ]
 
 
@@ -135,3 +136,52 @@ def _clear_way(path: Path, root: Path) -> None:
         path.unlink()
     elif path.is_dir():
         shutil.rmtree(path)
+
+
+class TrustedConfigTable:
+    """``[tool.ralph]`` of ``pyproject.toml`` as the run started.
+
+    The run uses its in-process copy of the config anyway; this tells the agent (and the
+    person) when it changed the table.  ``pyproject.toml`` is also the project's own file, so
+    it is restored whole only when nothing but ``[tool.ralph]`` changed; otherwise the change
+    is reported and left for the person to judge.
+    """
+
+    def __init__(self, project_dir: Path) -> None:
+        self.path = project_dir / "pyproject.toml"
+        self.content = _read(self.path)
+        self.table, self.rest = _split_table(self.content)
+
+    def check(self) -> tuple[Restored | None, str | None]:
+        """(what was restored, or None; a message when ``[tool.ralph]`` changed, or None)."""
+        current = _read(self.path)
+        if current == self.content:
+            return None, None
+        table, rest = _split_table(current)
+        if table == self.table:
+            return None, None
+        if rest == self.rest and self.content is not None:
+            tmp = self.path.with_name(f".{self.path.name}.ralph-restore")
+            tmp.write_bytes(self.content)
+            os.replace(tmp, self.path)
+            return Restored(self.path, "changed"), None
+        return None, (
+            "pyproject.toml's [tool.ralph] was changed by the agent together with other parts of the file; "
+            "this run keeps using its trusted config, but the next run would read the change: the loop left "
+            "the file as it is for the person to review (revert the [tool.ralph] part unless it was asked for)."
+        )
+
+
+def _split_table(data: bytes | None) -> tuple[object, object]:
+    """(the ``tool.ralph`` table, everything else) of a pyproject file; unparseable text is compared as is."""
+    import tomllib
+
+    if data is None:
+        return None, None
+    try:
+        parsed = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return ("unparseable", data), ("unparseable", data)
+    tool = parsed.get("tool")
+    table = tool.pop("ralph", None) if isinstance(tool, dict) else None
+    return table, parsed
