@@ -85,7 +85,9 @@ def test_api_errors_and_retries_are_errors() -> None:
         "type": "assistant", "is_api_error_message": True, "error": "server_error", "api_error_status": 529,
         "message": {"model": "<synthetic>", "content": [{"type": "text", "text": "API Error: 529 Overloaded."}]},
     }  # fmt: skip
-    (event,) = parse_line(json.dumps(api_error))
+    # 529 (overloaded) is also a rate-limit rejection, waited out like a usage limit (issue 12)
+    rate_limit, event = parse_line(json.dumps(api_error))
+    assert rate_limit.kind == "rate_limit" and rate_limit.data["status"] == 529
     assert event.kind == "error" and event.data["status"] == 529
     retry = {"type": "system", "subtype": "api_retry", "attempt": 1, "max_retries": 1, "error_status": 500}
     (event,) = parse_line(json.dumps(retry))
