@@ -290,21 +290,20 @@ def test_usage_beyond_one_megabyte_falls_back_to_size(tmp_path: Path) -> None:
     assert context_monitor.estimate_tokens(transcript) == transcript.stat().st_size // 4
 
 
-def test_post_tool_use_is_fast_on_a_large_transcript(host: PluginHost, tmp_path: Path) -> None:
-    transcript = write_jsonl(tmp_path / "t.jsonl", [filler(100_000) for _ in range(30)] + [usage_entry(20_000)])
+def test_post_tool_use_on_a_large_transcript_reads_its_latest_usage(host: PluginHost, tmp_path: Path) -> None:
+    """3 MB of transcript before the latest usage entry: the monitor still finds it (its speed is
+    measured in benchmarks/hook_latency.py, not asserted here)."""
+    transcript = write_jsonl(
+        tmp_path / "t.jsonl", [usage_entry(20_000)] + [filler(100_000) for _ in range(30)] + [usage_entry(150_000)]
+    )
     payload = {
         "tool_name": "Bash",
         "tool_input": {"command": "pytest -q"},
         "tool_response": {"stdout": "ok line\n" * 20_000 + "5 passed in 1.00s\n", "stderr": ""},
         "transcript_path": str(transcript),
     }
-    call(host, "PostToolUse", payload, tmp_path, session=MemorySession())  # warm up
-    timings = []
-    for _ in range(5):
-        start = time.perf_counter()
-        call(host, "PostToolUse", payload, tmp_path, session=MemorySession())
-        timings.append(time.perf_counter() - start)
-    assert sorted(timings)[2] < 0.1
+    messages = call(host, "PostToolUse", payload, tmp_path, session=MemorySession())
+    assert any("75%" in m or "WARNING" in m for m in messages), messages
 
 
 def test_imports_are_cheap_and_patterns_lazy() -> None:
