@@ -199,7 +199,7 @@ def answers_in_the_loop(loop: object, project: Path, runs: int) -> list[tuple[st
 
 def grammar_and_parse(runs: int, env: dict[str, str]) -> None:
     """Loading tree-sitter and the bash grammar (fresh processes), and analysing a 1 KB command (in-process)."""
-    from ralph_plugins.guards.shell import analyze
+    from ralph.shell import analyze
 
     probe = (
         "import time; t = time.perf_counter(); import tree_sitter, tree_sitter_bash; t1 = time.perf_counter(); "

@@ -17,7 +17,7 @@ from ralph.contracts import Denial, HookEvent, LoopView
 from ralph.plugin.manager import PluginHost
 from ralph.testing.hooks import MemorySession, make_event
 from guard_corpus import ATTACKS
-from ralph_plugins.guards.shell import analyze
+from ralph.shell import analyze
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "guards.md"
 HOME = "/home/agent"
@@ -321,7 +321,7 @@ def test_analyze_api(tmp_path: Path) -> None:
 
 
 def test_git_aliases_are_resolved_like_git_does() -> None:
-    from ralph_plugins.guards.git import view
+    from ralph.shell.git import view
 
     assert view(["git", "-c", "alias.P=push", "P"]).sub == "push"  # names are case-insensitive
     assert view(["git", "-c", "alias.a=b -v", "-c", "alias.b=push", "a", "origin"]).args == ["-v", "origin"]
@@ -337,7 +337,7 @@ def test_the_grammar_is_loaded_only_when_a_command_is_analysed() -> None:
     code = (
         "import sys, ralph_plugins.guards.dangerous_commands, ralph_plugins.guards.protected_files\n"
         "assert 'tree_sitter' not in sys.modules\n"
-        "from ralph_plugins.guards.shell import analyze\n"
+        "from ralph.shell import analyze\n"
         "analyze('git status')\n"
         "assert 'tree_sitter' in sys.modules\n"
     )

@@ -2,7 +2,7 @@
 
 Every rule has a name (shown to the agent as ``[rule]``) and a reason saying
 what to do instead.  The command line is parsed with a real bash grammar and
-analysed by :mod:`ralph_plugins.guards.shell` (quotes, ``bash -c``, ``eval``,
+analysed by :mod:`ralph.shell` (quotes, ``bash -c``, ``eval``,
 ``$(...)``, wrappers, pipes into a shell, git aliases), so ``r''m -rf /`` and
 ``bash -c "git push"`` are seen for what they run.  Rules (see docs/guards.md):
 
@@ -27,10 +27,23 @@ import os
 import re
 from pathlib import Path
 
-from ralph.api import Denial, HookEvent, hookimpl
-from ralph_plugins.guards.git import GitView, parse_git, short_flag, view
-from ralph_plugins.guards.programs import fetches, find_roots, has_long
-from ralph_plugins.guards.shell import PRIVILEGE_WRAPPERS, Analysis, Command, analyze_for, resolve_path
+from ralph.api import (
+    PRIVILEGE_WRAPPERS,
+    Analysis,
+    Command,
+    Denial,
+    GitView,
+    HookEvent,
+    analyze_for,
+    fetches,
+    find_roots,
+    has_long,
+    hookimpl,
+    parse_git,
+    resolve_path,
+    short_flag,
+)
+from ralph.api import git_view as view
 
 __all__ = ["PUSH_REASON", "check_command", "current_branch", "is_direct", "is_secret_path", "parse_git"]
 

@@ -20,8 +20,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from ralph.api import Denial, HookEvent, hookimpl
-from ralph_plugins.guards.shell import Command, analyze_for, resolve_path
+from ralph.api import Command, Denial, HookEvent, analyze_for, hookimpl, resolve_path
 
 RULE = "protected-file"
 EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path", "NotebookEdit": "notebook_path"}

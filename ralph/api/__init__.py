@@ -70,6 +70,23 @@ if TYPE_CHECKING:
     from ralph.loop.preflight import endpoint_answers
     from ralph.loop.runreport import format_elapsed, render_run_report, render_run_summary
     from ralph.process import KILL_GRACE_SECONDS, run_process
+    from ralph.shell import (
+        PRIVILEGE_WRAPPERS,
+        SHELLS,
+        Analysis,
+        Command,
+        Opaque,
+        ShellAnalysis,
+        WriteTarget,
+        analyze,
+        analyze_for,
+        basename,
+        resolve_path,
+    )
+    from ralph.shell.git import GitView, parse_git, short_flag
+    from ralph.shell.git import view as git_view
+    from ralph.shell.progutil import fetches, has_long
+    from ralph.shell.tools import find_roots
     from ralph.tasks import (
         REVIEW_FIELDS,
         ReviewStatus,
@@ -156,9 +173,27 @@ __all__ = [
     "same_json",
     "story_id_problem",
     "structural_problems",
+    "PRIVILEGE_WRAPPERS",
+    "SHELLS",
+    "Analysis",
+    "Command",
+    "Opaque",
+    "ShellAnalysis",
+    "WriteTarget",
+    "analyze",
+    "analyze_for",
+    "basename",
+    "resolve_path",
+    "GitView",
+    "parse_git",
+    "short_flag",
+    "git_view",
+    "fetches",
+    "has_long",
+    "find_roots",
 ]
 
-# Names whose modules are not needed by every plugin (pydantic models, subprocess, json):
+# Names whose modules are not needed by every plugin (pydantic models, subprocess, json, the shell analysis):
 # loaded on first use (PEP 562), so hook calls stay cheap.
 _LAZY = {
     "BUILTIN_PROMPT_NOTE": "ralph.loop.start",
@@ -191,6 +226,25 @@ _LAZY = {
     "parse_tasks": "ralph.tasks",
     "ready_stories": "ralph.tasks",
     "structural_problems": "ralph.tasks",
+    # The shell analysis behind the guards (tree-sitter is loaded on the first analyze, not here).
+    "Analysis": "ralph.shell",
+    "Command": "ralph.shell",
+    "Opaque": "ralph.shell",
+    "PRIVILEGE_WRAPPERS": "ralph.shell",
+    "SHELLS": "ralph.shell",
+    "ShellAnalysis": "ralph.shell",
+    "WriteTarget": "ralph.shell",
+    "analyze": "ralph.shell",
+    "analyze_for": "ralph.shell",
+    "basename": "ralph.shell",
+    "resolve_path": "ralph.shell",
+    "GitView": "ralph.shell.git",
+    "git_view": "ralph.shell.git:view",
+    "parse_git": "ralph.shell.git",
+    "short_flag": "ralph.shell.git",
+    "fetches": "ralph.shell.progutil",
+    "has_long": "ralph.shell.progutil",
+    "find_roots": "ralph.shell.tools",
 }
 
 
@@ -198,7 +252,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ralph.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attr = module.partition(":")  # "module:attr" when the public name differs
+    value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value
     return value
 

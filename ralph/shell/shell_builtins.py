@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ralph_plugins.guards.progutil import Handler, emit, getopts, is_stdin_path, run_code
-from ralph_plugins.guards.walker import Call, Walker, Word
+from ralph.shell.progutil import Handler, emit, getopts, is_stdin_path, run_code
+from ralph.shell.walker import Call, Walker, Word
 
 
 def _eval(w: Walker, call: Call) -> None:

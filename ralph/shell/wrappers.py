@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from ralph_plugins.guards.environment import check_env
-from ralph_plugins.guards.progutil import Handler, emit, getopts, inner, quote, run_code
-from ralph_plugins.guards.walker import Call, Flow, Val, Walker, Word
+from ralph.shell.environment import check_env
+from ralph.shell.progutil import Handler, emit, getopts, inner, quote, run_code
+from ralph.shell.walker import Call, Flow, Val, Walker, Word
 
 
 def _wrapper(values: frozenset[str] | set[str], operands_before: int = 0, no_command: tuple[str, ...] = ()) -> Handler:
@@ -42,8 +42,8 @@ def _env(w: Walker, call: Call) -> None:
             st.cd.append(chdir.text)
     split = opts.get("-S") or opts.get("--split-string")
     if split is not None:
-        for key, value in env.items():
-            check_env(w, key, value, st, call.flow, persistent=False)
+        for name, val in env.items():
+            check_env(w, name, val, st, call.flow, persistent=False)
         rest = " ".join(quote(x.text) for x in words[i:])
         run_code(w, call, Word(split.text + (" " + rest if rest else ""), split.dynamic), "`env -S`")
         return

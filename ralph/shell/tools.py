@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-from ralph_plugins.guards.progutil import Handler, emit, expand_long, getopts, is_stdin_path
-from ralph_plugins.guards.shell import basename, resolve_path
-from ralph_plugins.guards.walker import Call, Flow, Walker, Word
+from ralph.shell.progutil import Handler, emit, expand_long, getopts, is_stdin_path
+from ralph.shell import basename, resolve_path
+from ralph.shell.walker import Call, Flow, Walker, Word
 
 
 def _at(w: Walker, call: Call) -> None:
@@ -197,7 +197,7 @@ def _find(w: Walker, call: Call) -> None:
             continue
         if t in ("-fprint", "-fprint0", "-fprintf", "-fls") and i + 1 < len(words):
             target = words[i + 1]
-            from ralph_plugins.guards.shell import WriteTarget
+            from ralph.shell import WriteTarget
 
             w.result.writes.append(WriteTarget(target.text, target.dynamic, target.glob, list(call.st.cd),
                                                call.st.cd_unknown, "find " + t))
@@ -205,7 +205,7 @@ def _find(w: Walker, call: Call) -> None:
 
 
 def _tee(w: Walker, call: Call) -> None:
-    from ralph_plugins.guards.shell import WriteTarget
+    from ralph.shell import WriteTarget
 
     emit(w, call)
     opts, i = getopts(call.words, 1, {"--output-error"})
@@ -237,7 +237,7 @@ def _links(w: Walker, call: Call) -> None:
 
 
 def _git(w: Walker, call: Call) -> None:
-    from ralph_plugins.guards.git import inspect
+    from ralph.shell.git import inspect
 
     emit(w, call)
     inspect(w, call)

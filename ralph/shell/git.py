@@ -229,7 +229,7 @@ def inspect(w: Any, call: Any) -> None:
 
 
 def _flow(call: Any, reads_output: bool = False) -> Any:
-    from ralph_plugins.guards.walker import Flow
+    from ralph.shell.walker import Flow
 
     return Flow(stdin=("pipe", "git's output") if reads_output else None, depth=call.flow.depth)
 
@@ -253,7 +253,7 @@ def _global_options(w: Any, call: Any, v: GitView) -> None:
 
 def _exec_values(args: list[str]) -> list[str]:
     """The commands given to ``git rebase --exec``/``-x`` (abbreviations included)."""
-    from ralph_plugins.guards.progutil import has_long
+    from ralph.shell.progutil import has_long
 
     found = []
     for k, a in enumerate(args):
@@ -285,7 +285,7 @@ def _submodule(w: Any, call: Any, args: list[str]) -> None:
 
 
 def _bisect(w: Any, call: Any, args: list[str]) -> None:
-    from ralph_plugins.guards.walker import Word
+    from ralph.shell.walker import Word
 
     if args[:1] != ["run"]:
         return
@@ -295,14 +295,14 @@ def _bisect(w: Any, call: Any, args: list[str]) -> None:
 
 
 def _difftool(w: Any, call: Any, args: list[str]) -> None:
-    from ralph_plugins.guards.progutil import has_long
+    from ralph.shell.progutil import has_long
 
     if any(a == "-x" or has_long([a], "--extcmd", 5) for a in args):
         w.opaque("`git difftool --extcmd` runs a command", "use `git diff`")
 
 
 def _transport_programs(w: Any, sub: str, args: list[str]) -> None:
-    from ralph_plugins.guards.progutil import has_long
+    from ralph.shell.progutil import has_long
 
     if sub not in ("fetch", "pull", "clone", "ls-remote", "archive", "push", "init", "remote"):
         return
@@ -320,7 +320,7 @@ def _clone(w: Any, call: Any, args: list[str]) -> None:
 
 
 def _config(w: Any, call: Any, args: list[str]) -> None:
-    from ralph_plugins.guards.walker import Word
+    from ralph.shell.walker import Word
 
     write = _config_write(args)
     if write is None:

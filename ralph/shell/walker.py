@@ -1,4 +1,4 @@
-"""Walk a bash syntax tree (tree-sitter-bash) into an :class:`~ralph_plugins.guards.shell.Analysis`.
+"""Walk a bash syntax tree (tree-sitter-bash) into an :class:`~ralph.shell.Analysis`.
 
 The walker knows an explicit set of node types (lists, pipelines, groups,
 ``if``/``while``/``for``/``case``, functions, assignments, redirections,
@@ -8,7 +8,7 @@ files linked or copied.  A node type it does not know, and every expansion
 whose effect it cannot know (``${x@P}``, ``${!x}``, arithmetic on a value that
 is not a plain number, a run-time command name ...), is recorded as opaque
 instead of being guessed.  What each program does with its arguments (wrappers,
-shells, ``eval``, ``git`` ...) is in :mod:`ralph_plugins.guards.programs`.
+shells, ``eval``, ``git`` ...) is in :mod:`ralph.shell.programs`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
-from ralph_plugins.guards.grammar import parse
-from ralph_plugins.guards.shell import MAX_DEPTH, Analysis, Command, WriteTarget, basename, resolve_path
+from ralph.shell.grammar import parse
+from ralph.shell import MAX_DEPTH, Analysis, Command, WriteTarget, basename, resolve_path
 
 Val = Union[str, list, None]
 """A variable's value on this line: text, an array, or None (only known at run time)."""
@@ -325,7 +325,7 @@ class Walker:
         if body.type == "command":
             self.command(body, st, flow2, pairs)
         elif body.type == "declaration_command":
-            from ralph_plugins.guards.environment import declaration
+            from ralph.shell.environment import declaration
 
             declaration(self, body, st, flow2, pairs)
         else:
@@ -355,7 +355,7 @@ class Walker:
     def _assignment(self, node: Any, st: State, flow: Flow) -> None:
         name, value = self.assignment(node, st, flow)
         if name is not None:
-            from ralph_plugins.guards.environment import check_env
+            from ralph.shell.environment import check_env
 
             check_env(self, name, value, st, flow)
             st.vars[name] = value
@@ -365,7 +365,7 @@ class Walker:
             self.statement(child, st, flow)
 
     def _declaration(self, node: Any, st: State, flow: Flow) -> None:
-        from ralph_plugins.guards.environment import declaration
+        from ralph.shell.environment import declaration
 
         declaration(self, node, st, flow)
 
@@ -427,7 +427,7 @@ class Walker:
         if len(words) == 1 and words[0].text == "exec" and flow2.stdin is not None and flow2.stdin[0] != "pipe":
             st.stdin = flow2.stdin  # `exec < <(curl ...)`: every later command reads that
         if not has_name:
-            from ralph_plugins.guards.environment import check_env
+            from ralph.shell.environment import check_env
 
             for name, value in env.items():
                 check_env(self, name, value, st, flow)
@@ -438,8 +438,8 @@ class Walker:
     def run(self, words: list[Word], env: dict[str, Val], st: State, flow: Flow, wrappers: list[str],
             redirects: list[tuple[str, str]]) -> None:
         """Dispatch one simple command (after its words were expanded)."""
-        from ralph_plugins.guards.environment import check_env
-        from ralph_plugins.guards.programs import dispatch
+        from ralph.shell.environment import check_env
+        from ralph.shell.programs import dispatch
 
         words = [w for w in words if w.text or not w.split]
         if not words:
@@ -837,7 +837,7 @@ _WORD_PARTS = {
 
 
 def walk(command: str, result: Analysis, cwd: str, home: str) -> None:
-    """Analyse ``command`` into ``result`` (see :func:`ralph_plugins.guards.shell.analyze`)."""
+    """Analyse ``command`` into ``result`` (see :func:`ralph.shell.analyze`)."""
     Walker(result, cwd, home).code(command, State(), Flow(), "the command")
 
 

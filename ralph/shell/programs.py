@@ -1,24 +1,24 @@
 """What programs do with their arguments: the dispatch from a command name to its handler.
 
-Each handler gets the :class:`~ralph_plugins.guards.walker.Call` of one simple
+Each handler gets the :class:`~ralph.shell.walker.Call` of one simple
 command and records what it runs: the command itself, the command it wraps
-(:mod:`~ralph_plugins.guards.wrappers`), code it runs or reads from stdin
-(:mod:`~ralph_plugins.guards.interpreters`, :mod:`~ralph_plugins.guards.shell_builtins`),
-or an opaque finding for what cannot be followed (:mod:`~ralph_plugins.guards.tools`
+(:mod:`~ralph.shell.wrappers`), code it runs or reads from stdin
+(:mod:`~ralph.shell.interpreters`, :mod:`~ralph.shell.shell_builtins`),
+or an opaque finding for what cannot be followed (:mod:`~ralph.shell.tools`
 for ``sed e``, ``awk system()``, ``find -exec`` ...).  A program without a handler
 is an ordinary command.
 """
 
 from __future__ import annotations
 
-from ralph_plugins.guards.environment import check_env, declaration
-from ralph_plugins.guards.interpreters import INTERPRETER, INTERPRETER_HANDLERS, _interpreter, _shell
-from ralph_plugins.guards.progutil import Handler, emit, fetches, getopts, has_long, is_stdin_path
-from ralph_plugins.guards.shell import SHELLS
-from ralph_plugins.guards.shell_builtins import BUILTINS
-from ralph_plugins.guards.tools import TOOLS, find_roots, sed_executes
-from ralph_plugins.guards.walker import Call, Walker
-from ralph_plugins.guards.wrappers import WRAPPERS
+from ralph.shell.environment import check_env, declaration
+from ralph.shell.interpreters import INTERPRETER, INTERPRETER_HANDLERS, _interpreter, _shell
+from ralph.shell.progutil import Handler, emit, fetches, getopts, has_long, is_stdin_path
+from ralph.shell import SHELLS
+from ralph.shell.shell_builtins import BUILTINS
+from ralph.shell.tools import TOOLS, find_roots, sed_executes
+from ralph.shell.walker import Call, Walker
+from ralph.shell.wrappers import WRAPPERS
 
 __all__ = ["OPAQUE_WRAPPERS", "check_env", "declaration", "dispatch", "fetches", "find_roots", "getopts", "has_long",
            "is_stdin_path", "sed_executes"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ralph_plugins.guards.walker import Flow, State, Val, Walker
+from ralph.shell.walker import Flow, State, Val, Walker
 
 
 _CODE_VARS = {
@@ -44,7 +44,7 @@ def check_env(w: Walker, name: str, value: Val, st: State, flow: Flow, persisten
 
 def declaration(w: Walker, node: Any, st: State, flow: Flow, redirects: list[tuple[str, str]] | None = None) -> None:
     """``declare``/``typeset``/``local``/``export``/``readonly`` (a declaration_command node)."""
-    from ralph_plugins.guards.walker import _text
+    from ralph.shell.walker import _text
 
     keyword = _text(node.children[0]) if node.children else "declare"
     argv = [keyword]
@@ -75,7 +75,7 @@ def declaration(w: Walker, node: Any, st: State, flow: Flow, redirects: list[tup
                     if "n" in word.text[1:]:
                         w.opaque(f"`{keyword} -n` makes a name refer to another variable", "use the variable directly")
                     integer = integer or "i" in word.text[1:]
-    from ralph_plugins.guards.shell import Command
+    from ralph.shell import Command
 
     w.result.simple.append(Command(argv, [False] * len(argv), [False] * len(argv), redirects=list(redirects or []),
                                    piped_in=flow.piped_in,

@@ -1,8 +1,8 @@
 """What would this Bash command line run?  The shell analysis behind the PreToolUse guards.
 
 The command line is parsed with a real bash grammar (tree-sitter with
-``tree-sitter-bash``, see :mod:`ralph_plugins.guards.grammar`) and the syntax
-tree is walked by :mod:`ralph_plugins.guards.walker`, which models an explicit
+``tree-sitter-bash``, see :mod:`ralph.shell.grammar`) and the syntax
+tree is walked by :mod:`ralph.shell.walker`, which models an explicit
 set of constructs.  Anything outside that set -- a syntax node, an expansion, a
 builtin, a wrapper or a git option that can run code the walker does not
 follow -- is not guessed at: it is reported in :attr:`Analysis.opaque`, and in
@@ -66,8 +66,10 @@ SHELLS = frozenset(
     {"sh", "bash", "zsh", "dash", "ksh", "ksh93", "mksh", "ash", "yash", "posh", "fish", "csh", "tcsh", "rbash", "lksh",
      "oksh", "loksh", "pdksh", "elvish", "nu", "xonsh", "ion"}
 )
+"""Shell programs: one that reads its code from a pipe or runs ``-c`` code is followed or reported."""
 PRIVILEGE_WRAPPERS = frozenset({"sudo", "doas", "pkexec", "runuser", "sudoedit", "su", "gosu", "su-exec", "sg",
                                 "newgrp", "run0"})
+"""Programs that run another command with other privileges (``sudo``, ``doas`` ...)."""
 
 
 @dataclass
@@ -97,7 +99,7 @@ class Command:
     real_name: str | None = None
     """The program a ``./name`` symlink points at, when that differs from the typed name."""
     git: Any = None
-    """For ``git``: its :class:`~ralph_plugins.guards.git.GitView` (subcommand after aliases, ``-c`` settings)."""
+    """For ``git``: its :class:`~ralph.shell.git.GitView` (subcommand after aliases, ``-c`` settings)."""
 
     @property
     def name(self) -> str:
@@ -113,6 +115,7 @@ class Command:
 
     @property
     def args(self) -> list[str]:
+        """The arguments after the program's name."""
         return self.argv[1:]
 
 
@@ -162,6 +165,7 @@ class Analysis:
 
     @property
     def redirect_targets(self) -> list[str]:
+        """The paths of :attr:`writes` (redirections and ``tee``)."""
         return [w.path for w in self.writes]
 
     def add_opaque(self, construct: str, advice: str) -> None:
@@ -182,7 +186,7 @@ def basename(word: str) -> str:
 
 def analyze(command: str, cwd: str | None = None, project_dir: str | None = None, home: str | None = None) -> Analysis:
     """Parse ``command`` with the bash grammar and report what it would run (never raises)."""
-    from ralph_plugins.guards.walker import walk
+    from ralph.shell.walker import walk
 
     result = Analysis(command)
     if len(command) > MAX_CHARS:

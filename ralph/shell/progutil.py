@@ -6,7 +6,7 @@ import os
 import re
 from typing import Callable
 
-from ralph_plugins.guards.walker import Call, Flow, State, Val, Walker, Word
+from ralph.shell.walker import Call, Flow, State, Val, Walker, Word
 
 
 Handler = Callable[[Walker, Call], None]
