@@ -6,6 +6,11 @@ It runs the agent process there, buffers its output for the loop to poll, and
 relays the agent's hook calls (through :class:`ralph.hooks.relay.HookRelay`)
 to the loop, which answers them over Ray.
 
+With ``agent_runs = "docker-sandbox"`` the actor holds a
+:class:`~ralph_plugins.runners.docker_sandbox.DockerSandboxRunner` whose project is
+its checkout: the agent (and the loop's gate commands) then run in the hardened
+sandbox container on the node's own Docker engine, removed when the actor closes.
+
 This module is imported on the node by Ray; it must not import ray at module
 level (the class is wrapped with ``ray.remote`` by the runner).
 """
@@ -37,7 +42,7 @@ PR_SET_CHILD_SUBREAPER = 36
 class WorkspaceActor:
     """A checkout, an agent process and a hook relay on one node."""
 
-    def __init__(self, hook_client_source: str) -> None:
+    def __init__(self, hook_client_source: str, sandbox: dict[str, Any] | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="ralph-ray-"))
         self.repo = self.root / "workspace"
         init_checkout(self.repo)
@@ -54,6 +59,9 @@ class WorkspaceActor:
         self._process: subprocess.Popen[str] | None = None
         self._exit: int | None = None
         self.relay = HookRelay(self._relay, self.private / "relay").start()
+        self._sandbox_runner: Any = _sandbox_runner(self.repo, sandbox) if sandbox is not None else None
+        self._cancel = threading.Event()
+        self._sandbox_thread: threading.Thread | None = None
         _become_subreaper()
 
     # -- where ---------------------------------------------------------------------
@@ -62,13 +70,28 @@ class WorkspaceActor:
         """Node, host, process and checkout of this actor, and the hook command that works here."""
         import ray
 
+        sandboxed = self._sandbox_runner is not None
         return {
             "node_id": ray.get_runtime_context().get_node_id(),
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "workspace": str(self.repo),
-            "hook_command": f"{sys.executable} -S -P {self.client}",
+            "agent_runs": "docker-sandbox" if sandboxed else "direct",
+            "hook_command": self._sandbox_runner.hook_command() if sandboxed else f"{sys.executable} -S -P {self.client}",
         }
+
+    def sandbox_check(self) -> str | None:
+        """None when this node's Docker engine answers and has the sandbox image, else why not (with the fix)."""
+        if self._sandbox_runner is None:
+            return None
+        available = self._sandbox_runner.availability()
+        if not available.ok:
+            return available.reason
+        try:
+            self._sandbox_runner.prepare(self.repo)  # leftovers of a crashed actor swept; the proxy started
+        except Exception as exc:  # UnavailableError, worded by the docker runner
+            return str(exc)
+        return None
 
     # -- workspace -----------------------------------------------------------------
 
@@ -97,6 +120,9 @@ class WorkspaceActor:
         with self._cond:
             self._lines, self._pending, self._answers, self._exit = [], [], {}, None
             self._stderr.clear()
+        if self._sandbox_runner is not None:
+            self._start_in_sandbox(argv, env, stdin, program)
+            return
         full_env = {**os.environ, **env, "RALPH_HOOK_SOCKET": str(self.relay.path)}
         self._process = subprocess.Popen(
             argv, cwd=self.repo, env=full_env, text=True, encoding="utf-8", errors="replace", bufsize=1,
@@ -113,6 +139,40 @@ class WorkspaceActor:
                 process.stdin.close()
             except BrokenPipeError:
                 pass
+
+    def _start_in_sandbox(self, argv: list[str], env: dict[str, str], stdin: str | None, program: str | None) -> None:
+        """Run the agent as an exec in this checkout's sandbox container (the docker runner does the hardening)."""
+        from ralph.api import ProcessSpec
+
+        spec = ProcessSpec(argv, {**env, "RALPH_HOOK_SOCKET": str(self.relay.path)}, self.repo, stdin=stdin,
+                           program=program)
+        self._cancel = cancel = threading.Event()
+
+        def on_line(line: str) -> None:
+            with self._cond:
+                self._lines.append(line)
+                self._cond.notify_all()
+
+        def run() -> None:
+            try:
+                # the loop keeps the deadline (it calls stop()); no timeout here
+                outcome = self._sandbox_runner.run(spec, on_line, None, cancel)
+                code, stderr = outcome.exit_code, outcome.stderr
+            except Exception as exc:  # the engine failed mid-run: the loop sees it as the agent's failure
+                code, stderr = 125, f"docker-sandbox on the node: {type(exc).__name__}: {exc}"
+            with self._cond:
+                self._stderr.extend(stderr.splitlines())
+                self._exit = code
+                self._cond.notify_all()
+
+        self._sandbox_thread = threading.Thread(target=run, name="ralph-ray-sandbox", daemon=True)
+        self._sandbox_thread.start()
+
+    def run_command(self, command: str, cwd: str, timeout: float | None) -> Any:
+        """A loop-owned command (a gate) in this checkout's sandbox container; a CommandResult."""
+        if self._sandbox_runner is None:
+            raise RuntimeError("run_command on the node needs agent_runs = \"docker-sandbox\"")
+        return self._sandbox_runner.run_command(command, Path(cwd), timeout)
 
     def _pump(self, stream: Any, sink: str) -> None:
         for line in stream:
@@ -155,6 +215,10 @@ class WorkspaceActor:
 
     def stop(self) -> None:
         """Stop the agent's process group, then every process it left behind."""
+        thread = self._sandbox_thread
+        if thread is not None and thread.is_alive():
+            self._cancel.set()  # the docker runner removes the container: every process in it dies
+            thread.join(timeout=60)
         process = self._process
         if process is not None and process.poll() is None:
             for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -184,8 +248,21 @@ class WorkspaceActor:
     def close(self) -> None:
         """Stop everything and remove the checkout."""
         self.stop()
+        if self._sandbox_runner is not None:
+            self._sandbox_runner.cleanup()  # the container (and the allowlist proxy and network) go
         self.relay.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _sandbox_runner(repo: Path, shipped: dict[str, Any]) -> Any:
+    """A docker-sandbox runner whose project is this actor's checkout, from the loop's shipped settings."""
+    from types import SimpleNamespace
+
+    from ralph.api import Settings
+    from ..docker_sandbox import SECTION, DockerSandboxRunner
+
+    core = SimpleNamespace(timeout=shipped["timeout"], max_iterations=shipped["max_iterations"])
+    return DockerSandboxRunner(Settings(repo, core, {SECTION: shipped["section"]}))  # type: ignore[arg-type]
 
 
 def _become_subreaper() -> None:

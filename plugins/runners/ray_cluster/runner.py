@@ -8,6 +8,11 @@ validators, gates and git checks see exactly what direct mode would show them.
 Before a Stop hook is answered the project is brought up to date the same way,
 so the Stop checks read what the agent has done so far.
 
+With ``agent_runs = "docker-sandbox"`` the actor runs the agent (and the loop's
+gate commands, :meth:`RayRunner.run_command`) in the docker-sandbox container
+on its node's Docker engine, hardened exactly as the ``docker-sandbox`` runner
+does on this machine; the runner then isolates (``isolates`` is True).
+
 If the actor's node dies mid-iteration the project is put back as it was at the
 start of the iteration, and the iteration is retried once on another node;
 a second loss stops the run with a clear error.
@@ -23,7 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ralph.api import Availability, ProcessOutcome, ProcessSpec, RalphError, Runner
+from ralph.api import Availability, CommandResult, ProcessOutcome, ProcessSpec, RalphError, Runner, UnavailableError
 
 if TYPE_CHECKING:
     from ralph.api.workspace import WorkspaceState
@@ -42,8 +47,15 @@ class RayRunner(Runner):
 
     name = "ray"
     description = "agent on a Ray cluster node, in a checkout shipped as git bundles; hooks relayed over Ray"
-    isolates = False
-    """The agent runs elsewhere, but ralph does not sandbox it there (unless agent_runs = docker-sandbox)."""
+    @property  # type: ignore[override]
+    def isolates(self) -> bool:  # type: ignore[override]
+        """True with ``agent_runs = "docker-sandbox"``: the agent and gate commands run in the node's sandbox container."""
+        return self.sandboxed
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether the agent runs in the docker-sandbox container on its node."""
+        return bool(self.config().agent_runs == "docker-sandbox")
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
@@ -71,11 +83,6 @@ class RayRunner(Runner):
 
         if importlib.util.find_spec("ray") is None:
             return Availability.no(NO_RAY)
-        if self.config().agent_runs != "direct":
-            return Availability.no(
-                "[tool.ralph.ray] agent_runs = \"docker-sandbox\" is not implemented yet: the agent runs as a "
-                "plain process on the node (agent_runs = \"direct\")"
-            )
         return Availability.yes()
 
     def agent_view(self) -> Any:
@@ -83,23 +90,52 @@ class RayRunner(Runner):
         from ralph.api import AgentView
 
         env = _forwarded_env(self.config().env)
+        if self.sandboxed:
+            sandbox = self._sandbox_section()
+            home = Path(sandbox.state_dir).expanduser() if sandbox.state_dir else None
+            return AgentView(env=env, home=home, network=sandbox.network, where="the sandbox container on a Ray node")
         home = env.get("HOME") or os.environ.get("HOME") or str(Path.home())
         return AgentView(env=env, home=Path(home))
+
+    def _sandbox_section(self) -> Any:
+        """The ``[tool.ralph.docker-sandbox]`` settings the node's container is made with."""
+        section = self.settings.section("docker-sandbox") if self.settings is not None else None
+        if section is None:
+            from ..docker.config import SandboxConfig
+
+            section = SandboxConfig()
+        return section
+
+    def _sandbox_settings(self) -> dict[str, Any] | None:
+        """What the actor needs to build its docker-sandbox runner (None: the agent runs directly)."""
+        if not self.sandboxed:
+            return None
+        core = getattr(self.settings, "config", None)
+        return {
+            "section": self._sandbox_section(),
+            "timeout": float(getattr(core, "timeout", 3600) or 3600),
+            "max_iterations": int(getattr(core, "max_iterations", 15) or 15),
+        }
 
     def preflight(self, context: Any) -> list[Any]:
         """The cluster answers, and some alive node offers what one iteration asks for."""
         from ralph.api import Check
 
         cfg = self.config()
+        sandbox = []
+        if self.sandboxed:
+            sandbox = [Check(True, f"ray: the agent and gate commands run in the docker-sandbox container "
+                                   f"({self._sandbox_section().image}) on the node; its engine and image are "
+                                   "checked when the workspace actor starts")]
         if not cfg.address:
-            return [Check(True, "ray: no address set: a local Ray cluster will be started for the run and stopped after it")]
+            return [*sandbox, Check(True, "ray: no address set: a local Ray cluster will be started for the run and stopped after it")]
         from .cluster import describe_cluster
 
         try:
             lines, fitting = describe_cluster(cfg)
         except RalphError as exc:
             return [Check(False, str(exc), "start the cluster (`ray start --head`) or fix [tool.ralph.ray] address")]
-        checks = [Check(True, line) for line in lines]
+        checks = [*sandbox, *(Check(True, line) for line in lines)]
         if not fitting:
             wanted = {"CPU": cfg.num_cpus, **cfg.resources}
             checks.append(Check(False, f"ray: no alive node offers what an iteration asks for ({wanted})",
@@ -149,13 +185,21 @@ class RayRunner(Runner):
         remote = ray.remote(WorkspaceActor).options(**options)
         from ralph.api.hooks import hook_client_path
 
-        self._actor = remote.remote(hook_client_path().read_text(encoding="utf-8"))
+        self._actor = remote.remote(hook_client_path().read_text(encoding="utf-8"), self._sandbox_settings())
         self._known = set()
         try:
             self._where = ray.get(self._actor.where.remote(), timeout=max(cfg.call_timeout, 120))
+            problem = ray.get(self._actor.sandbox_check.remote(), timeout=max(cfg.call_timeout, 120))
         except Exception as exc:
             self._drop_actor()
             raise RalphError(f"ray runner: the workspace actor could not start: {type(exc).__name__}: {exc}") from exc
+        if problem:
+            host = self._where.get("hostname", "?")
+            self._drop_actor()
+            raise UnavailableError(
+                f"ray runner: agent_runs = \"docker-sandbox\" but node {self._where.get('node_id', '?')[:12]} "
+                f"({host}) cannot run the sandbox: {problem} (run it on that node)"
+            )
         self.placements.append(dict(self._where))
 
     def _drop_actor(self) -> None:
@@ -172,6 +216,33 @@ class RayRunner(Runner):
             ray.kill(actor)
         except Exception:
             pass
+
+    # -- gate commands ------------------------------------------------------------------
+
+    def run_command(self, command: str, cwd: Path, timeout: float | None) -> CommandResult:
+        """With ``agent_runs = "docker-sandbox"``, a gate command runs in the node's sandbox container
+        on the project's current state (never on this machine); otherwise on this machine as in direct mode."""
+        if not self.sandboxed:
+            return super().run_command(command, cwd, timeout)
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        from ralph.api.workspace import capture
+
+        if self._actor is None or self._project is None:
+            raise RalphError("ray runner: a gate command ran before the workspace actor started (prepare() was not called)")
+        shipped = capture(self._project, self._known)
+        self._call(self._actor.sync_in.remote(shipped, self._branch))
+        self._known.add(shipped.head)
+        workspace = self._where["workspace"]
+        node_cwd = _translate(str(Path(cwd).resolve()), str(self._project.resolve()), workspace)
+        wait = None if timeout is None else timeout + self.config().call_timeout
+        try:
+            result = ray.get(self._actor.run_command.remote(command, node_cwd, timeout), timeout=wait)
+        except (RayActorError, GetTimeoutError) as exc:
+            raise RalphError(f"ray runner: the gate command's node was lost ({type(exc).__name__}); run again") from exc
+        output = _translate(result.output, workspace, str(self._project))
+        return CommandResult(result.exit_code, output, result.timed_out, "sandbox")
 
     # -- one iteration ------------------------------------------------------------------
 
