@@ -31,7 +31,7 @@ IN_CONTAINER = (
 )
 
 
-def configure(project: RalphProject, cluster: Any, gateway: str, port: int, **sandbox: Any) -> None:
+def configure(project: RalphProject, cluster: Any, gateway: str, port: int, **sandbox: Any) -> None:  # noqa: F811
     """The ray runner on node2 with the agent in the sandbox; the allowlist proxy lets only the model server through."""
     settings = {"network": "allowlist", "allow_hosts": [f"{gateway}:{port}"], **sandbox}
     lines = [

@@ -92,8 +92,8 @@ class RayRunner(Runner):
         env = _forwarded_env(self.config().env)
         if self.sandboxed:
             sandbox = self._sandbox_section()
-            home = Path(sandbox.state_dir).expanduser() if sandbox.state_dir else None
-            return AgentView(env=env, home=home, network=sandbox.network, where="the sandbox container on a Ray node")
+            state = Path(sandbox.state_dir).expanduser() if sandbox.state_dir else None
+            return AgentView(env=env, home=state, network=sandbox.network, where="the sandbox container on a Ray node")
         home = env.get("HOME") or os.environ.get("HOME") or str(Path.home())
         return AgentView(env=env, home=Path(home))
 
