@@ -77,6 +77,7 @@ class WorkspaceActor:
             "pid": os.getpid(),
             "workspace": str(self.repo),
             "agent_runs": "docker-sandbox" if sandboxed else "direct",
+            "hook_socket": str(self.relay.path),
             "hook_command": self._sandbox_runner.hook_command() if sandboxed else f"{sys.executable} -S -P {self.client}",
         }
 

@@ -373,15 +373,17 @@ class RayRunner(Runner):
         """argv and env for the node: loop files (hook settings) shipped, run-dir paths remapped."""
         run_dir = spec.env.get("RALPH_RUN_DIR")
         argv = list(spec.argv)
+        private = str(Path(self._where["workspace"]).parent / "private")
         for index, arg in enumerate(argv):
             path = Path(arg)
             if index and run_dir and arg.startswith(run_dir + os.sep) and path.is_file():
-                argv[index] = self._call(self._actor.put_file.remote(path.name, path.read_bytes()))
+                data = _node_settings(path.read_bytes(), run_dir, private, self._where["hook_socket"])
+                argv[index] = self._call(self._actor.put_file.remote(path.name, data))
         env = _forwarded_env(self.config().env)
         env.update(spec.env)
         env.pop("RALPH_HOOK_SOCKET", None)  # the actor points it at its relay
         if run_dir:
-            env["RALPH_RUN_DIR"] = str(Path(self._where["workspace"]).parent / "private")
+            env["RALPH_RUN_DIR"] = private
         return argv, env
 
     def _record(self, spec: ProcessSpec, data: dict[str, Any]) -> None:
@@ -391,6 +393,27 @@ class RayRunner(Runner):
             return
         with open(Path(run_dir) / "ray.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"ts": time.time(), **data}) + "\n")
+
+
+def _node_settings(data: bytes, run_dir: str, private: str, hook_socket: str) -> bytes:
+    """A hook settings file for the node: its pinned ``env`` names the relay's socket and the private dir.
+
+    The loop pins ``RALPH_HOOK_SOCKET`` and ``RALPH_RUN_DIR`` in the settings it passes to the
+    agent; on the node they must name the actor's relay and private directory instead.
+    """
+    try:
+        settings = json.loads(data)
+    except ValueError:
+        return data
+    pins = settings.get("env") if isinstance(settings, dict) else None
+    if not isinstance(pins, dict):
+        return data
+    for key, value in pins.items():
+        if key == "RALPH_HOOK_SOCKET":
+            pins[key] = hook_socket
+        elif isinstance(value, str):
+            pins[key] = _translate(value, run_dir, private)
+    return json.dumps(settings, indent=2).encode("utf-8")
 
 
 def _translate(value: Any, old: str, new: str) -> Any:
