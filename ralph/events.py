@@ -184,8 +184,14 @@ class EventKind(str, Enum):
     )
     PROTECTED_FILE_RESTORED = (
         "protected_file_restored",
-        "A file the agent must not change (prd.md, prompt.md, .claude/settings*, .codex config) was "
-        "restored from the run's trusted copy. Payload: iteration, path, how, message.",
+        "A file the agent must not change (prd.md, prompt.md, .claude/settings*, .codex config, ralph.toml, "
+        "pyproject.toml's [tool.ralph]) was restored from the run's trusted copy (how: changed, deleted, created, "
+        "replaced), or reported without a restore (how: reported). Payload: iteration, path, how, message.",
+    )
+    PROGRESS_TRIMMED = (
+        "progress_trimmed",
+        "Before an iteration the loop kept the progress file to its header and the last entries and moved the "
+        "older ones, verbatim, to the archive file (a loop commit). Payload: iteration, moved, kept, archive.",
     )
     TASKS_RESTORED = (
         "tasks_restored",

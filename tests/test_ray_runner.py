@@ -198,7 +198,9 @@ def test_node_killed_mid_iteration_is_retried_once_on_another_node(ralph_project
         victim = next(name for name, node in cluster.nodes.items() if node.node_id == first["node_id"])
         workspace = first["workspace"]
         cluster.kill_node(victim)
-        _kill_processes_in(workspace)  # on a real machine they die with it
+        # on a real machine everything on the node dies at once: the actor first, then what it started
+        _kill(first["pid"])
+        _kill_processes_in(workspace)
         stdout, stderr = process.communicate(timeout=240)
     finally:
         if process.poll() is None:
@@ -218,6 +220,13 @@ def _alive(pid: int) -> bool:
     from ralph.testing.project import process_alive
 
     return process_alive(pid)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _kill_processes_in(directory: str) -> None:
