@@ -66,6 +66,20 @@ def _neutral_cwd() -> Iterator[None]:
             os.chdir(previous)
 
 
+def actor_options(cfg: Any, max_concurrency: int) -> dict[str, Any]:
+    """Ray actor options for one iteration's (or one fleet loop's) placement, from ``[tool.ralph.ray]``."""
+    options: dict[str, Any] = {"num_cpus": cfg.num_cpus, "max_concurrency": max_concurrency, "max_restarts": 0}
+    if cfg.memory:
+        options["memory"] = cfg.memory
+    if cfg.resources:
+        options["resources"] = dict(cfg.resources)
+    if cfg.label_selector:
+        options["label_selector"] = dict(cfg.label_selector)
+    if cfg.runtime_env:
+        options["runtime_env"] = dict(cfg.runtime_env)
+    return options
+
+
 def describe_cluster(cfg: Any) -> tuple[list[str], list[str]]:
     """Lines for `ralph doctor` (address, nodes, resources) and the ids of nodes that fit one iteration."""
     import ray

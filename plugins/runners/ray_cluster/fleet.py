@@ -155,7 +155,7 @@ class RayFleet(FleetEngine):
 
         from ralph.api.workspace import capture
 
-        from .cluster import connect
+        from .cluster import actor_options, connect
         from .runner import _forwarded_env
 
         cfg = self.config()
@@ -167,7 +167,7 @@ class RayFleet(FleetEngine):
             state = capture(project_dir)
             env = _forwarded_env(cfg.env)
             remote: Any = ray.remote(FleetLoopActor)
-            remote = remote.options(**_placement(cfg))
+            remote = remote.options(**actor_options(cfg, max_concurrency=4))
             for unit in units:  # all placed at once; Ray starts each when a node has room
                 actor = remote.remote()
                 loops.append(_Loop(unit, actor, pending=actor.where.remote()))
@@ -275,19 +275,6 @@ def _close(loop: _Loop) -> None:
         ray.kill(loop.actor)
     except Exception:  # noqa: BLE001
         pass
-
-
-def _placement(cfg: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {"num_cpus": cfg.num_cpus, "max_concurrency": 4, "max_restarts": 0}
-    if cfg.memory:
-        options["memory"] = cfg.memory
-    if cfg.resources:
-        options["resources"] = dict(cfg.resources)
-    if cfg.label_selector:
-        options["label_selector"] = dict(cfg.label_selector)
-    if cfg.runtime_env:
-        options["runtime_env"] = dict(cfg.runtime_env)
-    return options
 
 
 def _summary(loops: list[_Loop], out: Any) -> None:

@@ -170,16 +170,10 @@ class RayRunner(Runner):
 
         from .actor import WorkspaceActor
 
+        from .cluster import actor_options
+
         cfg = self.config()
-        options: dict[str, Any] = {"num_cpus": cfg.num_cpus, "max_concurrency": 8, "max_restarts": 0}
-        if cfg.memory:
-            options["memory"] = cfg.memory
-        if cfg.resources:
-            options["resources"] = dict(cfg.resources)
-        if cfg.label_selector:
-            options["label_selector"] = dict(cfg.label_selector)
-        if cfg.runtime_env:
-            options["runtime_env"] = dict(cfg.runtime_env)
+        options = actor_options(cfg, max_concurrency=8)
         if avoid is not None:
             options["scheduling_strategy"] = _another_node(avoid, self._lost_nodes, cfg)
         remote = ray.remote(WorkspaceActor).options(**options)
