@@ -152,6 +152,21 @@ def test_py_typed_ships_with_the_package() -> None:
     assert re.search(r'^ralph = \[.*"py\.typed"', pyproject, re.M), "py.typed must be package data of ralph"
 
 
+def test_every_python_package_is_in_the_distribution() -> None:
+    """An editable install finds any subpackage; a wheel holds only the listed ones (``ralph.api``
+    was once missing, so ``pip install ralph-trustloop`` had no plugin API)."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    on_disk = set()
+    for name, directory in setuptools["package-dir"].items():
+        for init in (ROOT / directory).rglob("__init__.py"):
+            on_disk.add(".".join([name, *init.parent.relative_to(ROOT / directory).parts]))
+    assert {"ralph", "ralph.api", "ralph_plugins"} <= on_disk
+    assert sorted(on_disk - listed) == [], "add these to [tool.setuptools] packages in pyproject.toml"
+
+
 def _kind_literals(node: ast.expr) -> list[str]:
     """The kind strings an ``emit`` argument can be: a literal, both branches of
     ``"a" if x else "b"``, or the first argument of ``LoopEvent("kind", ...)``."""
