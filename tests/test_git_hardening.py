@@ -16,7 +16,8 @@ import pytest
 
 from ralph import gitutil
 from ralph.gitutil import GitMetadataChanged
-from ralph.testing.project import GIT_IDENTITY
+from ralph.testing import RalphProject, ReplayScript, say, story
+from ralph.testing.project import GIT_IDENTITY, ralph_command
 
 
 def plain_git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -206,3 +207,28 @@ def test_work_patch_round_trips_tracked_untracked_and_binary(repo: Path, tmp_pat
     assert (repo / "a.txt").read_text() == "edited\n"
     assert (repo / "pic.bin").read_bytes() == bytes(reversed(range(256)))
     assert (repo / "sub" / "new.txt").read_text() == "untracked\n"
+
+
+
+def test_exclude_file_does_not_grow_over_real_runs(ralph_project: RalphProject, tmp_path: Path) -> None:
+    """Three ``ralph run``s in the project and one in a worktree of it leave one marker line in
+    the common ``info/exclude`` (a drifted copy of this code once added a line per run)."""
+    ralph_project.write_stories([story("US-001")])
+    script = ReplayScript().iteration(1, say("looked around, changed nothing")).write(tmp_path / "script.json")
+    env = {"RALPH_REPLAY_SCRIPT": str(script)}
+    args = ["run", "--runner", "direct", "--agent", "replay", "--skip-review", "-n", "1"]
+    exclude = ralph_project.path / ".git" / "info" / "exclude"
+    after: list[str] = []
+    for number in range(1, 4):
+        result = ralph_project.run(*args, env=env)
+        assert result.returncode == 1 and len(ralph_project.run_dirs()) == number, result.stderr  # one iteration ran
+        after.append(exclude.read_text())
+    assert after[0].splitlines().count("/.ralph-active") == 1
+    assert after == [after[0]] * 3
+    worktree = tmp_path / "wt"
+    assert plain_git(ralph_project.path, "worktree", "add", "-q", "-b", "wt", str(worktree)).returncode == 0
+    result = subprocess.run([*ralph_command(), *args], cwd=worktree, env=ralph_project.process_env(env),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert (worktree / ".ralph-active").exists() is False
+    assert exclude.read_text() == after[0]
