@@ -28,6 +28,27 @@ def test_every_hookspec_has_a_docstring_and_a_reference_entry() -> None:
         assert f"## `{name}(" in reference
 
 
+
+def test_the_plugin_guide_covers_every_hook_and_every_plugin_contract() -> None:
+    """docs/plugins.md says how to write each kind: every hook and every ABC a plugin subclasses."""
+    import inspect
+    import re
+    from abc import ABC
+
+    import ralph.api
+    from ralph.plugin.manager import hook_names
+
+    guide = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    def named(name: str) -> bool:
+        return re.search(rf"\b{name}\b", guide) is not None
+
+    missing = [name for name in hook_names() if not named(name)]
+    contracts = [name for name in ralph.api.__all__
+                 if inspect.isclass(obj := getattr(ralph.api, name)) and ABC in obj.__bases__]
+    assert {"Runner", "Agent", "Policy", "TaskStore", "Gate", "FleetEngine"} <= set(contracts)
+    missing += [name for name in contracts if not named(name)]
+    assert missing == [], "docs/plugins.md does not mention: " + ", ".join(missing)
+
 def test_readme_config_example_is_valid(tmp_path) -> None:
     import re
 
