@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ast
 import enum
+import importlib
 import inspect
+import pkgutil
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -102,20 +105,34 @@ def _attribute_docstrings(path: Path) -> set[str]:
     return names
 
 
+def _api_modules() -> list[types.ModuleType]:
+    """``ralph.api`` and its submodules (``ralph.api.fleet``, ``.hooks``, ``.workspace`` ...)."""
+    found = [ralph.api]
+    for info in pkgutil.iter_modules(ralph.api.__path__, "ralph.api."):
+        found.append(importlib.import_module(info.name))
+    return found
+
+
 def test_every_public_name_is_documented() -> None:
     documented_constants: set[str] = set()
     for path in CORE.rglob("*.py"):
         documented_constants |= _attribute_docstrings(path)
+    modules = _api_modules()
+    assert {m.__name__ for m in modules} >= {"ralph.api", "ralph.api.fleet", "ralph.api.hooks", "ralph.api.workspace"}
     missing = []
-    for name in ralph.api.__all__:
-        obj = getattr(ralph.api, name)
-        if inspect.isclass(obj) or inspect.isfunction(obj):
-            if _own_doc(obj) is None:
-                missing.append(name)
-            if inspect.isclass(obj):
-                missing += [f"{name}.{m}" for m in _undocumented_members(obj)]
-        elif name not in documented_constants:
-            missing.append(f"{name} (a constant or alias: give it an attribute docstring where it is defined)")
+    for module in modules:
+        if _own_doc(module) is None:
+            missing.append(module.__name__)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            where = f"{module.__name__}.{name}"
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                if _own_doc(obj) is None:
+                    missing.append(where)
+                if inspect.isclass(obj):
+                    missing += [f"{where}.{m}" for m in _undocumented_members(obj)]
+            elif name not in documented_constants:
+                missing.append(f"{where} (a constant or alias: give it an attribute docstring where it is defined)")
     assert missing == [], "public names without a docstring:\n" + "\n".join(missing)
 
 
@@ -139,6 +156,23 @@ def test_all_names_resolve_and_star_import_works() -> None:
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         ralph.api.nope  # noqa: B018
 
+
+
+def test_type_checkers_see_every_lazily_loaded_name() -> None:
+    """Names loaded on first use (PEP 562) are also imported under ``TYPE_CHECKING``: without
+    that a plugin author's type checker sees them as ``Any`` (module ``__getattr__``)."""
+    tree = ast.parse((CORE / "api" / "__init__.py").read_text(encoding="utf-8"))
+    typed = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for statement in node.body
+        if isinstance(statement, ast.ImportFrom)
+        for alias in statement.names
+    }
+    lazy = set(ralph.api._LAZY)
+    assert len(lazy) > 30
+    assert sorted(lazy - typed) == []
 
 def test_importing_ralph_api_does_not_import_pydantic() -> None:
     code = "import sys, ralph.api; print(sorted(m for m in sys.modules if m.split('.')[0] in {'pydantic', 'click', 'docker'}))"

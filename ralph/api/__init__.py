@@ -64,6 +64,9 @@ from ralph.settings import Settings
 
 if TYPE_CHECKING:
     from ralph.config import ConfigSection, RalphConfig
+    from ralph.gitutil import git
+    from ralph.loop.start import BUILTIN_PROMPT_NOTE
+    from ralph.procs import become_subreaper, descendants, kill_new_descendants, run_shell
     from ralph.jsonpatch import JsonScanError, decode_json, indent_unit, json_line_of, patch_json_text, same_json
     from ralph.cli.session import Session, open_session
     from ralph.hooks.wiring import hook_packages

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 Forwarder = Callable[[dict[str, Any]], "dict[str, Any] | None"]
+"""Carries one hook request to the loop and returns its reply (None: no answer, the client fails closed)."""
 
 
 class _Handler(socketserver.StreamRequestHandler):

@@ -135,6 +135,7 @@ class Unit:
 
     @property
     def branch(self) -> str:
+        """The branch the unit's loop works on, brought back to the project (``ralph/parallel/PRD-1``)."""
         return BRANCH_PREFIX + self.name
 
 
