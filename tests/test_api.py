@@ -68,6 +68,25 @@ def test_default_plugins_import_ralph_only_through_ralph_api() -> None:
     assert offending == [], "plugins must import ralph only through ralph.api:\n" + "\n".join(offending)
 
 
+
+def test_the_example_packages_use_only_the_public_surface() -> None:
+    """A third-party package (``examples/``) imports ``ralph.api``, and in its tests ``ralph.testing``."""
+    offending = []
+    for path in sorted((ROOT / "examples").rglob("*.py")):
+        in_tests = "tests" in path.relative_to(ROOT).parts
+        allowed = ("ralph.api", "ralph.testing") if in_tests else ("ralph.api",)
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for module in names:
+                top = module.split(".")[0]
+                if top == "ralph_plugins" or (top == "ralph" and not any(
+                        module == a or module.startswith(a + ".") for a in allowed)):
+                    offending.append(f"{path.relative_to(ROOT)}:{node.lineno}: {module}")
+    assert any((ROOT / "examples").rglob("pyproject.toml"))
+    assert offending == [], "examples must use only ralph's public surface:\n" + "\n".join(offending)
+
 # ralph.testing's fixtures for the real CLIs of ralph's own default agents (claude_binary,
 # codex_binary) find them the way those agents do; they are test helpers, imported by no command.
 CORE_MAY_IMPORT_PLUGINS = {"ralph/testing/pytest_plugin.py"}
@@ -230,6 +249,46 @@ def test_every_emitted_event_kind_is_an_event_kind_member() -> None:
     unknown = {kind: where for kind, where in emitted.items() if kind not in members}
     assert unknown == {}, "add these kinds to ralph/events.py (EventKind) with their payload documented"
 
+
+
+# Where loop events are read: the default reporters, and the commands that read a run's event log.
+EVENT_READERS = [*sorted((PLUGINS / "reporters").glob("*.py")),
+                 *(CORE / "lifecycle" / name for name in ("follow.py", "report.py", "status.py"))]
+
+
+def _kind_comparisons(path: Path) -> list[tuple[int, str]]:
+    """(line, string) for each string an event's kind is compared with, and each ``on_<kind>``
+    handler; ``kind`` inside ``on_agent_event`` is an agent event's type, not a loop event's."""
+    found = []
+
+    def is_kind(node: ast.expr) -> bool:
+        return ((isinstance(node, ast.Name) and node.id == "kind") or (isinstance(node, ast.Attribute) and node.attr == "kind")
+                or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value == "kind"))
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.FunctionDef):
+            if node.name == "on_agent_event":
+                return
+            if node.name.startswith("on_"):
+                found.append((node.lineno, node.name[3:]))
+        if isinstance(node, ast.Compare) and is_kind(node.left):
+            for other in node.comparators:
+                values = other.elts if isinstance(other, (ast.Tuple, ast.Set, ast.List)) else [other]
+                found.extend((node.lineno, v.value) for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_every_event_kind_a_reader_expects_is_an_event_kind_member() -> None:
+    """A reporter handler or event-log reader waiting for a misspelled kind would wait silently."""
+    members = {kind.value for kind in ralph.api.EventKind}
+    expected = {f"{path.relative_to(ROOT)}:{line}: {kind}": kind for path in EVENT_READERS for line, kind in _kind_comparisons(path)}
+    assert len(expected) > 30, expected
+    assert sorted(where for where, kind in expected.items() if kind not in members) == []
 
 def test_event_kinds_are_strings_and_documented() -> None:
     kind = ralph.api.EventKind.RUN_STARTED

@@ -54,7 +54,7 @@ TRANSITIONS: dict[IterationMode, tuple[Transition, ...]] = {
             lambda old, new: old.reviewStatus == "needs_review" and new.passes and new.reviewStatus == "approved"
             and new.reviewCount == old.reviewCount + 1,
             ("increase the story's `reviewCount` by exactly 1", "**Approve**", '`reviewStatus: "approved"`',
-             "`passes: true`", "`notes`", "**Auto-approve at cap**", "`[AUTO-APPROVED AT CAP]`"),
+             "`passes: true`", "`notes`", "**Auto-approve at cap**", f"`{AUTO_APPROVED_PREFIX}`"),
         ),
         Transition(
             "request changes",
