@@ -105,7 +105,7 @@ def main(argv: list[str]) -> None:
         os.environ["RALPH_STATE_DIR"] = str(root / "state")
         project = make_project(root, stories)
         from ralph.hooks.server import HookServer
-        from ralph.loop.engine import IterationRecord
+        from ralph.loop.records import IterationRecord
         from ralph.loop.rundir import new_run_dir
         from ralph.cli.session import open_session
 

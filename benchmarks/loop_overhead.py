@@ -60,7 +60,7 @@ from _common import header, int_arg, list_arg, ms, open_task_list, repeat, table
 from ralph import hookimpl  # noqa: E402
 from ralph.contracts import Availability, LoopEvent, ProcessOutcome, ProcessSpec, Runner  # noqa: E402
 from ralph.lifecycle.init import init_project  # noqa: E402
-from ralph.loop.engine import IterationRecord  # noqa: E402
+from ralph.loop.records import IterationRecord  # noqa: E402
 from ralph.plugin.manager import PluginHost  # noqa: E402
 from ralph.cli.session import open_session  # noqa: E402
 

@@ -303,3 +303,111 @@ def test_failing_gate_output_reaches_the_real_agent(gated, scripted_model, claud
     assert "AssertionError: greeting is wrong: helo" in second
     assert [e["gate"] for e in gated.events("gate_failed")] == ["tests"]
     assert gated.story("US-001")["passes"] is True
+
+
+# -- the gate keeper's interface to the loop --------------------------------------------------------
+
+
+def test_gates_module_does_not_import_the_engine() -> None:
+    import ast
+
+    import ralph.loop.gates as gates
+
+    tree = ast.parse(Path(gates.__file__).read_text(encoding="utf-8"))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "ralph.loop.engine" not in imported
+    assert not any(name.startswith("ralph.loop.engine") for name in imported)
+    assert "GateLoop" in vars(gates)
+
+
+class ProtocolOnlyLoop:
+    """Exactly the members :class:`ralph.loop.gates.GateLoop` names; the keeper may set nothing on it."""
+
+    run_dir: Path
+    taskfile: Any
+    runner: Any
+    policy: Any
+    events: list[tuple[str, dict[str, Any]]]
+    persisted: list[str]
+
+    def __init__(self, run_dir: Path, taskfile: Any, runner: Any, policy: Any) -> None:
+        fields = {"run_dir": run_dir, "taskfile": taskfile, "runner": runner, "policy": policy,
+                  "events": [], "persisted": []}
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AssertionError(f"the gate keeper set {name!r} on the loop")
+
+    def emit(self, kind: str, **data: Any) -> None:
+        self.events.append((kind, data))
+
+    def persist_tasks(self, tasks: Any, record: Any, message: str) -> None:
+        self.taskfile.persist(tasks)
+        self.persisted.append(message)
+
+    def ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
+        raise AssertionError("no gate of this project asks an agent")
+
+    def ask_reviewer(self, prompt: str, label: str, timeout: float | None, agent_name: str | None,
+                     model: str | None) -> tuple[str, str]:
+        raise AssertionError("no gate of this project asks a reviewer")
+
+    def iteration_timeout(self) -> float:
+        return 60.0
+
+    def global_remaining(self) -> float | None:
+        return None
+
+
+def test_gate_keeper_runs_the_real_tests_gate_through_the_protocol_alone(gated: RalphProject, tmp_path: Path) -> None:
+    from ralph.cli.session import open_session
+    from ralph.contracts import Selection
+    from ralph.loop.gates import GateKeeper, GateLoop
+    from ralph.loop.records import IterationRecord
+    from ralph.loop.taskfile import TaskFile
+
+    session = open_session(gated.path, {"runner": "direct"}, environ={**gated.process_env()})
+    settings, host = session.settings, session.host
+    store = host.stores.get("tasks-json")()
+    taskfile = TaskFile(store, store.path(settings.ralph_dir))
+    runner = host.runners.get("direct")(settings).resolve(host.runners)
+    policy = host.policies.get("review")(settings)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    loop = ProtocolOnlyLoop(run_dir, taskfile, runner, policy)
+    typed: GateLoop = loop  # `mypy tests/test_gates.py` checks the fake against the protocol
+    keeper = GateKeeper(typed, host, settings)
+    checkpoint = gated.git("rev-parse", "HEAD").strip()
+    selection = Selection("implement", "US-001", "test")
+
+    def iteration(number: int, greeting: str) -> Any:
+        (gated.path / "greet.txt").write_text(greeting)
+        data = gated.tasks()
+        data["userStories"][0]["reviewStatus"] = "needs_review"
+        gated.write_stories(data["userStories"])
+        raw, tasks, _ = taskfile.read()
+        assert tasks is not None
+        taskfile.accept(raw)
+        taskfile.trust(tasks)
+        keeper.before_iteration(selection, checkpoint)
+        return keeper.after_iteration(IterationRecord(number, "implement", "US-001"), selection, tasks, checkpoint, set())
+
+    tasks = iteration(1, "helo")
+    gate = next(data for kind, data in loop.events if kind == "gate")
+    assert gate["gate"] == "tests" and gate["passed"] is False and gate["where"] == "host"
+    assert "AssertionError: greeting is wrong: helo" in gate["output"]
+    failed = next(data for kind, data in loop.events if kind == "gate_failed")
+    assert failed["sent_back"] == ["reviewStatus needs_review → null"]
+    assert loop.persisted == ["the tests gate failed for US-001; the loop set it back (reviewStatus needs_review → null)"]
+    assert tasks.story("US-001").reviewStatus is None
+    assert gated.story("US-001")["reviewStatus"] is None  # written through the task file
+    assert keeper.state("US-001").attempts[-1].gate == "tests"
+    assert keeper.states_dir.is_relative_to(gated.state_dir)
+
+    loop.events.clear()
+    tasks = iteration(2, "hello")
+    assert [data["passed"] for kind, data in loop.events if kind == "gate"] == [True]
+    assert len(loop.persisted) == 1  # nothing sent back
+    assert tasks.story("US-001").reviewStatus == "needs_review"

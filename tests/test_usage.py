@@ -7,7 +7,7 @@ import pytest
 
 from ralph.contracts import AgentEvent
 from ralph.lifecycle.report import tokens
-from ralph.loop.engine import IterationRecord, add_usage, total_usage
+from ralph.loop.records import IterationRecord, add_usage, total_usage
 from ralph.testing.model_server import IterationScript
 from ralph.testing.project import RalphProject, story
 from ralph.testing.scripting import bash_turns, commit_command, set_fields_command

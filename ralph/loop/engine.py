@@ -15,7 +15,6 @@ import re
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,22 @@ from ralph.errors import RalphError, TaskListError, UsageError
 from ralph.fsutil import atomic_write_text
 from ralph.gitutil import commit_paths, git_dir, head
 from ralph.loop.lock import ProjectLock
+from ralph.loop.records import (
+    EXIT_AGENT_FAILING,
+    EXIT_BUDGET,
+    EXIT_COMPLETE,
+    EXIT_EXHAUSTED,
+    EXIT_FAILED_STORIES,
+    EXIT_GLOBAL_TIMEOUT,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    EXIT_USAGE_LIMIT,
+    IterationRecord,
+    RunResult,
+    add_usage,
+    total_usage,
+)
 from ralph.plugin.manager import PluginFailure, PluginHost
 from ralph.loop.prompt import relative_dir, render_prompt
 from ralph.loop.rundir import new_run_dir
@@ -47,58 +62,6 @@ from ralph.tasks import REVIEW_FIELDS, TaskList
 PROMISE = re.compile(r"<promise>\s*COMPLETE\s*</promise>")
 MARKER_NAME = ".ralph-active"
 STATE_FILE_ENV = "RALPH_STATE_FILE"
-
-EXIT_COMPLETE = 0
-EXIT_EXHAUSTED = 1
-EXIT_USAGE = 2
-EXIT_FAILED_STORIES = 3
-EXIT_GLOBAL_TIMEOUT = 4
-EXIT_BUDGET = 5
-EXIT_USAGE_LIMIT = 6
-EXIT_AGENT_FAILING = 7
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143  # 128 + SIGTERM, as shells and seed 001 report it; 130 is SIGINT's
-
-
-@dataclass
-class IterationRecord:
-    """What one iteration did, for the summary and ``ralph status``."""
-
-    number: int
-    mode: str
-    story_id: str | None
-    exit_code: int | None = None
-    timed_out: bool = False
-    cost_usd: float = 0.0
-    seconds: float = 0.0
-    promise: bool = False
-    violations: list[str] = field(default_factory=list)
-    undone: list[str] = field(default_factory=list)
-    usage_limit: str | None = None
-    context_overflow: bool = False
-    agent: str = ""
-    model: str | None = None
-    rate_limit: str | None = None
-    """The API's rate-limit or overload rejection that ended the iteration (waited out, not counted)."""
-    retry_after: float | None = None
-    """Seconds the API asked to wait, when the agent passed it on."""
-    agent_error: str | None = None
-    """The agent's own last error message (e.g. "Not logged in · Please run /login")."""
-    usage: dict[str, int] = field(default_factory=dict)
-    """Tokens the agent reported (``input``, ``cache_read``, ``cache_write``, ``output``)."""
-
-
-@dataclass
-class RunResult:
-    """How the run ended."""
-
-    exit_code: int
-    reason: str
-    run_dir: Path | None
-    iterations: list[IterationRecord]
-    cost_usd: float
-    tasks: TaskList | None
-
 
 class Loop:
     """One ``ralph run``: lock, iterate, validate, decide, clean up."""
@@ -166,7 +129,7 @@ class Loop:
         self.context_overflows: dict[str, int] = {}
         from ralph.loop.gates import GateKeeper
 
-        self.keeper = GateKeeper(self)
+        self.keeper = GateKeeper(self, host, settings)
         self.sessions: dict[str, Any] = {}
         self.plugin_failure: PluginFailure | None = None
         """Set when a guard or Stop check raised in the hook server: the run stops after the iteration."""
@@ -1327,14 +1290,6 @@ class Loop:
 
     # -- the end ---------------------------------------------------------------------------
 
-    def ralph_dir_arg(self) -> str:
-        """`` --ralph-dir X`` (or `` --prd N``) for commands printed to the user; empty for the default."""
-        rel = relative_dir(self.ralph_dir, self.project_dir)
-        if rel == "ralph":
-            return ""
-        match = re.fullmatch(r"\.ralph/PRD-(\d+)", rel)
-        return f" --prd {match.group(1)}" if match else f" --ralph-dir {rel}"
-
     def _finish(self, exit_code: int, reason: str, tasks: TaskList) -> RunResult:
         if exit_code == EXIT_INTERRUPTED and self.interrupt_signal == signal.SIGTERM:
             exit_code, reason = EXIT_TERMINATED, f"{reason} (SIGTERM)"
@@ -1363,9 +1318,12 @@ class Loop:
             "stories": stories,
             "records": [record.__dict__ for record in self.records],
         }
-        from ralph.loop.runreport import build_run_report, render_run_report
+        from ralph.loop.runreport import build_run_report, ralph_dir_arg, render_run_report
 
-        report = build_run_report(tasks, self.keeper, reason, exit_code)
+        report = build_run_report(
+            tasks, self.keeper, reason, exit_code,
+            task_file=self.tasks_path.name, dir_arg=ralph_dir_arg(self.ralph_dir, self.project_dir),
+        )
         summary["report"] = report
         if self.stash_message:
             summary["stash"] = self.stash_message
@@ -1378,34 +1336,6 @@ class Loop:
         )
         self.emit("run_finished", **summary)
         return result
-
-
-USAGE_KEYS = {
-    "input_tokens": "input",
-    "cache_read_input_tokens": "cache_read",
-    "cache_creation_input_tokens": "cache_write",
-    "output_tokens": "output",
-}
-"""Token counts of a stream-json ``usage`` object, and the names ralph records them under."""
-
-
-def add_usage(into: dict[str, int], usage: Any) -> None:
-    """Add the token counts of an agent's ``usage`` report to ``into`` (other fields ignored)."""
-    if not isinstance(usage, dict):
-        return
-    for key, name in USAGE_KEYS.items():
-        value = usage.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            into[name] = into.get(name, 0) + int(value)
-
-
-def total_usage(records: list[IterationRecord]) -> dict[str, int]:
-    """The token counts of all ``records``, summed."""
-    total: dict[str, int] = {}
-    for record in records:
-        for name, value in record.usage.items():
-            total[name] = total.get(name, 0) + value
-    return total
 
 
 def _done(tasks: TaskList) -> int:

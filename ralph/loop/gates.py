@@ -16,15 +16,17 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ralph.contracts import Gate, GateContext, GateResult, Selection
+from ralph.loop.records import IterationRecord
 from ralph.loop.storystate import StoryAttempts, truncate
 
 from ralph.plugin.manager import PluginFailure
 
 if TYPE_CHECKING:
-    from ralph.loop.engine import IterationRecord, Loop
+    from ralph.contracts import Policy, Runner
+    from ralph.loop.taskfile import TaskFile
     from ralph.plugin.manager import PluginHost
     from ralph.settings import Settings
     from ralph.tasks import TaskList
@@ -49,16 +51,62 @@ class FailedStory:
     reset: str
 
 
+class GateLoop(Protocol):
+    """What the gate keeper uses of the loop that runs it, and nothing more.
+
+    The keeper reads these and calls the methods; it never sets anything on the loop.
+    """
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The run directory (None until the run has started)."""
+
+    @property
+    def taskfile(self) -> TaskFile:
+        """The task file: reads, the loop's writes, the last good text, the trusted fields."""
+
+    @property
+    def runner(self) -> Runner:
+        """Where the project's commands run (the gates' ``run_command``)."""
+
+    @property
+    def policy(self) -> Policy:
+        """The review policy (a failed gate sends a story back as the policy's fields say)."""
+
+    def emit(self, kind: str, **data: Any) -> None:
+        """Emit a loop event."""
+
+    def persist_tasks(self, tasks: TaskList, record: IterationRecord, message: str) -> None:
+        """Write a task list the keeper changed, note it in the progress log and commit it."""
+
+    def ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
+        """One extra session of the main agent for a gate; returns its text."""
+
+    def ask_reviewer(
+        self, prompt: str, label: str, timeout: float | None, agent_name: str | None, model: str | None
+    ) -> tuple[str, str]:
+        """A fresh read-only review session for a gate: (answer text, "agent" or "agent/model")."""
+
+    def iteration_timeout(self) -> float:
+        """The agent's time limit for one iteration (already cut to the global limit)."""
+
+    def global_remaining(self) -> float | None:
+        """Seconds left before the global hard timeout (None: no global limit)."""
+
+
 class GateKeeper:
     """Runs gates for a loop and keeps each story's state file."""
 
-    def __init__(self, loop: Loop) -> None:
+    def __init__(self, loop: GateLoop, host: PluginHost, settings: Settings) -> None:
         from ralph.loop.rundir import project_state_dir
 
         self.loop = loop
-        self.config = loop.config
-        self.states_dir = project_state_dir(loop.project_dir, self.config.state_dir) / "stories"
-        self.gates: list[Gate] = sorted(self._enabled_gates(loop.host, loop.settings), key=lambda g: (not g.hard, g.order))
+        self.host = host
+        self.config = settings.config
+        self.project_dir = settings.project_dir
+        self.ralph_dir = settings.ralph_dir
+        self.states_dir = project_state_dir(self.project_dir, self.config.state_dir) / "stories"
+        self.gates: list[Gate] = sorted(self._enabled_gates(host, settings), key=lambda g: (not g.hard, g.order))
         self.states: dict[str, StoryAttempts] = {}
         self.failed: list[FailedStory] = []
         self.quality_warnings: dict[str, list[str]] = {}
@@ -82,6 +130,7 @@ class GateKeeper:
     # -- state ---------------------------------------------------------------------------------
 
     def state(self, story_id: str) -> StoryAttempts:
+        """The story's attempts so far (loaded from its state file the first time)."""
         if story_id not in self.states:
             self.states[story_id] = StoryAttempts.load(self.states_dir, story_id, self.config.max_attempts)
         return self.states[story_id]
@@ -111,6 +160,7 @@ class GateKeeper:
             pass
 
     def record_end(self, data: dict[str, Any]) -> None:
+        """The run reached its end: write the end marker (how it ended, the task file's hash)."""
         from ralph.fsutil import atomic_write_text
 
         try:
@@ -131,6 +181,7 @@ class GateKeeper:
         return target
 
     def before_iteration(self, selection: Selection, checkpoint: str | None) -> None:
+        """Remember where a story's work started (its first implement iteration's checkpoint)."""
         if selection.story_id is None or selection.mode != "implement":
             return
         state = self.state(selection.story_id)
@@ -174,6 +225,10 @@ class GateKeeper:
         checkpoint: str | None,
         untracked_before: set[str],
     ) -> TaskList:
+        """Run the gates after an implement or review-fix iteration; send back, roll back, escalate, stop.
+
+        Returns the task list as it now is (changed and persisted when a gate failed).
+        """
         story_id = selection.story_id
         if selection.mode not in GATED_MODES or story_id is None or tasks.story(story_id) is None:
             return tasks
@@ -189,7 +244,7 @@ class GateKeeper:
             for gate in self.gates:
                 soft, hard = self._timeouts(gate)
                 context = GateContext(
-                    project_dir=loop.project_dir,
+                    project_dir=self.project_dir,
                     run_dir=loop.run_dir,  # type: ignore[arg-type]
                     tasks=loop.taskfile.trusted_view(tasks),  # verifyCommands as the run started
                     story_id=story_id,
@@ -200,9 +255,9 @@ class GateKeeper:
                     ask_agent=functools.partial(self._ask_agent, label=f"{record.number:03d}.{gate.name}", timeout=hard),
                     checkpoint=checkpoint,
                     story_start=state.start_commit,
-                    prd_path=loop.ralph_dir / "prd.md",
+                    prd_path=self.ralph_dir / "prd.md",
                     ask_reviewer=functools.partial(self._ask_reviewer, label=f"{record.number:03d}.{gate.name}", timeout=hard),
-                    run_command=lambda command, timeout: loop.runner.run_command(command, loop.project_dir, timeout),
+                    run_command=lambda command, timeout: loop.runner.run_command(command, self.project_dir, timeout),
                     where="sandbox" if loop.runner.isolates else "host",
                 )
                 gate_result = self._run_read_only(gate, context, record, story_id)
@@ -243,7 +298,7 @@ class GateKeeper:
         from ralph.gitutil import changed_files
 
         state.record_failure(
-            result.gate, result.output, result.exit_code, result.timed_out, changed_files(loop.project_dir, state.start_commit)
+            result.gate, result.output, result.exit_code, result.timed_out, changed_files(self.project_dir, state.start_commit)
         )
         tasks = self._send_back(record, selection, tasks, result)
         if self.config.on_gate_failure == "rollback" and checkpoint:
@@ -259,7 +314,7 @@ class GateKeeper:
         from ralph.loop.treeguard import TreeSnapshot
 
         loop = self.loop
-        snapshot = TreeSnapshot.take(loop.project_dir)
+        snapshot = TreeSnapshot.take(self.project_dir)
         from ralph.gitutil import GitMetadataChanged
 
         try:
@@ -267,7 +322,7 @@ class GateKeeper:
         except GitMetadataChanged:  # the loop's own stop (tampered .git), not the gate's fault
             raise
         except Exception as exc:  # a failing check returns a result; raising means the gate is broken
-            raise PluginFailure("gate", loop.host.provider_of(gate), loop.host.owner_of(gate), exc) from exc
+            raise PluginFailure("gate", self.host.provider_of(gate), self.host.owner_of(gate), exc) from exc
         changes = snapshot.changes()
         if changes:
             snapshot.restore()
@@ -342,9 +397,9 @@ class GateKeeper:
         from ralph.gitutil import rollback
 
         saved = self.save_work(record, checkpoint, f"iteration {record.number}'s work, rolled back after a failed gate")
-        removed = rollback(self.loop.project_dir, checkpoint, untracked_before)
+        removed = rollback(self.project_dir, checkpoint, untracked_before)
         self.loop.emit("rollback", iteration=record.number, to=checkpoint, removed=removed, saved=saved)
-        raw, tasks, _ = self.loop.read_tasks()
+        raw, tasks, _ = self.loop.taskfile.read()
         assert tasks is not None
         self.loop.taskfile.accept(raw)
         return tasks
@@ -354,7 +409,7 @@ class GateKeeper:
         from ralph.gitutil import work_patch
         from ralph.loop.savedwork import record_saved_work
 
-        patch = work_patch(self.loop.project_dir, base)
+        patch = work_patch(self.project_dir, base)
         if not patch or self.loop.run_dir is None:
             return None
         where = record_saved_work(self.loop.run_dir, "rollback", patch, what)
@@ -385,7 +440,7 @@ class GateKeeper:
         """Tier 2: the files the error names (that exist in the project) and the project's file list."""
         from ralph.gitutil import git
 
-        project = self.loop.project_dir
+        project = self.project_dir
         output = state.attempts[-1].output if state.attempts else ""
         listing = git(project, "ls-files", check=False).stdout.splitlines()
         named = []
@@ -407,7 +462,7 @@ class GateKeeper:
         from ralph.gitutil import branch_failed_work, git
 
         loop = self.loop
-        project = loop.project_dir
+        project = self.project_dir
         stuck = state.stuck_count >= 3
         branch = f"wip/ralph-fail-{re.sub(r'[^A-Za-z0-9._-]', '_', story_id)}-{time.strftime('%Y%m%d-%H%M%S')}"
         last = state.attempts[-1] if state.attempts else None
@@ -429,7 +484,7 @@ class GateKeeper:
             else:
                 git(project, "reset", "-q", "--hard", state.start_commit)
                 reset = f"reset to {state.start_commit[:8]}"
-        raw, current, _ = loop.read_tasks()
+        raw, current, _ = loop.taskfile.read()
         if current is None or current.story(story_id) is None:
             current = tasks
         story = current.story(story_id)
@@ -453,11 +508,12 @@ class GateKeeper:
         from ralph.errors import TaskListError
         from ralph.gitutil import show_file
 
-        raw = show_file(self.loop.project_dir, commit, self.loop.tasks_path)
+        taskfile = self.loop.taskfile
+        raw = show_file(self.project_dir, commit, taskfile.path)
         if raw is None:
             return []
         try:
-            then = self.loop.store.parse(raw, self.loop.tasks_path)
+            then = taskfile.store.parse(raw, taskfile.path)
         except TaskListError:
             return []
         before = {s.id: s.state() for s in then.userStories}
@@ -478,6 +534,7 @@ class GateKeeper:
                 path.rename(self.loop.run_dir / f"story-{path.name}")
 
     def summary(self) -> list[dict[str, Any]]:
+        """The stories stopped at tier 3, as dicts."""
         return [failed.__dict__ for failed in self.failed]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -9,8 +11,13 @@ if TYPE_CHECKING:
     from ralph.tasks import TaskList
 
 
-def build_run_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code: int) -> dict[str, Any]:
-    """Completed n/m, and per failed story: attempts, last gate, branch, error, stuck, quality warnings."""
+def build_run_report(
+    tasks: TaskList, keeper: GateKeeper, reason: str, exit_code: int, *, task_file: str, dir_arg: str
+) -> dict[str, Any]:
+    """Completed n/m, and per failed story: attempts, last gate, branch, error, stuck, quality warnings.
+
+    ``task_file`` and ``dir_arg`` (see :func:`ralph_dir_arg`) go into each failed story's retry command.
+    """
     done = [s for s in tasks.userStories if s.passes]
     failed_by_id = {f.story_id: f for f in keeper.failed}
     failed = []
@@ -36,7 +43,7 @@ def build_run_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code
                 "working_branch": info.reset if info else "",
                 "error_lines": error_lines,
                 "tier": 3,
-                "retry": retry_command(story.id, keeper.loop.tasks_path.name, keeper.loop.ralph_dir_arg()),
+                "retry": retry_command(story.id, task_file, dir_arg),
             }
         )
     warnings = {sid: items for sid, items in keeper.quality_warnings.items() if items}
@@ -61,6 +68,17 @@ def build_run_report(tasks: TaskList, keeper: GateKeeper, reason: str, exit_code
 
 #: How many lines of a failed story's last gate output the reports show.
 ERROR_LINES = 6
+
+
+def ralph_dir_arg(ralph_dir: Path, project_dir: Path) -> str:
+    """`` --ralph-dir X`` (or `` --prd N``) for commands printed to the user; empty for the default."""
+    from ralph.loop.prompt import relative_dir
+
+    rel = relative_dir(ralph_dir, project_dir)
+    if rel == "ralph":
+        return ""
+    match = re.fullmatch(r"\.ralph/PRD-(\d+)", rel)
+    return f" --prd {match.group(1)}" if match else f" --ralph-dir {rel}"
 
 
 def retry_command(story_id: str, task_file: str, ralph_dir_arg: str = "") -> str:
