@@ -61,6 +61,15 @@ class TaskFile:
         """Write a list the loop changed (gates, failures), rendered against the last good text."""
         return self.write(tasks, self.last_good)
 
+    def sha256(self) -> str | None:
+        """The file's SHA-256 as it is on disk now (None when it cannot be read)."""
+        import hashlib
+
+        try:
+            return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        except OSError:
+            return None
+
     # -- the trusted part ---------------------------------------------------------------
 
     def trust(self, tasks: TaskList, run_dir: Path | None = None) -> None:
