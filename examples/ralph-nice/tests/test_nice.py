@@ -51,3 +51,13 @@ def test_ralph_plugins_lists_it_with_its_distribution(ralph_project: RalphProjec
     result = ralph_project.run("plugins")
     line = next(line for line in result.stdout.splitlines() if line.startswith("nice "))
     assert "runner nice" in line and "ralph-nice" in line and "loaded" in line
+
+
+def test_disabled_it_is_named_as_disabled(ralph_project: RalphProject) -> None:
+    env = {"RALPH_DISABLE_PLUGINS": "nice"}
+    result = ralph_project.run("run", "--runner", "nice", "--dry-run", env=env)
+    assert result.returncode == 2
+    assert "runner 'nice' is not available: plugin 'nice' is disabled (RALPH_DISABLE_PLUGINS)" in result.stderr
+    listing = ralph_project.run("plugins", env=env)
+    row = next(line for line in listing.stdout.splitlines() if line.startswith("nice "))
+    assert row.split()[-1] == "disabled" and "ralph-nice" in row
