@@ -88,15 +88,11 @@ def _toplevel(project_dir: Path) -> Path:
     return Path(_git(project_dir, "rev-parse", "--show-toplevel").stdout.strip()).resolve()
 
 
-def common_dir(project_dir: Path) -> Path:
-    """The git directory shared by the main working tree and all its worktrees."""
-    out = _git(project_dir, "rev-parse", "--git-common-dir").stdout.strip()
-    return (project_dir / out).resolve()
-
-
 def worktrees_root(project_dir: Path) -> Path:
     """``<git common dir>/ralph-worktrees``: where ralph puts its worktrees."""
-    return common_dir(project_dir) / WORKTREES_DIR
+    from ralph.gitutil import common_dir
+
+    return common_dir(project_dir).resolve() / WORKTREES_DIR
 
 
 def _registered_worktrees(project_dir: Path) -> list[dict[str, str]]:
