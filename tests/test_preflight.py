@@ -152,3 +152,20 @@ def test_codex_without_key_or_login(ralph_project: RalphProject, codex_binary: P
     doctor = ralph_project.run("doctor", "--runner", "direct", "--agent", "codex", env={**env, "OPENAI_API_KEY": "sk-x"})
     assert doctor.returncode == 0, doctor.stdout
     assert "[ok  ] codex binary runs:" in doctor.stdout and "credentials for codex: OPENAI_API_KEY" in doctor.stdout
+
+
+def test_doctor_gives_the_runners_own_remedy(ralph_project: RalphProject, tmp_path: Path) -> None:
+    """The core knows no runner's remedy: the docker plugin's reason carries it (issue 11)."""
+    script = tmp_path / "script.json"
+    script.write_text('{"iterations": {}}')
+    env = {"DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}", "RALPH_REPLAY_SCRIPT": str(script)}
+    auto = ralph_project.run("doctor", "--runner", "auto", "--agent", "replay", env=env)
+    assert auto.returncode == 0, auto.stdout
+    lines = auto.stdout.splitlines()
+    warning = next(i for i, line in enumerate(lines) if line.startswith("[warn] runner auto: no sandbox"))
+    assert "the Docker engine does not answer" in lines[warning] and "start Docker" in lines[warning]
+    assert "`--runner direct`" in lines[warning + 1]
+    sandbox = ralph_project.run("doctor", "--runner", "docker-sandbox", "--agent", "replay", env=env)
+    assert sandbox.returncode == 1
+    failure = next(line for line in sandbox.stdout.splitlines() if line.startswith("[FAIL] runner docker-sandbox"))
+    assert "start Docker" in failure

@@ -32,10 +32,11 @@ def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str 
     checks: list[Check] = []
     if runner.fallback_reason:
         checks.append(Check(None, f"runner {runner_name}: no sandbox, the agent would run directly: {runner.fallback_reason}",
-                            "ralph sandbox build --offline-base (and start Docker) to use the sandbox"))
+                            f"do what the reason says to use the sandbox, or choose `--runner {runner.name}` to run directly on purpose"))
     available = runner.availability()
     if not available.ok:
-        return checks + [Check(False, f"runner {runner.name}: {available.reason}", _runner_fix(runner.name))]
+        # a runner's reason says how to fix it (Availability.no); the core knows no runner's remedy
+        return checks + [Check(False, f"runner {runner.name}: {available.reason}", "see the message")]
     checks.append(Check(True, f"runner {runner.name} can be used"))
     for each in (agent, *others):
         available = each.availability()
@@ -44,9 +45,3 @@ def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str 
     from ralph.loop.preflight import preflight_checks
 
     return checks + preflight_checks(settings, host, runner, agent, *others)
-
-
-def _runner_fix(name: str) -> str:
-    if name == "docker-sandbox":
-        return "start Docker (systemctl start docker) or set DOCKER_HOST; build the image with `ralph sandbox build --offline-base`"
-    return "see the message"
