@@ -150,9 +150,14 @@ class ProcessSpec:
     """A command a runner executes: argv, environment additions, working dir."""
 
     argv: list[str]
+    """The command line; ``argv[0]`` is looked up on PATH."""
     env: dict[str, str]
+    """Additions to the environment: merged over the loop's ``os.environ`` (these win).  A runner
+    that does not run the process on this machine passes them itself."""
     cwd: Path
+    """The working directory (the project, on this machine)."""
     stdin: str | None = None
+    """Text written to the process's stdin, which is then closed (None: no stdin)."""
     program: str | None = None
     """The logical program (``claude``) so a runner that does not share this
     machine's filesystem can substitute its own copy of ``argv[0]``."""
@@ -200,9 +205,13 @@ class ProcessOutcome:
     """How a runner's process ended."""
 
     exit_code: int
+    """The process's exit code (from ``run_process``: minus the signal number when a signal killed it)."""
     timed_out: bool = False
+    """Stopped because ``timeout`` passed."""
     interrupted: bool = False
+    """Stopped because ``cancel`` was set."""
     stderr: str = ""
+    """The end of its stderr (``run_process`` keeps the last 200 lines)."""
 
 
 @dataclass
@@ -245,8 +254,13 @@ class Runner(ABC):
     ) -> ProcessOutcome:
         """Run ``spec`` to completion, calling ``on_line`` for every stdout line.
 
-        Must stop the process when ``timeout`` seconds pass (``timed_out``) or
-        ``cancel`` is set (``interrupted``), and never leave it running.
+        ``on_line`` gets each line without its line ending, in order, from one thread that is
+        not the caller's (a last line without a newline too); if it raises, stop the process and
+        raise that exception.  The process sees ``os.environ`` with ``spec.env`` merged over it.
+        Stop the process when ``timeout`` seconds pass (``timed_out``) or ``cancel`` is set
+        (``interrupted``): SIGTERM to its process group, SIGKILL after ``KILL_GRACE_SECONDS``.
+        Nothing it started may outlive ``run``.  ``ralph.api.run_process`` does all of this for
+        a process on this machine; see docs/plugins.md, "Runners".
         """
 
     def cleanup(self) -> None:  # noqa: B027 - optional hook
