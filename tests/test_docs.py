@@ -76,3 +76,39 @@ def test_readme_commands_exist() -> None:
     for name in sorted(set(re.findall(r"`ralph ([a-z]+)", readme))):
         result = CliRunner().invoke(cli, [name, "--help"])
         assert result.exit_code == 0, f"`ralph {name}` in README.md is not a command: {result.output}"
+
+
+def _layout_entries() -> set[str]:
+    """Paths CONTRIBUTING.md's layout table names: ``ralph/loop/engine.py``, a bare ``archive.py``
+    after ``ralph/lifecycle/plan.py`` in the same cell, or a whole directory (``ralph/shell/``)."""
+    import re
+
+    text = (DOCS.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    table = text[text.index("## Layout"):text.index("## Writing a plugin")]
+    named = set()
+    for row in table.splitlines():
+        if not row.startswith("| `"):
+            continue
+        directory = ""
+        for token in re.findall(r"`([^`]+)`", row.split(" | ")[0]):
+            if "/" in token:
+                named.add(token)
+                directory = token if token.endswith("/") else token.rsplit("/", 1)[0] + "/"
+            elif token.endswith(".py"):
+                named.add(directory + token)
+    return named
+
+
+def test_the_layout_table_names_every_core_module() -> None:
+    root = DOCS.parent
+    named = _layout_entries()
+    missing = []
+    for path in sorted((root / "ralph").rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if path.name in ("__init__.py", "__main__.py") or relative in named:
+            continue
+        if not any(entry.endswith("/") and relative.startswith(entry) for entry in named):
+            missing.append(relative)
+    assert missing == [], "add these to CONTRIBUTING.md's layout table: " + ", ".join(missing)
+    stale = [entry for entry in named if entry.startswith("ralph/") and not (root / entry).exists()]
+    assert stale == [], "CONTRIBUTING.md's layout table names what is gone: " + ", ".join(stale)
