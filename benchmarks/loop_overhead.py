@@ -28,8 +28,11 @@ Reported per size:
   parse (json + pydantic), validators without git, ``git status``, ``policy.select``, prompt
   render, state writes.
 
-    python benchmarks/loop_overhead.py [--sizes 10,1000,10000] [--iterations 30] [--profile]
+    python benchmarks/loop_overhead.py [--sizes 10,1000,10000] [--iterations 30] [--profile] [--runner direct]
 
+``--runner direct`` runs the replay agent's real process through the ``direct`` runner instead of
+the noop runner: the figures then include starting that Python process and the direct runner's
+own work (environment with the push block, process group, reader threads, the sweep of leftovers).
 ``--iterations`` overrides K for every size (default: 30, 30 and 10).  ``--profile`` also prints
 the top functions of a cProfile of one run at the largest size.
 
@@ -149,9 +152,13 @@ def quiet():
         yield
 
 
+RUNNER = ["noop"]
+"""The runner the loop uses: ``noop`` (in-process, default) or ``direct`` (``--runner direct``)."""
+
+
 def open_loop(project: Path, iterations: int, plugin: BenchPlugin):  # type: ignore[no-untyped-def]
     host = PluginHost(extra_plugins=[plugin])
-    overrides = {"runner": "noop", "agent": "replay", "max_iterations": iterations, "output": "quiet"}
+    overrides = {"runner": RUNNER[0], "agent": "replay", "max_iterations": iterations, "output": "quiet"}
     session = open_session(project, overrides=overrides, host=host)
     return session.build_loop()
 
@@ -201,6 +208,10 @@ def components(project: Path, root: Path) -> dict[str, list[float]]:
         "prompt render": lambda: loop.render(1, selection, tasks, []),
         "state.json + marker": lambda: loop._write_state(record, selection, before),
     }
+    if RUNNER[0] != "noop":  # the runner's own cost around a process that does nothing
+        spec = ProcessSpec(["true"], {}, project)
+        pieces[f"{RUNNER[0]} runner: run `true`"] = lambda: loop.runner.run(spec, lambda line: None, 60, threading.Event())
+        pieces["subprocess.run `true` (reference)"] = lambda: subprocess.run(["true"], cwd=project)
     results = {}
     for label, func in pieces.items():
         results[label] = repeat(func, min_runs=5, max_runs=100, budget=0.3)
@@ -225,12 +236,17 @@ def profile_run(project: Path, iterations: int) -> None:
 def main(argv: list[str]) -> None:
     sizes = list_arg(argv, "--sizes", SIZES)
     forced = int_arg(argv, "--iterations", 0)
-    header("loop overhead per iteration (agent excluded: in-process noop runner, replay agent)")
+    RUNNER[0] = argv[argv.index("--runner") + 1] if "--runner" in argv else "noop"
+    if RUNNER[0] == "noop":
+        header("loop overhead per iteration (agent excluded: in-process noop runner, replay agent)")
+    else:
+        header(f"loop overhead per iteration ({RUNNER[0]} runner: the replay agent's real process included)")
     root = Path(tempfile.mkdtemp(prefix="ralph-bench-"))
     saved_env = {key: os.environ.get(key) for key in ("RALPH_STATE_DIR", "RALPH_REPLAY_SCRIPT")}
     try:
         script = root / "replay-script.json"
-        script.write_text(json.dumps({"iterations": {}, "default": []}), encoding="utf-8")
+        # what the noop runner replays, for a real replay process (--runner direct)
+        script.write_text(json.dumps({"iterations": {}, "default": [{"say": "Done."}]}), encoding="utf-8")
         os.environ["RALPH_STATE_DIR"] = str(root / "state")
         os.environ["RALPH_REPLAY_SCRIPT"] = str(script)
 
@@ -283,7 +299,7 @@ def main(argv: list[str]) -> None:
             "changes nothing."
         )
         for r in runs:
-            if r["size"] == TARGET_SIZE:
+            if r["size"] == TARGET_SIZE and RUNNER[0] == "noop":
                 value = statistics.median(r["gaps"]) * 1000 if r["gaps"] else r["run"] / r["iterations"] * 1000
                 verdict = "within" if value < TARGET_MS else "ABOVE"
                 print(f"target: < {TARGET_MS:.0f} ms/iteration at {TARGET_SIZE:,} stories: {value:.1f} ms, {verdict} target")
@@ -299,7 +315,7 @@ def main(argv: list[str]) -> None:
         for size in sizes:
             # per iteration the loop parses once, validates once (+ git status), selects once, checks
             # completion once, renders once and writes the state once
-            sums.append(sum(statistics.median(v) for v in parts[size].values()))
+            sums.append(sum(statistics.median(v) for label, v in parts[size].items() if "(reference)" not in label))
         rows.append(["sum of medians"] + [ms(v) for v in sums])
         table(rows)
         for r, size in zip(runs, sizes):

@@ -70,7 +70,7 @@ def main() -> None:
     files = int_arg(sys.argv, "--files", 1000)
     header(f"trust-boundary checks: extra cost per iteration ({files} files)")
     from ralph import gitutil
-    from ralph.procs import become_subreaper, descendants, kill_new_descendants
+    from ralph.process import become_subreaper, descendants, kill_new_descendants
     from ralph_plugins.runners.direct import agent_environment
 
     with tempfile.TemporaryDirectory(prefix="ralph-bench-") as tmp:
@@ -115,7 +115,7 @@ def sandbox_part(project: Path, runs: int, git_extra: float) -> None:
         print("\nsandbox: skipped: the sandbox image is missing: ralph sandbox build --offline-base")
         return
     from ralph.config import load_config
-    from ralph.procs import run_shell
+    from ralph.process import run_shell
     from ralph.settings import Settings
     from ralph_plugins.runners.docker.config import SandboxConfig
     from ralph_plugins.runners.docker_sandbox import DockerSandboxRunner

@@ -212,6 +212,8 @@ class ProcessOutcome:
     """Stopped because ``cancel`` was set."""
     stderr: str = ""
     """The end of its stderr (``run_process`` keeps the last 200 lines)."""
+    swept: list[int] = field(default_factory=list)
+    """Processes the run left behind, killed after it ended (pids; ``run_process`` fills it)."""
 
 
 @dataclass
@@ -293,7 +295,7 @@ class Runner(ABC):
         on timeout.  A sandbox runner overrides this so nothing the agent wrote (a
         ``conftest.py``, a Makefile, ``verifyCommands``) runs on the host.
         """
-        from ralph.procs import run_shell
+        from ralph.process import run_shell
 
         code, output, timed_out = run_shell(command, cwd, timeout)
         return CommandResult(code, output, timed_out, "host")

@@ -1,29 +1,57 @@
-"""Run one process for a runner: own session, streamed lines, timeout, cancel, no survivors.
+"""Host processes: run one to completion with no survivors (:func:`run_process`, :func:`run_shell`).
+
+Every process ralph starts on this machine for the agent or a gate ends through
+this module, the same way (DESIGN.md, trust boundary rule 4: no agent process
+outlives its iteration):
+
+1. the child starts a new session (``setsid``): no controlling terminal, its
+   own process group; this process first makes itself a child subreaper
+   (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``), so every orphan below it
+   (``setsid``, ``nohup``, double forks) is re-parented to it, not to init;
+2. on timeout, on cancel or when ``on_line`` raises, the process group gets
+   SIGTERM, then SIGKILL after ``kill_grace`` seconds;
+3. when the child has ended, however it ended, the **sweep** SIGKILLs every
+   descendant of this process that is new (not in ``spare``), repeated until
+   none is left, and reaps them.
+
+Why the descendant sweep and not an environment marker.  ralph had both: this
+helper marked its child with a random ``RALPH_PROCESS_TOKEN`` and killed every
+process whose ``/proc/<pid>/environ`` held it, while the direct runner and gate
+commands used the sweep.  A marker is lost by any process that clears or
+rebuilds its environment (``env -i``, ``sudo``, a daemon that sanitises its
+environment), which an agent can do on purpose; descent under a subreaper
+cannot be shed (an agent that becomes a subreaper itself only keeps its
+orphans, still our descendants), and reading every process's ``stat`` costs
+less than reading its ``environ``.  The price, stated:
+
+- the sweep knows processes by ancestry, not by run: it spares what was alive
+  when the run started (or ``spare``), and the process trees of other
+  ``run_process`` calls still in flight in this process; an orphan of one of
+  those (re-parented to this process) cannot be told apart and is killed by
+  whichever run ends first, and so is any other process this process started
+  from another thread during the run that is still alive when it ends;
+- the subreaper is a property of the whole process, kept once set;
+- without ``/proc`` and ``prctl`` (not Linux) only the process group is stopped.
 
 The semantics every runner built on :func:`run_process` gets:
 
 - **Environment**: the child sees ``os.environ`` of the loop with ``spec.env``
-  merged over it (``spec.env`` wins), plus ``RALPH_PROCESS_TOKEN``, a random
-  value used to find the process's descendants when it ends.
-- **Process group**: the child starts a new session (``setsid``), so it has no
-  controlling terminal and leads its own process group.
+  merged over it (``spec.env`` wins), unless ``env`` gives the whole
+  environment.
 - **Output**: stdout is decoded as UTF-8 (undecodable bytes replaced) and
   split into lines; ``on_line`` is called once per line, *without* the line
   ending (``\\n`` or ``\\r\\n``), in order, from one reader thread that is not
-  the caller's thread (keep it quick; it may not be called after
-  ``run_process`` returns).  A last line without a newline is delivered too.
-  If ``on_line`` raises, the process is stopped and the exception is raised
-  from ``run_process``.  The last 200 lines of stderr are in
-  ``ProcessOutcome.stderr``.
+  the caller's thread (keep it quick; it is not called after ``run_process``
+  returns).  A last line without a newline is delivered too.  If ``on_line``
+  raises, the process is stopped and the exception is raised from
+  ``run_process``.  The last 200 lines of stderr are in
+  ``ProcessOutcome.stderr`` (with ``merge_stderr`` they are lines of stdout).
 - **Stdin**: ``spec.stdin`` is written and closed; without it stdin is
   ``/dev/null``.
 - **Timeout and cancel**: after ``timeout`` seconds (``timed_out``) or when
-  ``cancel`` is set (``interrupted``) the process group gets SIGTERM, then
-  SIGKILL after ``kill_grace`` seconds.
-- **No survivors**: when the process ends, however it ends, every descendant
-  still running is stopped the same way — its process group, and on Linux
-  every process carrying the token in its environment (which catches
-  ``setsid``/``nohup``/double-fork daemons that left the group).
+  ``cancel`` is set (``interrupted``) the process is stopped as in 2. above.
+- **No survivors**: the sweep (3. above); the killed pids are in
+  ``ProcessOutcome.swept``.
 """
 
 from __future__ import annotations
@@ -31,22 +59,33 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Callable
 
 from ralph.contracts import ProcessOutcome, ProcessSpec
 
-__all__ = ["KILL_GRACE_SECONDS", "TOKEN_ENV", "run_process"]
+__all__ = [
+    "KILL_GRACE_SECONDS",
+    "become_subreaper",
+    "descendants",
+    "kill_new_descendants",
+    "run_process",
+    "run_shell",
+]
 
 KILL_GRACE_SECONDS = 5.0
 """Seconds between SIGTERM and SIGKILL when a process is stopped."""
-TOKEN_ENV = "RALPH_PROCESS_TOKEN"
-"""The environment variable marking a run's descendants."""
 STDERR_LINES = 200
+PR_SET_CHILD_SUBREAPER = 36
 _POLL = 0.05
+_subreaper: bool | None = None
+_in_flight: set[int] = set()  # pids of the children of run_process calls not yet swept
+_in_flight_lock = threading.Lock()
 
 
 def run_process(
@@ -56,56 +95,83 @@ def run_process(
     cancel: threading.Event | None = None,
     *,
     kill_grace: float = KILL_GRACE_SECONDS,
+    env: Mapping[str, str] | None = None,
+    spare: set[int] | None = None,
+    merge_stderr: bool = False,
 ) -> ProcessOutcome:
     """Run ``spec`` to completion with the semantics in this module's docstring.
 
-    Raises ``FileNotFoundError`` when ``spec.argv[0]`` cannot be started.
+    ``env``: the child's whole environment (default: ``os.environ`` with
+    ``spec.env`` over it).  ``spare``: descendants of this process the sweep
+    leaves alone (default: those alive now; a runner may snapshot once per run
+    with :func:`descendants`).  ``merge_stderr``: stderr goes to ``on_line``
+    with stdout.  Raises ``FileNotFoundError`` when ``spec.argv[0]`` cannot be
+    started.
     """
     cancel = cancel or threading.Event()
-    token = os.urandom(16).hex()
-    env = {**os.environ, **spec.env, TOKEN_ENV: token}
+    spare = descendants() if spare is None else spare
+    become_subreaper()
     process = subprocess.Popen(
         spec.argv,
         cwd=spec.cwd,
-        env=env,
+        env=dict(env) if env is not None else {**os.environ, **spec.env},
         stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True,
     )
-    assert process.stdout is not None and process.stderr is not None
+    with _in_flight_lock:
+        _in_flight.add(process.pid)
     stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
     failure: list[BaseException] = []
-    stdout_reader = threading.Thread(
-        target=_pump, args=(process.stdout, on_line, failure), name="ralph-run-stdout", daemon=True
-    )
-    stderr_reader = threading.Thread(
-        target=_pump, args=(process.stderr, stderr_tail.append, []), name="ralph-run-stderr", daemon=True
-    )
-    stdout_reader.start()
-    stderr_reader.start()
+    done = threading.Event()
+    streams = [(process.stdout, on_line, failure)]
+    if process.stderr is not None:
+        streams.append((process.stderr, stderr_tail.append, []))
+    readers = [threading.Thread(target=_pump, args=(*stream, done), name="ralph-run-output", daemon=True)
+               for stream in streams]
+    for reader in readers:
+        reader.start()
     if spec.stdin is not None and process.stdin is not None:
         _feed(process.stdin, spec.stdin)
     deadline = None if timeout is None else time.monotonic() + timeout
     timed_out = interrupted = False
-    while process.poll() is None:
-        if cancel.wait(_POLL):
-            interrupted = True
-            break
-        if failure:
-            break
-        if deadline is not None and time.monotonic() >= deadline:
-            timed_out = True
-            break
-    if process.poll() is None:
-        _stop_group(process, kill_grace)
-    exit_code = process.wait()
-    _stop_descendants(process.pid, token, kill_grace)
-    stdout_reader.join(timeout=kill_grace)
-    stderr_reader.join(timeout=kill_grace)
+    try:
+        while process.poll() is None:
+            if cancel.wait(_POLL):
+                interrupted = True
+                break
+            if failure:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                timed_out = True
+                break
+        if process.poll() is None:
+            _stop_group(process, kill_grace)
+        exit_code = process.wait()
+    finally:
+        with _in_flight_lock:
+            _in_flight.discard(process.pid)
+        swept = kill_new_descendants(spare)
+        for reader in readers:  # the sweep closed every pipe's writer but a spared one
+            reader.join(timeout=kill_grace)
+        done.set()
     if failure:
         raise failure[0]
-    return ProcessOutcome(exit_code, timed_out, interrupted, "\n".join(stderr_tail))
+    return ProcessOutcome(exit_code, timed_out, interrupted, "\n".join(stderr_tail), swept)
+
+
+def run_shell(command: str, cwd: Path, timeout: float | None, existing: set[int] | None = None) -> tuple[int, str, bool]:
+    """Run ``command`` with ``/bin/sh`` through :func:`run_process`; (exit code, merged output, timed out).
+
+    The output is its lines joined with ``\\n``.  Waits for the shell itself, not
+    for the end of its output: a background process that keeps the pipe open is
+    killed by the sweep.  ``existing``: descendants to spare (default: those alive now).
+    """
+    lines: list[str] = []
+    outcome = run_process(ProcessSpec(["/bin/sh", "-c", command], {}, cwd), lines.append, timeout,
+                          spare=existing, merge_stderr=True)
+    return outcome.exit_code, "".join(line + "\n" for line in lines), outcome.timed_out
 
 
 def _feed(stdin: IO[bytes], text: str) -> None:
@@ -116,10 +182,10 @@ def _feed(stdin: IO[bytes], text: str) -> None:
         pass
 
 
-def _pump(stream: IO[bytes], sink: Callable[[str], None], failure: list[BaseException]) -> None:
+def _pump(stream: IO[bytes], sink: Callable[[str], None], failure: list[BaseException], done: threading.Event) -> None:
     try:
         for raw in stream:
-            if failure:
+            if failure or done.is_set():
                 continue  # drain, so the child never blocks on a full pipe
             line = raw.decode("utf-8", errors="replace")
             if line.endswith("\n"):
@@ -132,70 +198,115 @@ def _pump(stream: IO[bytes], sink: Callable[[str], None], failure: list[BaseExce
         stream.close()
 
 
-def _signal_group(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
 def _stop_group(process: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM the process group, SIGKILL it if the leader is still there after ``grace``."""
-    if not _signal_group(process.pid, signal.SIGTERM):
-        return
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal_group(process.pid, signal.SIGKILL)
-
-
-def _stop_descendants(pgid: int, token: str, grace: float) -> None:
-    """Stop what is left of the group and every process carrying ``token`` (Linux)."""
-    survivors = _marked(token)
-    group_alive = _signal_group(pgid, 0)
-    if not survivors and not group_alive:
-        return
-    _signal_group(pgid, signal.SIGTERM)
-    for pid in survivors:
-        _kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        survivors = _marked(token)
-        group_alive = _signal_group(pgid, 0)
-        if not survivors and not group_alive:
-            return
-        time.sleep(_POLL)
-    _signal_group(pgid, signal.SIGKILL)
-    for pid in _marked(token):
-        _kill(pid, signal.SIGKILL)
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _marked(token: str) -> list[int]:
-    """Live (non-zombie) processes whose environment holds ``TOKEN_ENV=token``."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return []
-    needle = f"{TOKEN_ENV}={token}".encode()
-    found = []
-    own = os.getpid()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == own:
-            continue
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            if needle not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            stat = (entry / "stat").read_text()
+            os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux); False where unsupported."""
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            except (OSError, AttributeError):
+                _subreaper = False
+    return _subreaper
+
+
+def _children() -> dict[int, list[int]]:
+    """parent pid -> child pids of every process (from /proc; empty without it)."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return children
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:  # raw reads: a buffered file object per process costs twice as much
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            try:
+                data = os.read(fd, 1024)
+            finally:
+                os.close(fd)
         except OSError:
             continue
-        if stat[stat.rfind(")") + 2 :].startswith("Z"):
-            continue
-        found.append(int(entry.name))
+        # the command name is in parentheses and may contain spaces: parse after the last ')'
+        children.setdefault(int(data[data.rindex(b")") + 2 :].split()[1]), []).append(int(name))
+    return children
+
+
+def _tree(children: dict[int, list[int]], root: int) -> set[int]:
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
     return found
+
+
+def descendants(pid: int | None = None) -> set[int]:
+    """Every live descendant of ``pid`` (default: this process)."""
+    return _tree(_children(), os.getpid() if pid is None else pid)
+
+
+def kill_new_descendants(existing: set[int], rounds: int = 20) -> list[int]:
+    """SIGKILL every descendant of this process not in ``existing`` until none is left; reap them.
+
+    The trees of ``run_process`` children still running in other threads are
+    left alone.  Repeated because a process may fork between the listing and the kill.
+    """
+    killed: list[int] = []
+    for _ in range(rounds):
+        children = _children()
+        with _in_flight_lock:
+            others = set(_in_flight)
+        targets = _tree(children, os.getpid()) - existing - others
+        for other in others:
+            targets -= _tree(children, other)
+        alive = [pid for pid in sorted(targets) if not _zombie(pid)]
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        _reap(targets)
+        if not alive:
+            break
+        time.sleep(0.01)
+    return sorted(set(killed))
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        return data[data.rindex(b")") + 2 :].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+def _reap(pids: set[int]) -> None:
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass  # not our child (its own parent reaps it)

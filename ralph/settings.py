@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from ralph.config import RalphConfig
@@ -32,3 +32,10 @@ class Settings:
     def section(self, name: str) -> Any:
         """The validated config model of plugin section ``name``."""
         return self.plugin_config.get(name)
+
+
+def section_or_default(settings: Settings | None, name: str, model: Callable[[], Any]) -> Any:
+    """Plugin section ``name`` of ``settings``, or ``model()`` (the section's defaults) where there
+    is none: the section is not configured, or the plugin was made without settings (in a test)."""
+    section = settings.section(name) if settings is not None else None
+    return model() if section is None else section

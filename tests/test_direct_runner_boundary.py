@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ralph.contracts import ProcessSpec
-from ralph.procs import descendants, run_shell
+from ralph.process import descendants, run_shell
 from ralph.testing.project import GIT_IDENTITY, process_alive
 from ralph_plugins.runners.direct import DirectRunner, agent_environment
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ralph.api import ProcessSpec, run_process
+from ralph.api import ProcessSpec, descendants, run_process, run_shell
 from ralph.testing.project import process_alive, wait_for
 
 
@@ -93,8 +93,84 @@ def test_an_on_line_that_raises_stops_the_process_and_raises_in_the_caller(tmp_p
     def on_line(line: str) -> None:
         raise ValueError(f"bad line {line!r}")
 
+    pid_file = tmp_path / "child.pid"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); print('x', flush=True); time.sleep(60)"
     with pytest.raises(ValueError, match="bad line 'x'"):
-        run_process(python("import time; print('x', flush=True); time.sleep(60)", tmp_path), on_line, kill_grace=1)
+        run_process(python(code, tmp_path), on_line, kill_grace=1)
+    assert not process_alive(int(pid_file.read_text()))
+
+
+def test_a_daemon_that_cleared_its_environment_is_swept_too(tmp_path: Path) -> None:
+    # what an agent hiding a process would do: a new session, a double fork and an empty environment
+    pid_file = tmp_path / "daemon.pid"
+    daemon = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    code = f"""
+        import os, subprocess, sys
+        if os.fork() == 0:
+            os.setsid()
+            subprocess.Popen(['env', '-i', sys.executable, '-c', {daemon!r}])
+            os._exit(0)
+        os.wait()
+        while not os.path.exists({str(pid_file)!r}): pass
+    """
+    outcome = run_process(python(code, tmp_path), lambda line: None, kill_grace=1)
+    pid = int(pid_file.read_text())
+    assert outcome.exit_code == 0 and pid in outcome.swept
+    assert not process_alive(pid)
+
+
+def test_what_ran_before_is_spared_and_the_whole_environment_can_be_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    monkeypatch.setenv("RALPH_TEST_FROM_LOOP", "loop")
+    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lines: list[str] = []
+        code = "import os; print(*(os.environ.get(name) for name in ('ONLY', 'FROM_SPEC', 'RALPH_TEST_FROM_LOOP')))"
+        outcome = run_process(python(code, tmp_path, env={"FROM_SPEC": "1"}), lines.append, env={"ONLY": "this"})
+        assert outcome.exit_code == 0 and outcome.swept == []
+        assert lines == ["this None None"]
+        assert older.poll() is None  # the sweep kills only what is new
+    finally:
+        older.kill()
+        older.wait()
+
+
+def test_a_run_ending_spares_another_run_still_in_flight(tmp_path: Path) -> None:
+    go, spawned, release = (str(tmp_path / name) for name in ("go", "spawned", "release"))
+    # the slow run starts a child while the quick one runs: new to the quick run's sweep, yet not its own
+    child = f"import os, time; open({spawned!r}, 'w').close()\nwhile not os.path.exists({release!r}): time.sleep(0.02)"
+    slow_code = f"""
+        import os, subprocess, sys, time
+        while not os.path.exists({go!r}): time.sleep(0.02)
+        print('child', subprocess.run([sys.executable, '-c', {child!r}]).returncode, flush=True)
+    """
+    quick_code = f"""
+        import os, time
+        open({go!r}, 'w').close()
+        while not os.path.exists({spawned!r}): time.sleep(0.02)
+    """
+    slow_lines: list[str] = []
+    outcomes = []
+    slow = threading.Thread(target=lambda: outcomes.append(run_process(python(slow_code, tmp_path), slow_lines.append)))
+    slow.start()
+    try:
+        quick = run_process(python(quick_code, tmp_path), lambda line: None, timeout=60)
+    finally:
+        Path(release).write_text("go")
+        slow.join(timeout=60)
+    assert quick.exit_code == 0 and quick.swept == []
+    assert outcomes[0].exit_code == 0 and slow_lines == ["child 0"]
+
+
+def test_run_shell_merges_stderr_and_sweeps_like_run_process(tmp_path: Path) -> None:
+    before = descendants()
+    code, output, timed_out = run_shell("echo out; echo err >&2; (sleep 60 &); exit 3", tmp_path, 30)
+    assert (code, output, timed_out) == (3, "out\nerr\n", False)
+    assert descendants() == before
+    code, output, timed_out = run_shell("echo started; sleep 60", tmp_path, 1)
+    assert timed_out and output == "started\n" and code != 0
+    assert descendants() == before
 
 
 def test_a_missing_program_raises_file_not_found(tmp_path: Path) -> None:

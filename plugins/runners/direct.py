@@ -4,9 +4,9 @@ Without a sandbox the agent-side guards are the only protection, so
 ``ralph run`` says so when it falls back to this runner.  Two more layers,
 both defense in depth rather than a boundary:
 
-- the agent runs in its own session, the loop is a child subreaper, and after
-  each run every process the agent left behind (``setsid``, ``nohup``, double
-  forks) is killed;
+- the agent runs through ``run_process``: its own session, the loop a child
+  subreaper, and after each run every process the agent left behind
+  (``setsid``, ``nohup``, double forks) is killed, as after each gate command;
 - the agent's git cannot push: ``GIT_CONFIG_*`` entries rewrite the push URL of
   every remote and every URL to an unusable path, with no credential helper, no
   terminal prompt and no SSH agent.  An agent that clears its environment (or
@@ -17,23 +17,17 @@ both defense in depth rather than a boundary:
 from __future__ import annotations
 
 import os
-import signal
 import string
-import subprocess
 import threading
-import time
-from collections import deque
 from pathlib import Path
 from typing import Callable
 
 from ralph.api import Availability, CommandResult, ProcessOutcome, ProcessSpec, Runner, hookimpl
-from ralph.api import become_subreaper, descendants, kill_new_descendants, run_shell
-
-KILL_GRACE_SECONDS = 5.0
+from ralph.api import descendants, run_process, run_shell
 
 
 class DirectRunner(Runner):
-    """Runs the agent in its own process group so a timeout or Ctrl-C stops all of it."""
+    """Runs the agent with ``run_process``: own session, and nothing it started outlives the run."""
 
     name = "direct"
     description = "agent as a host subprocess (guards by hooks only)"
@@ -47,8 +41,7 @@ class DirectRunner(Runner):
         return Availability.yes()
 
     def prepare(self, project_dir: Path) -> None:
-        """Make the loop the reaper of everything the agent starts (Linux); note what already runs."""
-        become_subreaper()
+        """Note the processes that already run: the sweep after each run spares them."""
         self._existing = descendants()  # one /proc scan per run, not per iteration
         self._push_env = {}
 
@@ -73,50 +66,9 @@ class DirectRunner(Runner):
         if cwd not in self._push_env:  # the git config cannot change during a run: the loop checks it
             self._push_env = {**self._push_env, cwd: push_block_entries(cwd)}
         env = agent_environment({**os.environ, **spec.env}, cwd, self._push_env[cwd])
-        existing = self._spared()
-        become_subreaper()
-        process = subprocess.Popen(
-            spec.argv,
-            cwd=spec.cwd,
-            env=env,
-            stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            bufsize=1,
-            start_new_session=True,
-        )
-        stderr_tail: deque[str] = deque(maxlen=200)
-        readers = [
-            threading.Thread(target=_pump, args=(process.stdout, on_line), daemon=True),
-            threading.Thread(target=_pump, args=(process.stderr, stderr_tail.append), daemon=True),
-        ]
-        for reader in readers:
-            reader.start()
-        if spec.stdin is not None and process.stdin is not None:
-            try:
-                process.stdin.write(spec.stdin)
-                process.stdin.close()
-            except BrokenPipeError:
-                pass
-        deadline = None if timeout is None else time.monotonic() + timeout
-        timed_out = interrupted = False
-        while process.poll() is None:
-            if cancel.wait(0.05):
-                interrupted = True
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                timed_out = True
-                break
-        if timed_out or interrupted:
-            _stop_group(process)
-        exit_code = process.wait()
-        self.swept = kill_new_descendants(existing)  # nothing the agent started outlives its run
-        for reader in readers:
-            reader.join(timeout=2)
-        return ProcessOutcome(exit_code, timed_out, interrupted, "\n".join(stderr_tail))
+        outcome = run_process(spec, on_line, timeout, cancel, env=env, spare=self._spared())
+        self.swept = outcome.swept
+        return outcome
 
 
 PUSH_BLOCKED_URL = "file:///dev/null/ralph-direct-mode-blocks-git-push"
@@ -172,26 +124,6 @@ def agent_environment(base: dict[str, str], project_dir: Path,
     env["SSH_ASKPASS"] = "false"
     env.pop("SSH_AUTH_SOCK", None)
     return env
-
-
-def _pump(stream, sink: Callable[[str], None]) -> None:  # type: ignore[no-untyped-def]
-    for line in stream:
-        sink(line.rstrip("\n"))
-    stream.close()
-
-
-def _stop_group(process: subprocess.Popen[str]) -> None:
-    """SIGTERM the whole process group, then SIGKILL what is left after a grace period."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 @hookimpl(trylast=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ralph.api import AgentView, Availability, Check, CommandResult, ProcessOutcome, ProcessSpec, Runner, hookimpl
+from ralph.api import section_or_default
 
 from .docker.naming import DEFAULT_IMAGE, HOOK_CLIENT
 
@@ -69,12 +70,9 @@ class DockerSandboxRunner(Runner):
     # -- configuration --------------------------------------------------------------
 
     def config(self) -> Any:
-        section = self.settings.section(SECTION) if self.settings is not None else None
-        if section is None:
-            from .docker.config import SandboxConfig
+        from .docker.config import SandboxConfig
 
-            section = SandboxConfig()
-        return section
+        return section_or_default(self.settings, SECTION, SandboxConfig)
 
     def options(self) -> Options:
         from .docker.engine import Options

@@ -60,19 +60,18 @@ from ralph.errors import ConfigError, PluginError, RalphError, TaskListError, Un
 from ralph.events import EventKind
 from ralph.plugin.manager import API_VERSION, Registry
 from ralph.ralphfiles import progress_log, story_id_problem
-from ralph.settings import Settings
+from ralph.settings import Settings, section_or_default
 
 if TYPE_CHECKING:
     from ralph.config import ConfigSection, RalphConfig
     from ralph.gitutil import git
     from ralph.loop.start import BUILTIN_PROMPT_NOTE
-    from ralph.procs import become_subreaper, descendants, kill_new_descendants, run_shell
     from ralph.jsonpatch import JsonScanError, decode_json, indent_unit, json_line_of, patch_json_text, same_json
     from ralph.cli.session import Session, open_session
     from ralph.hooks.wiring import hook_packages
     from ralph.loop.preflight import endpoint_answers
     from ralph.loop.runreport import format_elapsed, render_run_report, render_run_summary
-    from ralph.process import KILL_GRACE_SECONDS, run_process
+    from ralph.process import KILL_GRACE_SECONDS, descendants, run_process, run_shell
     from ralph.shell import (
         PRIVILEGE_WRAPPERS,
         SHELLS,
@@ -152,7 +151,6 @@ __all__ = [
     "UsageError",
     "ValidationContext",
     "Violation",
-    "become_subreaper",
     "decode_json",
     "descendants",
     "endpoint_answers",
@@ -162,7 +160,6 @@ __all__ = [
     "hookimpl",
     "indent_unit",
     "json_line_of",
-    "kill_new_descendants",
     "locate_claude_cli",
     "parse_tasks",
     "patch_json_text",
@@ -172,6 +169,7 @@ __all__ = [
     "render_run_summary",
     "run_process",
     "run_shell",
+    "section_or_default",
     "open_session",
     "same_json",
     "story_id_problem",
@@ -201,10 +199,8 @@ __all__ = [
 _LAZY = {
     "BUILTIN_PROMPT_NOTE": "ralph.loop.start",
     "git": "ralph.gitutil",
-    "become_subreaper": "ralph.procs",
-    "descendants": "ralph.procs",
-    "kill_new_descendants": "ralph.procs",
-    "run_shell": "ralph.procs",
+    "descendants": "ralph.process",
+    "run_shell": "ralph.process",
     "JsonScanError": "ralph.jsonpatch",
     "decode_json": "ralph.jsonpatch",
     "indent_unit": "ralph.jsonpatch",

@@ -17,26 +17,22 @@ level (the class is wrapped with ``ray.remote`` by the runner).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+from ralph.api import ProcessSpec, run_process
 from ralph.api.hooks import HookRelay
 from ralph.api.workspace import WorkspaceState, capture, init_checkout, mirror
 
 KILL_GRACE_SECONDS = 3.0
 HOOK_ANSWER_SECONDS = 55.0
-PR_SET_CHILD_SUBREAPER = 36
 
 
 class WorkspaceActor:
@@ -56,13 +52,11 @@ class WorkspaceActor:
         self._pending: list[tuple[int, dict[str, Any]]] = []
         self._answers: dict[int, dict[str, Any] | None] = {}
         self._next_hook = 0
-        self._process: subprocess.Popen[str] | None = None
         self._exit: int | None = None
         self.relay = HookRelay(self._relay, self.private / "relay").start()
         self._sandbox_runner: Any = _sandbox_runner(self.repo, sandbox) if sandbox is not None else None
         self._cancel = threading.Event()
-        self._sandbox_thread: threading.Thread | None = None
-        _become_subreaper()
+        self._thread: threading.Thread | None = None
 
     # -- where ---------------------------------------------------------------------
 
@@ -115,36 +109,15 @@ class WorkspaceActor:
     # -- the agent process ------------------------------------------------------------
 
     def start(self, argv: list[str], env: dict[str, str], stdin: str | None, program: str | None) -> None:
-        """Start the agent in the checkout, in its own session, with hooks pointed at the relay."""
+        """Start the agent in the checkout with hooks pointed at the relay: ``run_process`` on this
+        node (own session, the sweep of what it leaves behind) or the sandbox runner's exec."""
         if not Path(argv[0]).exists() and program and shutil.which(program):
             argv = [shutil.which(program) or argv[0], *argv[1:]]
+        if self._sandbox_runner is None and not _startable(argv[0], self.repo):  # raised here, as Popen would
+            raise FileNotFoundError(f"no such program on this node: {argv[0]}")
         with self._cond:
             self._lines, self._pending, self._answers, self._exit = [], [], {}, None
             self._stderr.clear()
-        if self._sandbox_runner is not None:
-            self._start_in_sandbox(argv, env, stdin, program)
-            return
-        full_env = {**os.environ, **env, "RALPH_HOOK_SOCKET": str(self.relay.path)}
-        self._process = subprocess.Popen(
-            argv, cwd=self.repo, env=full_env, text=True, encoding="utf-8", errors="replace", bufsize=1,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        )
-        process = self._process
-        threading.Thread(target=self._pump, args=(process.stdout, "_lines"), daemon=True).start()
-        threading.Thread(target=self._pump, args=(process.stderr, "_stderr"), daemon=True).start()
-        threading.Thread(target=self._wait, args=(process,), daemon=True).start()
-        if stdin is not None and process.stdin is not None:
-            try:
-                process.stdin.write(stdin)
-                process.stdin.close()
-            except BrokenPipeError:
-                pass
-
-    def _start_in_sandbox(self, argv: list[str], env: dict[str, str], stdin: str | None, program: str | None) -> None:
-        """Run the agent as an exec in this checkout's sandbox container (the docker runner does the hardening)."""
-        from ralph.api import ProcessSpec
-
         spec = ProcessSpec(argv, {**env, "RALPH_HOOK_SOCKET": str(self.relay.path)}, self.repo, stdin=stdin,
                            program=program)
         self._cancel = cancel = threading.Event()
@@ -155,39 +128,28 @@ class WorkspaceActor:
                 self._cond.notify_all()
 
         def run() -> None:
-            try:
-                # the loop keeps the deadline (it calls stop()); no timeout here
-                outcome = self._sandbox_runner.run(spec, on_line, None, cancel)
+            try:  # the loop keeps the deadline (it calls stop()); no timeout here
+                if self._sandbox_runner is not None:
+                    outcome = self._sandbox_runner.run(spec, on_line, None, cancel)
+                else:
+                    outcome = run_process(spec, on_line, None, cancel, kill_grace=KILL_GRACE_SECONDS)
                 code, stderr = outcome.exit_code, outcome.stderr
             except Exception as exc:  # the engine failed mid-run: the loop sees it as the agent's failure
-                code, stderr = 125, f"docker-sandbox on the node: {type(exc).__name__}: {exc}"
+                where = "docker-sandbox" if self._sandbox_runner is not None else "the agent process"
+                code, stderr = 125, f"{where} on the node: {type(exc).__name__}: {exc}"
             with self._cond:
                 self._stderr.extend(stderr.splitlines())
                 self._exit = code
                 self._cond.notify_all()
 
-        self._sandbox_thread = threading.Thread(target=run, name="ralph-ray-sandbox", daemon=True)
-        self._sandbox_thread.start()
+        self._thread = threading.Thread(target=run, name="ralph-ray-agent", daemon=True)
+        self._thread.start()
 
     def run_command(self, command: str, cwd: str, timeout: float | None) -> Any:
         """A loop-owned command (a gate) in this checkout's sandbox container; a CommandResult."""
         if self._sandbox_runner is None:
             raise RuntimeError("run_command on the node needs agent_runs = \"docker-sandbox\"")
         return self._sandbox_runner.run_command(command, Path(cwd), timeout)
-
-    def _pump(self, stream: Any, sink: str) -> None:
-        for line in stream:
-            with self._cond:
-                getattr(self, sink).append(line.rstrip("\n"))  # poll() swaps the list: look it up each time
-                self._cond.notify_all()
-        stream.close()
-
-    def _wait(self, process: subprocess.Popen[str]) -> None:
-        code = process.wait()
-        time.sleep(0.05)  # let the pumps drain the last lines
-        with self._cond:
-            self._exit = code
-            self._cond.notify_all()
 
     def poll(self, wait: float) -> dict[str, Any]:
         """New output lines, hook requests waiting for an answer, and the exit code once it ended."""
@@ -215,36 +177,11 @@ class WorkspaceActor:
             return self._answers.pop(hook_id, None)
 
     def stop(self) -> None:
-        """Stop the agent's process group, then every process it left behind."""
-        thread = self._sandbox_thread
+        """Stop the agent: its process group, then every process it left behind (or its container exec)."""
+        thread = self._thread
         if thread is not None and thread.is_alive():
-            self._cancel.set()  # the docker runner removes the container: every process in it dies
+            self._cancel.set()  # run_process stops the group and sweeps; the docker runner removes the container
             thread.join(timeout=60)
-        process = self._process
-        if process is not None and process.poll() is None:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(process.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    process.wait(timeout=KILL_GRACE_SECONDS)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        self.sweep()
-
-    def sweep(self) -> int:
-        """Kill every remaining descendant of this actor (``setsid``/``nohup`` children too)."""
-        killed = 0
-        for pid in _descendants(os.getpid()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-        _reap()
-        return killed
 
     def close(self) -> None:
         """Stop everything and remove the checkout."""
@@ -266,39 +203,8 @@ def _sandbox_runner(repo: Path, shipped: dict[str, Any]) -> Any:
     return DockerSandboxRunner(Settings(repo, core, {SECTION: shipped["section"]}))  # type: ignore[arg-type]
 
 
-def _become_subreaper() -> None:
-    """Orphans of the agent (double forks, ``setsid``) become our children, so the sweep finds them."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the process-group kill still applies
-        pass
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found, stack = [], list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, []))
-    return found
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def _startable(program: str, cwd: Path) -> bool:
+    """Would ``Popen([program, ...], cwd=cwd)`` find ``program``?"""
+    if os.sep in program:
+        return os.access(cwd / program, os.X_OK)  # an absolute ``program`` replaces ``cwd``
+    return shutil.which(program) is not None

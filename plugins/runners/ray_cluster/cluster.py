@@ -86,7 +86,7 @@ def describe_cluster(cfg: Any) -> tuple[list[str], list[str]]:
 
     connection = connect(cfg)
     try:
-        fitting = _fitting(cfg)
+        fitting = fitting_nodes(cfg)
         lines = [f"ray: cluster at {connection.address}" + (" (local, started for this check)" if connection.started else "")]
         for node in ray.nodes():
             if not node.get("Alive"):
@@ -99,10 +99,16 @@ def describe_cluster(cfg: Any) -> tuple[list[str], list[str]]:
         connection.close()
 
 
-def _fitting(cfg: Any) -> list[str]:
+def wanted_resources(cfg: Any) -> dict[str, float]:
+    """What one iteration asks of a node: ``num_cpus`` and the custom ``resources``."""
+    return {"CPU": cfg.num_cpus, **cfg.resources}
+
+
+def fitting_nodes(cfg: Any) -> list[str]:
+    """Ids of the alive nodes that offer what one iteration asks."""
     import ray
 
-    wanted = {"CPU": cfg.num_cpus, **cfg.resources}
+    wanted = wanted_resources(cfg)
     return [
         node["NodeID"]
         for node in ray.nodes()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ralph.api import Availability, FleetEngine
+from ralph.api import Availability, FleetEngine, section_or_default
 
 EXIT_INTERRUPTED = 130
 EXIT_NODE_LOST = 2
@@ -142,12 +142,9 @@ class RayFleet(FleetEngine):
         return Availability.yes()
 
     def config(self) -> Any:
-        section = self.settings.section("ray") if self.settings is not None else None
-        if section is None:
-            from .config import RayConfig
+        from .config import RayConfig
 
-            section = RayConfig()
-        return section
+        return section_or_default(self.settings, "ray", RayConfig)
 
     def run(self, project_dir: Path, units: list[Any], base_commit: str, run_args: list[str], out: Any,
             err: Any) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ralph.api import Availability, CommandResult, ProcessOutcome, ProcessSpec, RalphError, Runner, UnavailableError
+from ralph.api import section_or_default
 
 if TYPE_CHECKING:
     from ralph.api.workspace import WorkspaceState
@@ -71,12 +72,9 @@ class RayRunner(Runner):
     # -- configuration ------------------------------------------------------------------
 
     def config(self) -> Any:
-        section = self.settings.section(SECTION) if self.settings is not None else None
-        if section is None:
-            from .config import RayConfig
+        from .config import RayConfig
 
-            section = RayConfig()
-        return section
+        return section_or_default(self.settings, SECTION, RayConfig)
 
     def availability(self) -> Availability:
         import importlib.util
@@ -99,12 +97,9 @@ class RayRunner(Runner):
 
     def _sandbox_section(self) -> Any:
         """The ``[tool.ralph.docker-sandbox]`` settings the node's container is made with."""
-        section = self.settings.section("docker-sandbox") if self.settings is not None else None
-        if section is None:
-            from ..docker.config import SandboxConfig
+        from ..docker.config import SandboxConfig
 
-            section = SandboxConfig()
-        return section
+        return section_or_default(self.settings, "docker-sandbox", SandboxConfig)
 
     def _sandbox_settings(self) -> dict[str, Any] | None:
         """What the actor needs to build its docker-sandbox runner (None: the agent runs directly)."""
@@ -314,8 +309,7 @@ class RayRunner(Runner):
             for hook_id, request in polled["hooks"]:
                 self._actor.answer.remote(hook_id, self._answer_hook(request, loop_socket, ask_loop))
             if polled["exit"] is not None and not polled["hooks"]:
-                exit_code, stderr = polled["exit"], polled["stderr"]
-                self._call(self._actor.sweep.remote())  # nothing the agent started outlives the iteration
+                exit_code, stderr = polled["exit"], polled["stderr"]  # the actor swept what the agent left
                 break
         self._bring_back()
         return ProcessOutcome(exit_code, timed_out, interrupted, stderr)
@@ -438,17 +432,14 @@ def _current_branch(project: Path) -> str | None:
 
 def _another_node(avoid: str, lost: list[str], cfg: Any) -> Any:
     """A hard node-affinity strategy to an alive node other than the lost ones that has the resources."""
-    import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    wanted = dict(cfg.resources)
-    for node in ray.nodes():
-        if not node.get("Alive") or node["NodeID"] in lost or node["NodeID"] == avoid:
-            continue
-        resources = node.get("Resources", {})
-        if all(resources.get(name, 0) >= amount for name, amount in wanted.items()):
-            return NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+    from .cluster import fitting_nodes, wanted_resources
+
+    for node_id in fitting_nodes(cfg):
+        if node_id not in lost and node_id != avoid:
+            return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     raise RalphError(
         "ray runner: the agent's node was lost and no other alive node offers "
-        f"{wanted or 'the requested resources'}; the project is as it was before the iteration"
+        f"{wanted_resources(cfg)}; the project is as it was before the iteration"
     )
