@@ -17,9 +17,10 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Union
+
+from ralph.testing.scripted_server import ScriptedRequest, ScriptedServer, ScriptHandler, estimate_tokens, sse
 
 __all__ = [
     "ErrorReply",
@@ -105,15 +106,8 @@ class ErrorReply:
 # -- requests -------------------------------------------------------------------
 
 
-@dataclass
-class ModelRequest:
-    """One request the server received."""
-
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    text: str
-    """The whole request body as received: search it for markers."""
+class ModelRequest(ScriptedRequest):
+    """One Messages request the server received (``path``, ``headers``, ``body``, ``text``)."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -134,12 +128,6 @@ class ModelRequest:
                 return _content_text(message.get("content"))
         return ""
 
-    @property
-    def model(self) -> str:
-        """The model name the client asked for."""
-        value = self.body.get("model") if isinstance(self.body, dict) else None
-        return value if isinstance(value, str) else "scripted-model"
-
 
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
@@ -159,6 +147,16 @@ Responder = Callable[[ModelRequest], Reply]
 
 def _exhausted() -> Turn:
     return Turn([TextBlock(EXHAUSTED_TEXT)])
+
+
+def settle_turn(reply: object, server: ScriptedServer[Any]) -> Turn:
+    """``reply`` as the turn to stream: "(script exhausted)" when it is no :class:`Turn`;
+    either way an exhausted turn counts in ``server.unscripted``."""
+    turn = reply if isinstance(reply, Turn) else _exhausted()
+    blocks = turn.blocks
+    if len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].text == EXHAUSTED_TEXT:
+        server._count_unscripted()
+    return turn
 
 
 class SequenceScript:
@@ -259,19 +257,11 @@ class RejectFirst:
 # -- SSE encoding -----------------------------------------------------------------
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
 def _split(s: str, pieces: int) -> list[str]:
     if not s:
         return [""]
     size = max(1, -(-len(s) // pieces))
     return [s[i : i + size] for i in range(0, len(s), size)]
-
-
-def _estimate_tokens(s: str) -> int:
-    return max(1, len(s) // 4)
 
 
 def encode_turn(turn: Turn, model: str, input_tokens: int, usage: dict[str, int] | None = None) -> bytes:
@@ -281,29 +271,26 @@ def encode_turn(turn: Turn, model: str, input_tokens: int, usage: dict[str, int]
     """
     message_id = f"msg_scripted_{next(_tool_ids):06d}"
     out = [
-        _sse(
-            "message_start",
-            {
-                "type": "message_start",
-                "message": {
-                    "id": message_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": model,
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {
-                        "input_tokens": input_tokens,
-                        "output_tokens": 1,
-                        "cache_creation_input_tokens": 0,
-                        "cache_read_input_tokens": 0,
-                        **(usage or {}),
-                    },
+        sse({
+            "type": "message_start",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "output_tokens": 1,
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 0,
+                    **(usage or {}),
                 },
             },
-        ),
-        _sse("ping", {"type": "ping"}),
+        }),
+        sse({"type": "ping"}),
     ]
     output_chars = 0
     for index, block in enumerate(turn.blocks):
@@ -317,201 +304,84 @@ def encode_turn(turn: Turn, model: str, input_tokens: int, usage: dict[str, int]
             start = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": block.text}]
             output_chars += len(block.text)
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
+        out.append(sse({"type": "content_block_start", "index": index, "content_block": start}))
         for delta in deltas:
-            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
-        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
-    out.append(
-        _sse(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": turn.stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": _estimate_tokens(" " * output_chars)},
-            },
-        )
-    )
-    out.append(_sse("message_stop", {"type": "message_stop"}))
+            out.append(sse({"type": "content_block_delta", "index": index, "delta": delta}))
+        out.append(sse({"type": "content_block_stop", "index": index}))
+    out.append(sse({
+        "type": "message_delta",
+        "delta": {"stop_reason": turn.stop_reason, "stop_sequence": None},
+        "usage": {"output_tokens": estimate_tokens(" " * output_chars)},
+    }))
+    out.append(sse({"type": "message_stop"}))
     return b"".join(out)
 
 
 # -- the server -------------------------------------------------------------------
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass  # keep test output clean
-
-    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _json(self, status: int, data: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(data).encode(), "application/json", headers)
-
+class _Handler(ScriptHandler):
     def do_GET(self) -> None:  # noqa: N802
-        self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+        self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
 
     do_HEAD = do_GET
 
     def do_POST(self) -> None:  # noqa: N802
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length).decode("utf-8", errors="replace") if length else ""
-        try:
-            body = json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
-            body = {}
+        raw, body = self.read_json()
         path = self.path.split("?", 1)[0]
         if path == "/v1/messages/count_tokens":
-            self._json(200, {"input_tokens": _estimate_tokens(raw)})
+            self.send_json(200, {"input_tokens": estimate_tokens(raw)})
             return
         if path != "/v1/messages":
-            self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": path}})
+            self.send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": path}})
             return
         request = ModelRequest(path=self.path, headers=dict(self.headers.items()), body=body, text=raw)
-        self.server.owner._record(request)
-        try:
-            reply = self.server.owner.responder(request)
-        except Exception as exc:  # a broken script must surface, not hang the CLI
-            self.server.owner._record_error(exc)
-            reply = ErrorReply(
-                500,
-                {"type": "error", "error": {"type": "api_error", "message": f"responder raised: {exc!r}"}},
-                {"x-should-retry": "false"},
-            )
+        reply = self.ask(request, lambda exc: ErrorReply(
+            500,
+            {"type": "error", "error": {"type": "api_error", "message": f"responder raised: {exc!r}"}},
+            {"x-should-retry": "false"},
+        ))
         if isinstance(reply, ErrorReply):
-            self._json(reply.status, reply.body_json, reply.headers)
+            self.send_json(reply.status, reply.body_json, reply.headers)
             return
-        if not isinstance(reply, Turn):
-            self.server.owner._count_unscripted()
-            reply = _exhausted()
-        elif _is_exhausted(reply):
-            self.server.owner._count_unscripted()
-        usage = self.server.owner._usage(body, raw)
-        self._send(200, encode_turn(reply, request.model, usage["input_tokens"], usage), "text/event-stream",
-                   {"cache-control": "no-cache", "request-id": "req_scripted"})
+        owner = self.server.owner
+        assert isinstance(owner, ScriptedModelServer)
+        turn = settle_turn(reply, owner)
+        usage = owner._usage(body, raw)
+        self.send_body(200, encode_turn(turn, request.model, usage["input_tokens"], usage), "text/event-stream",
+                       {"cache-control": "no-cache", "request-id": "req_scripted"})
 
 
-def _is_exhausted(turn: Turn) -> bool:
-    return len(turn.blocks) == 1 and isinstance(turn.blocks[0], TextBlock) and turn.blocks[0].text == EXHAUSTED_TEXT
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: ScriptedModelServer
-
-
-class ScriptedModelServer:
+class ScriptedModelServer(ScriptedServer[ModelRequest]):
     """A local Messages API server on 127.0.0.1 (ephemeral port) in a thread.
 
-    ``responder(request)`` returns a :class:`Turn` or an :class:`ErrorReply`.
-    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    ``responder(request)`` returns a :class:`Turn` or an :class:`ErrorReply` (a responder
+    that raises is answered with a 500).  Use as a context manager, or call :meth:`start`
+    and :meth:`stop`; ``url`` is ``http://127.0.0.1:PORT``.
     """
 
+    handler = _Handler
+    thread_name = "scripted-model-server"
+
     def __init__(self, responder: Responder, host: str = "127.0.0.1", cache: bool = False) -> None:
-        self.responder = responder
-        self.host = host
-        """The address to bind: e.g. the docker bridge gateway, so a sandboxed agent reaches it."""
+        super().__init__(responder, host)
         self.cache = cache
         """Simulate prompt caching in the reported usage: the request's tools + system prefix is
         a cache write the first time the server sees it and a cache read afterwards."""
         self._prefixes: set[str] = set()
-        self._requests: list[ModelRequest] = []
-        self._errors: list[BaseException] = []
-        self._unscripted = 0
-        self._lock = threading.Lock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
-    # bookkeeping, called from handler threads
     def _usage(self, body: Any, raw: str) -> dict[str, int]:
         """Token counts for a request: ~4 bytes per token, split by the cache simulation."""
-        total = _estimate_tokens(raw)
+        total = estimate_tokens(raw)
         if not self.cache or not isinstance(body, dict):
             return {"input_tokens": total}
         prefix = json.dumps([body.get("tools"), body.get("system")], sort_keys=True)
-        cached = min(total - 1, _estimate_tokens(prefix))
+        cached = min(total - 1, estimate_tokens(prefix))
         with self._lock:
             seen = prefix in self._prefixes
             self._prefixes.add(prefix)
         key = "cache_read_input_tokens" if seen else "cache_creation_input_tokens"
         return {"input_tokens": total - cached, key: cached}
-
-    def _record(self, request: ModelRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _record_error(self, exc: BaseException) -> None:
-        with self._lock:
-            self._errors.append(exc)
-
-    def _count_unscripted(self) -> None:
-        with self._lock:
-            self._unscripted += 1
-
-    @property
-    def requests(self) -> list[ModelRequest]:
-        """A snapshot of the Messages requests received so far, in order."""
-        with self._lock:
-            return list(self._requests)
-
-    @property
-    def unscripted(self) -> int:
-        """How many requests got "(script exhausted)" because the script had no answer."""
-        with self._lock:
-            return self._unscripted
-
-    @property
-    def errors(self) -> list[BaseException]:
-        """Exceptions the responder raised (each was answered with a 500)."""
-        with self._lock:
-            return list(self._errors)
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``; only valid once started."""
-        if self._server is None:
-            raise RuntimeError("ScriptedModelServer is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> ScriptedModelServer:
-        """Bind an ephemeral port and serve in a daemon thread."""
-        if self._server is not None:
-            return self
-        server = _Server((self.host, 0), _Handler)
-        server.owner = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-model-server", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> ScriptedModelServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def claude_env(server_url: str, home: Path) -> dict[str, str]:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Union
 
-from ralph.testing.model_server import EXHAUSTED_TEXT, ErrorReply, TextBlock, ToolBlock, Turn
+from ralph.testing.model_server import ErrorReply, TextBlock, ToolBlock, Turn, settle_turn
+from ralph.testing.scripted_server import ScriptedRequest, ScriptedServer, ScriptHandler, estimate_tokens, sse
 
 __all__ = [
     "ResponsesRequest",
@@ -49,15 +48,8 @@ class StreamFailure:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class ResponsesRequest:
+class ResponsesRequest(ScriptedRequest):
     """One ``/responses`` request the server received (same helpers as ``ModelRequest``)."""
-
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-    text: str
-    """The whole request body as received: search it for markers."""
 
     @property
     def input(self) -> list[dict[str, Any]]:
@@ -95,12 +87,6 @@ class ResponsesRequest:
                 parts.append(_content_text(item.get("content")))
         return "\n".join(parts)
 
-    @property
-    def model(self) -> str:
-        """The model name the client asked for."""
-        value = self.body.get("model") if isinstance(self.body, dict) else None
-        return value if isinstance(value, str) else "scripted-model"
-
 
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
@@ -113,7 +99,6 @@ def _content_text(content: Any) -> str:
 
 
 Reply = Union[Turn, ErrorReply, StreamFailure]
-Responder = Callable[[Any], Any]
 
 
 def codex_tool(block: ToolBlock) -> tuple[str, dict[str, Any]]:
@@ -123,18 +108,10 @@ def codex_tool(block: ToolBlock) -> tuple[str, dict[str, Any]]:
     return block.name, dict(block.input)
 
 
-def _sse(data: dict[str, Any]) -> bytes:
-    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
-
-
-def _tokens(s: str) -> int:
-    return max(1, len(s) // 4)
-
-
 def encode_turn(turn: Turn, input_chars: int) -> bytes:
     """The SSE stream of one model reply."""
     rid = f"resp_scripted_{next(_ids):06d}"
-    out = [_sse({"type": "response.created", "response": {"id": rid, "status": "in_progress"}})]
+    out = [sse({"type": "response.created", "response": {"id": rid, "status": "in_progress"}})]
     output_chars = 0
     for index, block in enumerate(turn.blocks):
         if isinstance(block, ToolBlock):
@@ -149,7 +126,7 @@ def encode_turn(turn: Turn, input_chars: int) -> bytes:
                 "arguments": payload,
                 "status": "completed",
             }
-            out.append(_sse({"type": "response.output_item.added", "output_index": index, "item": item}))
+            out.append(sse({"type": "response.output_item.added", "output_index": index, "item": item}))
         else:
             assert isinstance(block, TextBlock)
             output_chars += len(block.text)
@@ -160,179 +137,74 @@ def encode_turn(turn: Turn, input_chars: int) -> bytes:
                 "status": "completed",
                 "content": [{"type": "output_text", "text": block.text, "annotations": []}],
             }
-            out.append(_sse({"type": "response.output_item.added", "output_index": index, "item": {**item, "content": []}}))
+            out.append(sse({"type": "response.output_item.added", "output_index": index, "item": {**item, "content": []}}))
             out.append(
-                _sse({"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
+                sse({"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
                       "content_index": 0, "delta": block.text})
             )
-        out.append(_sse({"type": "response.output_item.done", "output_index": index, "item": item}))
+        out.append(sse({"type": "response.output_item.done", "output_index": index, "item": item}))
     usage: dict[str, Any] = {
-        "input_tokens": _tokens(" " * input_chars),
+        "input_tokens": estimate_tokens(" " * input_chars),
         "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": _tokens(" " * output_chars),
+        "output_tokens": estimate_tokens(" " * output_chars),
         "output_tokens_details": {"reasoning_tokens": 0},
     }
     usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
-    out.append(_sse({"type": "response.completed", "response": {"id": rid, "status": "completed", "usage": usage}}))
+    out.append(sse({"type": "response.completed", "response": {"id": rid, "status": "completed", "usage": usage}}))
     return b"".join(out)
 
 
 def encode_failure(failure: StreamFailure) -> bytes:
     rid = f"resp_scripted_{next(_ids):06d}"
     error = {"code": failure.code, "message": failure.message, **failure.extra}
-    return _sse({"type": "response.created", "response": {"id": rid, "status": "in_progress"}}) + _sse(
+    return sse({"type": "response.created", "response": {"id": rid, "status": "in_progress"}}) + sse(
         {"type": "response.failed", "response": {"id": rid, "status": "failed", "error": error}}
     )
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-    def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("content-type", content_type)
-        self.send_header("content-length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
-
+class _Handler(ScriptHandler):
     def do_GET(self) -> None:  # noqa: N802
         # Codex asks for /models on some providers; an empty list means "use what was configured"
         if self.path.split("?", 1)[0].endswith("/models"):
-            self._send(200, json.dumps({"object": "list", "data": [], "models": []}).encode(), "application/json")
+            self.send_json(200, {"object": "list", "data": [], "models": []})
             return
-        self._send(404, b'{"error": {"message": "not found"}}', "application/json")
+        self.send_body(404, b'{"error": {"message": "not found"}}', "application/json")
 
     def do_POST(self) -> None:  # noqa: N802
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length).decode("utf-8", errors="replace") if length else ""
-        try:
-            body = json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
-            body = {}
+        raw, body = self.read_json()
         path = self.path.split("?", 1)[0]
         if not path.endswith("/responses"):
-            self._send(404, json.dumps({"error": {"message": path}}).encode(), "application/json")
+            self.send_json(404, {"error": {"message": path}})
             return
         request = ResponsesRequest(path=self.path, headers=dict(self.headers.items()), body=body, text=raw)
-        owner = self.server.owner
-        owner._record(request)
-        try:
-            reply = owner.responder(request)
-        except Exception as exc:  # a broken script must surface, not hang the CLI
-            owner._record_error(exc)
-            reply = ErrorReply(400, {"error": {"message": f"responder raised: {exc!r}", "type": "invalid_request_error"}})
+        reply = self.ask(request, lambda exc: ErrorReply(
+            400, {"error": {"message": f"responder raised: {exc!r}", "type": "invalid_request_error"}}
+        ))
         if isinstance(reply, ErrorReply):
             body_json = reply.body_json
             if body_json.get("type") == "error" and "error" in body_json:  # a Messages-style body: reshape it
                 body_json = {"error": body_json["error"]}
-            self._send(reply.status, json.dumps(body_json).encode(), "application/json", reply.headers)
+            self.send_json(reply.status, body_json, reply.headers)
             return
         if isinstance(reply, StreamFailure):
-            self._send(200, encode_failure(reply), "text/event-stream")
+            self.send_body(200, encode_failure(reply), "text/event-stream")
             return
-        if not isinstance(reply, Turn):
-            reply = Turn([TextBlock(EXHAUSTED_TEXT)])
-        if len(reply.blocks) == 1 and isinstance(reply.blocks[0], TextBlock) and reply.blocks[0].text == EXHAUSTED_TEXT:
-            owner._count_unscripted()
-        self._send(200, encode_turn(reply, len(raw)), "text/event-stream", {"cache-control": "no-cache"})
+        turn = settle_turn(reply, self.server.owner)
+        self.send_body(200, encode_turn(turn, len(raw)), "text/event-stream", {"cache-control": "no-cache"})
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    owner: ScriptedResponsesServer
-
-
-class ScriptedResponsesServer:
+class ScriptedResponsesServer(ScriptedServer[ResponsesRequest]):
     """A local Responses API server on 127.0.0.1 (ephemeral port) in a thread.
 
     ``responder(request)`` returns a :class:`Turn`, an :class:`ErrorReply` or a
-    :class:`StreamFailure`.  The responders of :mod:`ralph.testing.model_server`
-    (``SequenceScript``, ``IterationScript``) work unchanged.
+    :class:`StreamFailure` (a responder that raises is answered with a 400).  The responders
+    of :mod:`ralph.testing.model_server` (``SequenceScript``, ``IterationScript``) work
+    unchanged.  ``url`` is the provider base URL, ``http://127.0.0.1:PORT/v1``.
     """
 
-    def __init__(self, responder: Responder, host: str = "127.0.0.1") -> None:
-        self.responder = responder
-        self.host = host
-        self._requests: list[ResponsesRequest] = []
-        self._errors: list[BaseException] = []
-        self._unscripted = 0
-        self._lock = threading.Lock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def _record(self, request: ResponsesRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _record_error(self, exc: BaseException) -> None:
-        with self._lock:
-            self._errors.append(exc)
-
-    def _count_unscripted(self) -> None:
-        with self._lock:
-            self._unscripted += 1
-
-    @property
-    def requests(self) -> list[ResponsesRequest]:
-        """The requests received so far, in order."""
-        with self._lock:
-            return list(self._requests)
-
-    @property
-    def unscripted(self) -> int:
-        """How many requests got "(script exhausted)"."""
-        with self._lock:
-            return self._unscripted
-
-    @property
-    def errors(self) -> list[BaseException]:
-        """Exceptions the responder raised (each was answered with a 400)."""
-        with self._lock:
-            return list(self._errors)
-
-    @property
-    def url(self) -> str:
-        """The provider base URL, ``http://127.0.0.1:PORT/v1``; only valid once started."""
-        if self._server is None:
-            raise RuntimeError("ScriptedResponsesServer is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def start(self) -> ScriptedResponsesServer:
-        """Bind an ephemeral port and serve in a daemon thread."""
-        if self._server is not None:
-            return self
-        server = _Server((self.host, 0), _Handler)
-        server.owner = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-responses-server", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> ScriptedResponsesServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    handler = _Handler
+    url_path = "/v1"
+    thread_name = "scripted-responses-server"
 
 
 def codex_env(server_url: str, home: Path) -> dict[str, str]:
