@@ -7,47 +7,29 @@ lives in ``claude_config`` and is imported only when config is loaded.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
-from ralph.api import Agent, AgentEvent, AgentInvocation, Availability, Check, ProcessSpec, hookimpl, locate_claude_cli
+from ralph.api import CLAUDE_CLI, AgentEvent, AgentInvocation, Check, CliAgent, ProcessSpec, hookimpl, locate_claude_cli
 
 if TYPE_CHECKING:
-    from ralph.api import PreflightContext, Settings
+    from ralph.api import Agent, PreflightContext
 
 __all__ = ["ClaudeAgent"]
 
-class ClaudeAgent(Agent):
+
+class ClaudeAgent(CliAgent):
     """Claude Code, run headless with stream-json output and permissions skipped."""
 
     name = "claude"
     description = "Claude Code CLI (claude -p, stream-json output)"
+    cli = CLAUDE_CLI
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self._resolved: tuple[Path | None, str, str] | None = None
-
-    def _config_value(self, key: str, default: Any) -> Any:
-        section = self.settings.section("claude") if self.settings is not None else None
-        value = getattr(section, key, None) if section is not None else None
-        return default if value is None else value
-
-    def _resolution(self) -> tuple[Path | None, str, str]:
-        if self._resolved is None:
-            base_dir = getattr(self.settings, "project_dir", None)
-            self._resolved = locate_claude_cli(self._config_value("binary", None), os.environ, base_dir)
-        return self._resolved
-
-    def resolve_binary(self) -> tuple[Path | None, str]:
-        """The executable this agent runs and where it was found (see ``ralph.api.locate_claude_cli``)."""
-        path, source, _ = self._resolution()
-        return path, source
-
-    def availability(self) -> Availability:
-        """Available when a claude executable was found; otherwise say what was tried."""
-        path, _, reason = self._resolution()
-        return Availability.yes() if path is not None else Availability.no(reason)
+    def locate(
+        self, configured: str | None, environ: Mapping[str, str], base_dir: Path | None
+    ) -> tuple[Path | None, str, str]:
+        """Find Claude Code (see ``ralph.api.locate_claude_cli``)."""
+        return locate_claude_cli(configured, environ, base_dir)
 
     def preflight(self, context: PreflightContext) -> list[Check]:
         """The binary runs (``--version``), and the agent will have credentials where it runs.
@@ -59,17 +41,14 @@ class ClaudeAgent(Agent):
         """
         from ralph_plugins.agents.claude_preflight import binary_check, credential_checks
 
-        path, source, _ = self._resolution()
+        path, source = self.resolve_binary()
         checks = [binary_check(path, source)] if path is not None else []
-        return checks + credential_checks(context.view, passthrough=self._config_value("env_passthrough", []))
+        return checks + credential_checks(context.view, passthrough=self.config_value("env_passthrough", []))
 
     def process(self, invocation: AgentInvocation) -> ProcessSpec:
         """``claude -p PROMPT --output-format stream-json --verbose --dangerously-skip-permissions ...``."""
-        path, _, reason = self._resolution()
-        if path is None:
-            raise RuntimeError(reason)
         argv = [
-            str(path),
+            str(self.executable()),
             "-p",
             invocation.prompt,
             "--output-format",
@@ -82,14 +61,10 @@ class ClaudeAgent(Agent):
         if invocation.hook_settings is not None:
             argv += ["--settings", str(invocation.hook_settings)]
         argv += self.tool_args(invocation)
-        argv += [str(arg) for arg in self._config_value("extra_args", [])]
+        argv += [str(arg) for arg in self.config_value("extra_args", [])]
 
         # Claude Code refuses --dangerously-skip-permissions as root unless told it is sandboxed.
-        env = {"IS_SANDBOX": "1"}
-        for var in self._config_value("env_passthrough", []):
-            if var in os.environ:
-                env[var] = os.environ[var]
-        env.update(invocation.env)
+        env = {"IS_SANDBOX": "1", **self.passthrough_env(self.config_value("env_passthrough", [])), **invocation.env}
         return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir, program="claude")
 
     def tools_for(self, key: str | None) -> list[str] | None:
@@ -102,7 +77,7 @@ class ClaudeAgent(Agent):
             return None
         from .claude_config import DEFAULT_TOOLS
 
-        table = self._config_value("tools", None) or DEFAULT_TOOLS
+        table = self.config_value("tools", None) or DEFAULT_TOOLS
         names = table.get(key)
         if names is None or names == ["default"]:
             return None
@@ -116,7 +91,7 @@ class ClaudeAgent(Agent):
         """
         from .claude_config import DEFAULT_TOOLS
 
-        table = self._config_value("tools", None) or DEFAULT_TOOLS
+        table = self.config_value("tools", None) or DEFAULT_TOOLS
         keys = [invocation.mode, invocation.purpose if invocation.purpose != "iteration" else None]
         keys.append("read-only" if getattr(invocation, "read_only", False) else None)
         key = next((k for k in keys if k and k in table), None)
@@ -124,7 +99,7 @@ class ClaudeAgent(Agent):
         names = self.tools_for(key)
         if names is not None:
             args += ["--tools", ",".join(names)]  # "" offers no built-in tool at all
-        denied = [str(rule) for rule in self._config_value("disallowed_tools", [])]
+        denied = [str(rule) for rule in self.config_value("disallowed_tools", [])]
         if denied:
             args += ["--disallowedTools", *denied]
         return args

@@ -27,10 +27,10 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ralph.api import Agent, AgentCli, AgentEvent, AgentInvocation, Availability, ProcessSpec, hookimpl
+from ralph.api import AgentCli, AgentEvent, AgentInvocation, CliAgent, ProcessSpec, hookimpl
 
 if TYPE_CHECKING:
-    from ralph.api import Settings
+    from ralph.api import Agent
 
 __all__ = ["BASE_URL_ENV", "BINARY_ENV_VAR", "CodexAgent", "bundled_binary", "resolve_binary", "toml_value"]
 
@@ -114,57 +114,33 @@ def _git_dirs(project_dir: Path) -> list[str]:
     return found
 
 
-class CodexAgent(Agent):
+class CodexAgent(CliAgent):
     """The OpenAI Codex CLI, run with ``codex exec --json`` and ralph's hooks."""
 
     name = "codex"
     description = "OpenAI Codex CLI (codex exec --json)"
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self._resolved: tuple[Path | None, str, str] | None = None
-
-    def _config_value(self, key: str, default: Any) -> Any:
-        section = self.settings.section("codex") if self.settings is not None else None
-        value = getattr(section, key, None) if section is not None else None
-        return default if value is None else value
-
-    def _resolution(self) -> tuple[Path | None, str, str]:
-        if self._resolved is None:
-            base_dir = getattr(self.settings, "project_dir", None)
-            self._resolved = _resolve(self._config_value("binary", None), os.environ, base_dir)
-        return self._resolved
-
-    def resolve_binary(self) -> tuple[Path | None, str]:
-        """The executable this agent runs and where it was found (see :func:`resolve_binary`)."""
-        path, source, _ = self._resolution()
-        return path, source
-
-    def availability(self) -> Availability:
-        """Available when a codex executable was found; otherwise say what was tried."""
-        path, _, reason = self._resolution()
-        return Availability.yes() if path is not None else Availability.no(reason)
+    cli = CODEX_CLI
 
     def preflight(self, context: Any) -> list[Any]:
         """The binary runs, a key or a ``codex login`` exists, a configured endpoint answers."""
         from ralph_plugins.agents.codex_preflight import codex_checks
 
-        path, source, _ = self._resolution()
+        path, source = self.resolve_binary()
         if path is None:
             return []
-        base_url = self._config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
-        key_env = self._config_value("api_key_env", "OPENAI_API_KEY")
+        base_url = self.config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
+        key_env = self.config_value("api_key_env", "OPENAI_API_KEY")
         return codex_checks(path, source, key_env, base_url, context.view)
 
     def default_model(self) -> str | None:
         """``[tool.ralph.codex] model``: used when no per-mode model or ``--model`` applies."""
-        return self._config_value("model", None)
+        return self.config_value("model", None)
 
     def _overrides(self, invocation: AgentInvocation, sandboxed: bool) -> list[tuple[str, Any]]:
         overrides: list[tuple[str, Any]] = []
-        base_url = self._config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
+        base_url = self.config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
         if base_url:
-            retries = int(self._config_value("retries", 1))
+            retries = int(self.config_value("retries", 1))
             overrides.append(("model_provider", PROVIDER_ID))
             overrides.append((
                 f"model_providers.{PROVIDER_ID}",
@@ -172,7 +148,7 @@ class CodexAgent(Agent):
                     "name": "ralph-configured endpoint",
                     "base_url": base_url,
                     "wire_api": "responses",
-                    "env_key": self._config_value("api_key_env", "OPENAI_API_KEY"),
+                    "env_key": self.config_value("api_key_env", "OPENAI_API_KEY"),
                     "request_max_retries": retries,
                     "stream_max_retries": retries,
                 },
@@ -180,24 +156,21 @@ class CodexAgent(Agent):
         for event, command in hook_commands(invocation.hook_settings).items():
             overrides.append((f"hooks.{event}", [{"hooks": [{"type": "command", "command": command, "timeout": 60}]}]))
         writable = not sandboxed and not getattr(invocation, "read_only", False)
-        if writable and self._config_value("sandbox", "workspace-write") == "workspace-write":
+        if writable and self.config_value("sandbox", "workspace-write") == "workspace-write":
             overrides.append(("sandbox_workspace_write.writable_roots", _git_dirs(invocation.project_dir)))
-        overrides.extend((str(k), v) for k, v in dict(self._config_value("config", {})).items())
+        overrides.extend((str(k), v) for k, v in dict(self.config_value("config", {})).items())
         return overrides
 
     def process(self, invocation: AgentInvocation) -> ProcessSpec:
         """``codex exec --json [sandbox flags] [-m MODEL] -c ... -`` with the prompt on stdin."""
-        path, _, reason = self._resolution()
-        if path is None:
-            raise RuntimeError(reason)
         sandboxed = bool(getattr(invocation, "sandboxed", False))
-        argv = [str(path), "exec", "--json", "--color", "never", "-C", str(invocation.project_dir)]
+        argv = [str(self.executable()), "exec", "--json", "--color", "never", "-C", str(invocation.project_dir)]
         if sandboxed:
             argv.append("--dangerously-bypass-approvals-and-sandbox")
         elif getattr(invocation, "read_only", False):
             argv += ["-s", "read-only"]  # a reviewer: Codex's own sandbox stops every write
         else:
-            argv += ["-s", str(self._config_value("sandbox", "workspace-write"))]
+            argv += ["-s", str(self.config_value("sandbox", "workspace-write"))]
         hooks = hook_commands(invocation.hook_settings)
         if hooks:
             argv.append("--dangerously-bypass-hook-trust")
@@ -206,7 +179,7 @@ class CodexAgent(Agent):
             argv += ["-m", model]
         for key, value in self._overrides(invocation, sandboxed):
             argv += ["-c", f"{key}={toml_value(value)}"]
-        argv += [str(arg) for arg in self._config_value("extra_args", [])]
+        argv += [str(arg) for arg in self.config_value("extra_args", [])]
         argv.append("-")  # the prompt comes on stdin: no argv length limit, not visible in ps
 
         env = {DIALECT_ENV: "codex"}
@@ -214,12 +187,8 @@ class CodexAgent(Agent):
             env["CODEX_HOME"] = str(self._private_home(invocation.run_dir))
         # in ralph's container Codex keeps its state in ~/.codex on the container's tmpfs home
         # (the run directory is mounted read-only there)
-        for var in ("OPENAI_API_KEY", self._config_value("api_key_env", "OPENAI_API_KEY"), BASE_URL_ENV):
-            if var in os.environ:
-                env[var] = os.environ[var]
-        for var in self._config_value("env_passthrough", []):
-            if var in os.environ:
-                env[var] = os.environ[var]
+        env.update(self.passthrough_env(("OPENAI_API_KEY", self.config_value("api_key_env", "OPENAI_API_KEY"), BASE_URL_ENV)))
+        env.update(self.passthrough_env(self.config_value("env_passthrough", [])))
         env.update(invocation.env)
         return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir, stdin=invocation.prompt, program="codex")
 

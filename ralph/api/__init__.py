@@ -23,7 +23,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ralph import hookimpl
-from ralph.claude_cli import AgentCli, locate_claude_cli
+from ralph.claude_cli import CLAUDE_CLI, AgentCli, locate_claude_cli
+from ralph.cliagent import CliAgent
 from ralph.contracts import (
     AUTO_APPROVED_PREFIX,
     Agent,
@@ -102,6 +103,8 @@ if TYPE_CHECKING:
 __all__ = [
     "API_VERSION",
     "AgentCli",
+    "CLAUDE_CLI",
+    "CliAgent",
     "BUILTIN_PROMPT_NOTE",
     "AUTO_APPROVED_PREFIX",
     "Agent",

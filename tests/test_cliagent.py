@@ -1,0 +1,106 @@
+"""``ralph.api.CliAgent``: the base a third-party agent that runs a CLI builds on (as claude and codex do)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ralph.api import AgentCli, AgentEvent, AgentInvocation, CliAgent, ProcessSpec
+
+TOOL_CLI = AgentCli("mytool", "mytool", "MYTOOL_BINARY", "no_such_mytool_wheel", "bin", "mytool-bin")
+
+
+class _Settings:
+    def __init__(self, project_dir: Path, **section: Any) -> None:
+        self.project_dir = project_dir
+        self._section = SimpleNamespace(**section) if section else None
+
+    def section(self, name: str) -> Any:
+        return self._section if name == "mytool" else None
+
+
+class MyAgent(CliAgent):
+    """What docs/plugins.md shows a third party writing."""
+
+    name = "mytool"
+    cli = TOOL_CLI
+
+    def process(self, invocation: AgentInvocation) -> ProcessSpec:
+        """``mytool --prompt PROMPT``."""
+        argv = [str(self.executable()), "--prompt", invocation.prompt]
+        env = {**self.passthrough_env(self.config_value("env_passthrough", [])), **invocation.env}
+        return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir, program="mytool")
+
+    def parse_line(self, line: str) -> list[AgentEvent]:
+        """Each line is text."""
+        return [AgentEvent("text", text=line.rstrip("\n"))]
+
+
+def _tool(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('#!/bin/sh\necho "ran with $*"\n')
+    path.chmod(0o755)
+    return path
+
+
+def _invocation(project: Path, prompt: str = "hello") -> AgentInvocation:
+    return AgentInvocation(prompt=prompt, project_dir=project, run_dir=project / "run", iteration=1, env={"X": "1"})
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("MYTOOL_BINARY", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
+
+
+def test_configured_binary_is_relative_to_the_project_and_runs(tmp_path: Path, clean_env: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = _tool(tmp_path / "tools" / "mytool")
+    monkeypatch.setenv("SHARED_TOKEN", "t0k")
+    agent = MyAgent(_Settings(tmp_path, binary="tools/mytool", env_passthrough=["SHARED_TOKEN", "UNSET_ONE"]))
+    assert agent.availability().ok
+    assert agent.resolve_binary() == (tool, "config")
+    spec = agent.process(_invocation(tmp_path))
+    assert spec.argv == [str(tool), "--prompt", "hello"]
+    assert spec.env == {"SHARED_TOKEN": "t0k", "X": "1"}
+    done = subprocess.run(spec.argv, capture_output=True, text=True, check=True)
+    assert agent.parse_line(done.stdout)[0].text == "ran with --prompt hello"
+
+
+def test_env_var_then_path(tmp_path: Path, clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from_env = _tool(tmp_path / "env" / "mytool")
+    on_path = _tool(tmp_path / "path" / "mytool")
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    assert MyAgent(_Settings(tmp_path)).resolve_binary() == (on_path, "path")
+    monkeypatch.setenv("MYTOOL_BINARY", str(from_env))
+    assert MyAgent(_Settings(tmp_path)).resolve_binary() == (from_env, "env")
+
+
+def test_missing_cli_says_what_was_tried_and_process_refuses(tmp_path: Path, clean_env: None) -> None:
+    agent = MyAgent(_Settings(tmp_path))
+    availability = agent.availability()
+    assert not availability.ok
+    for tried in ("[tool.ralph.mytool] binary", "MYTOOL_BINARY", "PATH", "pip install mytool-bin"):
+        assert tried in availability.reason
+    assert agent.resolve_binary() == (None, "none")
+    with pytest.raises(RuntimeError) as raised:
+        agent.process(_invocation(tmp_path))
+    assert str(raised.value) == availability.reason
+    bad = MyAgent(_Settings(tmp_path, binary="/no/such/mytool")).availability()
+    assert not bad.ok and "/no/such/mytool" in bad.reason
+
+
+def test_config_values_default_and_the_binary_is_found_once(tmp_path: Path, clean_env: None) -> None:
+    tool = _tool(tmp_path / "mytool")
+    agent = MyAgent(_Settings(tmp_path, binary=str(tool), model=None))
+    assert agent.config_value("model", "m1") == "m1"  # unset (None) keys take the default
+    assert agent.config_value("absent", 3) == 3
+    assert MyAgent(_Settings(tmp_path)).config_value("binary", "d") == "d"  # no section at all
+    assert agent.resolve_binary() == (tool, "config")
+    tool.unlink()
+    assert agent.resolve_binary() == (tool, "config") and agent.availability().ok
+    assert not MyAgent(_Settings(tmp_path, binary=str(tool))).availability().ok
