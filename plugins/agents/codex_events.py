@@ -31,9 +31,9 @@ from typing import Any
 
 from ralph.api import AgentEvent
 
-__all__ = ["MAX_CONTENT", "classify", "parse_line"]
+from .jsonlines import MAX_CONTENT, parse_object_line, scalars, trim
 
-MAX_CONTENT = 4000
+__all__ = ["MAX_CONTENT", "classify", "parse_line"]
 
 _CONTEXT = re.compile(
     r"ran out of room in the model's context window|context_length_exceeded|exceeds the context window"
@@ -57,32 +57,12 @@ def classify(message: str) -> str | None:
     return None
 
 
-def _trim(value: str, limit: int = MAX_CONTENT) -> tuple[str, bool]:
-    if len(value) <= limit:
-        return value, False
-    return value[:limit] + f"\n... [{len(value) - limit} more characters]", True
-
-
 def parse_line(line: str) -> list[AgentEvent]:
     """Events for one stdout line of ``codex exec --json``."""
-    try:
-        return _parse(line)
-    except Exception as exc:  # the contract: never raise on agent output
-        raw, _ = _trim(line if isinstance(line, str) else repr(line))
-        return [AgentEvent("system", data={"raw": raw, "unparsed": True, "parse_error": repr(exc)})]
+    return parse_object_line(line, _events_of)
 
 
-def _parse(line: str) -> list[AgentEvent]:
-    stripped = line.strip()
-    if not stripped:
-        return []
-    try:
-        obj = json.loads(stripped)
-    except ValueError:
-        obj = None
-    if not isinstance(obj, dict):
-        raw, _ = _trim(stripped)
-        return [AgentEvent("system", data={"raw": raw, "unparsed": True})]
+def _events_of(obj: dict[str, Any]) -> list[AgentEvent]:
     kind = obj.get("type")
     if kind == "thread.started":
         return [AgentEvent("system", data={"subtype": "init", "session_id": obj.get("thread_id")})]
@@ -107,8 +87,7 @@ def _parse(line: str) -> list[AgentEvent]:
         if _RETRYING.search(message):
             return [AgentEvent("error", text=message, data={"source": "error", "retrying": True})]
         return _failure(message, "error")
-    data = {k: v for k, v in obj.items() if isinstance(v, (str, int, float, bool)) or v is None}
-    return [AgentEvent("system", data=data)]
+    return [AgentEvent("system", data=scalars(obj))]
 
 
 def _failure(message: str, source: str) -> list[AgentEvent]:
@@ -142,14 +121,14 @@ def _item_completed(item: dict[str, Any]) -> list[AgentEvent]:
     if itype == "agent_message":
         return [AgentEvent("text", text=str(item.get("text") or ""))]
     if itype == "command_execution":
-        content, truncated = _trim(str(item.get("aggregated_output") or ""))
+        content, truncated = trim(str(item.get("aggregated_output") or ""))
         code = item.get("exit_code")
         failed = item.get("status") in ("failed", "declined") or (isinstance(code, int) and code != 0)
         return [AgentEvent("tool_result", data={"tool_use_id": item_id, "is_error": failed, "content": content,
                                                 "truncated": truncated, "exit_code": code})]
     if itype == "mcp_tool_call":
         result = item.get("result") if item.get("result") is not None else item.get("error")
-        content, truncated = _trim(result if isinstance(result, str) else json.dumps(result, default=str))
+        content, truncated = trim(result if isinstance(result, str) else json.dumps(result, default=str))
         return [AgentEvent("tool_result", data={"tool_use_id": item_id, "is_error": item.get("status") == "failed",
                                                 "content": content, "truncated": truncated})]
     if itype == "file_change":

@@ -43,10 +43,9 @@ from typing import Any
 
 from ralph.api import AgentEvent
 
-__all__ = ["MAX_CONTENT", "classify_failure", "parse_line"]
+from .jsonlines import MAX_CONTENT, parse_object_line, scalars, trim
 
-MAX_CONTENT = 4000
-"""Longest tool-result content (and raw line) kept in an event, in characters."""
+__all__ = ["MAX_CONTENT", "classify_failure", "parse_line"]
 
 _RESULT_KEYS = (
     "subtype",
@@ -89,6 +88,20 @@ _RATE_LIMIT_TYPES = {"rate_limit", "rate_limit_error", "overloaded", "overloaded
 _RATE_LIMIT_TEXT = re.compile(r"\((429|529)\)|\brate limit\b|\boverloaded\b", re.IGNORECASE)
 
 
+def _flags(
+    body: str, source: str, obj: dict[str, Any], *, failed: bool, error: Any = None, terminal_reason: str | None = None
+) -> list[AgentEvent]:
+    """The ``usage_limit`` / ``context_overflow`` or ``rate_limit`` flag that goes before the
+    event of ``body`` when it says so; ``failed``: the line is known to report an API error."""
+    failure = classify_failure(body, error_context=failed, terminal_reason=terminal_reason)
+    if failure:
+        return [AgentEvent(failure, text=body, data={"source": source})]
+    status = obj.get("api_error_status")
+    if failed and _is_rate_limit(body, status, obj.get("api_error_type"), error):
+        return [AgentEvent("rate_limit", text=body, data={"source": source, "status": status})]
+    return []
+
+
 def _is_rate_limit(text: str, status: Any, error_type: Any, error: Any) -> bool:
     """An API error (already known to be one) that says: too many requests, or overloaded."""
     return (
@@ -97,16 +110,6 @@ def _is_rate_limit(text: str, status: Any, error_type: Any, error: Any) -> bool:
         or error in _RATE_LIMIT_TYPES
         or bool(_RATE_LIMIT_TEXT.search(text))
     )
-
-
-def _trim(value: str, limit: int = MAX_CONTENT) -> tuple[str, bool]:
-    if len(value) <= limit:
-        return value, False
-    return value[:limit] + f"\n... [{len(value) - limit} more characters]", True
-
-
-def _scalars(obj: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if isinstance(v, (str, int, float, bool)) or v is None}
 
 
 def classify_failure(text: str, *, error_context: bool, terminal_reason: str | None = None) -> str | None:
@@ -127,25 +130,10 @@ def classify_failure(text: str, *, error_context: bool, terminal_reason: str | N
 
 def parse_line(line: str) -> list[AgentEvent]:
     """Events for one stdout line of ``claude -p --output-format stream-json --verbose``."""
-    try:
-        return _parse(line)
-    except Exception as exc:  # the contract: never raise on agent output
-        raw, _ = _trim(line if isinstance(line, str) else repr(line))
-        return [AgentEvent("system", data={"raw": raw, "unparsed": True, "parse_error": repr(exc)})]
+    return parse_object_line(line, _events_of)
 
 
-def _parse(line: str) -> list[AgentEvent]:
-    stripped = line.strip()
-    if not stripped:
-        return []
-    try:
-        obj = json.loads(stripped)
-    except ValueError:
-        obj = None
-    if not isinstance(obj, dict):
-        raw, _ = _trim(stripped)
-        return [AgentEvent("system", data={"raw": raw, "unparsed": True})]
-
+def _events_of(obj: dict[str, Any]) -> list[AgentEvent]:
     kind = obj.get("type")
     if kind == "assistant":
         return _assistant(obj)
@@ -157,7 +145,7 @@ def _parse(line: str) -> list[AgentEvent]:
         return _system(obj)
     if kind == "rate_limit_event":
         return _rate_limit(obj)
-    data = _scalars(obj)
+    data = scalars(obj)
     data.setdefault("type", kind)
     return [AgentEvent("system", data=data)]
 
@@ -192,11 +180,7 @@ def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
         btype = block.get("type")
         if btype == "text":
             body = _str(block, "text")
-            failure = classify_failure(body, error_context=api_error)
-            if failure:
-                events.append(AgentEvent(failure, text=body, data={"source": "assistant"}))
-            elif api_error and _is_rate_limit(body, obj.get("api_error_status"), obj.get("api_error_type"), obj.get("error")):
-                events.append(AgentEvent("rate_limit", text=body, data={"source": "assistant", "status": obj.get("api_error_status")}))
+            events += _flags(body, "assistant", obj, failed=api_error, error=obj.get("error"))
             if api_error:
                 events.append(
                     AgentEvent(
@@ -250,11 +234,11 @@ def _user(obj: dict[str, Any]) -> list[AgentEvent]:
     for block in _message_content(obj):
         if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
             # Text the CLI itself adds to the conversation, e.g. "Stop hook feedback:\n<reason>".
-            body, _ = _trim(block["text"])
+            body, _ = trim(block["text"])
             data = {"source": "user", "synthetic": bool(obj.get("isSynthetic"))}
             events.append(AgentEvent("system", text=body, data=data))
         elif isinstance(block, dict) and block.get("type") == "tool_result":
-            content, truncated = _trim(_tool_result_text(block.get("content")))
+            content, truncated = trim(_tool_result_text(block.get("content")))
             events.append(
                 AgentEvent(
                     "tool_result",
@@ -276,12 +260,7 @@ def _result(obj: dict[str, Any]) -> list[AgentEvent]:
     if not body and isinstance(obj.get("errors"), list):
         body = "\n".join(str(e) for e in obj["errors"])
     terminal = _str(obj, "terminal_reason") or None
-    events = []
-    failure = classify_failure(body, error_context=is_error, terminal_reason=terminal)
-    if failure:
-        events.append(AgentEvent(failure, text=body, data={"source": "result"}))
-    elif is_error and _is_rate_limit(body, obj.get("api_error_status"), obj.get("api_error_type"), None):
-        events.append(AgentEvent("rate_limit", text=body, data={"source": "result", "status": obj.get("api_error_status")}))
+    events = _flags(body, "result", obj, failed=is_error, terminal_reason=terminal)
     if is_error:
         events.append(
             AgentEvent(
@@ -308,10 +287,10 @@ def _system(obj: dict[str, Any]) -> list[AgentEvent]:
             data["tools"] = [t for t in tools if isinstance(t, str)]
         return [AgentEvent("system", data=data)]
     if subtype == "api_retry":
-        data = _scalars(obj)
+        data = scalars(obj)
         data["retrying"] = True
         return [AgentEvent("error", text=f"API error {obj.get('error_status')}, retrying", data=data)]
-    return [AgentEvent("system", data=_scalars(obj))]
+    return [AgentEvent("system", data=scalars(obj))]
 
 
 def _rate_limit(obj: dict[str, Any]) -> list[AgentEvent]:
