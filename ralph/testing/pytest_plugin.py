@@ -29,15 +29,12 @@ def ralph_project(tmp_path: Path) -> RalphProject:
     return make_project(tmp_path)
 
 
-@pytest.fixture
-def scripted_model() -> Iterator[Callable[[Any], Any]]:
-    """Factory: ``server = scripted_model(responder, cache=False)`` starts a scripted model server."""
-    from ralph.testing.model_server import ScriptedModelServer
+def _servers(server_class: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """A factory starting ``server_class(responder, **options)`` servers, all stopped afterwards."""
+    servers: list[Any] = []
 
-    servers: list[ScriptedModelServer] = []
-
-    def start(responder: Any, **options: Any) -> ScriptedModelServer:
-        server = ScriptedModelServer(responder, **options).start()
+    def start(responder: Any, **options: Any) -> Any:
+        server = server_class(responder, **options).start()
         servers.append(server)
         return server
 
@@ -46,16 +43,40 @@ def scripted_model() -> Iterator[Callable[[Any], Any]]:
         server.stop()
 
 
+def _found(binary: Path | None, missing: str) -> Path:
+    """``binary``, or a skip (a failure under CI=true) saying ``missing``."""
+    from ralph.testing.requirements import require
+
+    require(binary is not None, missing)
+    assert binary is not None
+    return binary
+
+
+def _agent_env(home: Path, env: Callable[[str, Path], dict[str, str]]) -> Callable[[str], dict[str, str]]:
+    """A factory: ``env(url, home)`` with a fresh ``home``, for running a real agent CLI offline."""
+
+    def make(url: str) -> dict[str, str]:
+        home.mkdir(exist_ok=True)
+        # hook helpers started by hooks outside a loop should not outlive the test for long
+        return {**env(url, home), "RALPH_HOOK_DAEMON_IDLE": "5"}
+
+    return make
+
+
+@pytest.fixture
+def scripted_model() -> Iterator[Callable[..., Any]]:
+    """Factory: ``server = scripted_model(responder, cache=False)`` starts a scripted model server."""
+    from ralph.testing.model_server import ScriptedModelServer
+
+    yield from _servers(ScriptedModelServer)
+
+
 @pytest.fixture
 def claude_binary() -> Path:
     """The real Claude Code CLI (skip, or fail under CI=true, when there is none)."""
-    from ralph.testing.requirements import require
     from ralph.claude_cli import resolve_binary
 
-    binary, source = resolve_binary()
-    require(binary is not None, "the real Claude Code CLI was not found (pip install claude-agent-sdk)")
-    assert binary is not None
-    return binary
+    return _found(resolve_binary()[0], "the real Claude Code CLI was not found (pip install claude-agent-sdk)")
 
 
 @pytest.fixture
@@ -63,42 +84,23 @@ def claude_agent_env(tmp_path: Path) -> Callable[[str], dict[str, str]]:
     """Factory: ``env = claude_agent_env(server.url)`` for running the real CLI offline."""
     from ralph.testing.model_server import claude_env
 
-    def make(url: str) -> dict[str, str]:
-        home = tmp_path / "home"
-        home.mkdir(exist_ok=True)
-        # hook helpers started by hooks outside a loop should not outlive the test for long
-        return {**claude_env(url, home), "RALPH_HOOK_DAEMON_IDLE": "5"}
-
-    return make
+    return _agent_env(tmp_path / "home", claude_env)
 
 
 @pytest.fixture
-def scripted_responses() -> Iterator[Callable[[Any], Any]]:
+def scripted_responses() -> Iterator[Callable[..., Any]]:
     """Factory: ``server = scripted_responses(responder)`` starts a scripted Responses API server."""
     from ralph.testing.responses_server import ScriptedResponsesServer
 
-    servers: list[ScriptedResponsesServer] = []
-
-    def start(responder: Any) -> ScriptedResponsesServer:
-        server = ScriptedResponsesServer(responder).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+    yield from _servers(ScriptedResponsesServer)
 
 
 @pytest.fixture
 def codex_binary() -> Path:
     """The real Codex CLI (skip, or fail under CI=true, when there is none)."""
-    from ralph.testing.requirements import require
     from ralph_plugins.agents.codex import resolve_binary
 
-    binary, _ = resolve_binary()
-    require(binary is not None, "the real Codex CLI was not found (pip install openai-codex-cli-bin)")
-    assert binary is not None
-    return binary
+    return _found(resolve_binary()[0], "the real Codex CLI was not found (pip install openai-codex-cli-bin)")
 
 
 @pytest.fixture
@@ -106,12 +108,7 @@ def codex_agent_env(tmp_path: Path) -> Callable[[str], dict[str, str]]:
     """Factory: ``env = codex_agent_env(server.url)`` for running the real Codex CLI offline."""
     from ralph.testing.responses_server import codex_env
 
-    def make(url: str) -> dict[str, str]:
-        home = tmp_path / "codex-user-home"
-        home.mkdir(exist_ok=True)
-        return {**codex_env(url, home), "RALPH_HOOK_DAEMON_IDLE": "5"}
-
-    return make
+    return _agent_env(tmp_path / "codex-user-home", codex_env)
 
 
 @pytest.fixture
