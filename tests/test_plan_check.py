@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import stat
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,19 +17,6 @@ import pytest
 from ralph.errors import UsageError
 from ralph.lifecycle.plan import check_task_list, find_cycles, plan_command, plan_mode, prd_dir, prd_is_template, story_id_problem
 from ralph.testing.project import RalphProject, story
-
-LIFECYCLE = (
-    "from ralph.cli.main import cli; from ralph.cli.lifecycle import COMMANDS; "
-    "[cli.add_command(c) for c in COMMANDS if c.name not in cli.commands]; cli(prog_name='ralph')"
-)
-
-
-def ralph(project: RalphProject, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-P", "-c", LIFECYCLE, *args],
-        cwd=project.path, env=project.process_env(env), capture_output=True, text=True, timeout=120,
-    )
-
 
 def good(story_id: str, **fields: Any) -> dict[str, Any]:
     return story(story_id, acceptanceCriteria=[f"GET /{story_id.lower()} returns 200 with a JSON list"], **fields)
@@ -44,7 +30,7 @@ def project(ralph_project: RalphProject) -> RalphProject:
 
 
 def test_a_sound_task_list_passes(project: RalphProject) -> None:
-    result = ralph(project, "plan", "--check")
+    result = project.run("plan", "--check")
     assert result.returncode == 0, result.stderr
     assert "ralph/tasks.json (tasks-json): 2 stories" in result.stdout
     assert result.stdout.rstrip().endswith("0 errors, 0 warnings")
@@ -57,7 +43,7 @@ def test_dependency_cycle_is_an_error(project: RalphProject) -> None:
         good("US-003", priority=3, dependsOn=["US-002"]),
         good("US-004", priority=4),
     ], verifyCommands=["pytest -q"])
-    result = ralph(project, "plan", "--check")
+    result = project.run("plan", "--check")
     assert result.returncode == 1
     assert "error: US-001: dependency cycle: US-001 -> US-003 -> US-002 -> US-001" in result.stdout
     assert result.stdout.count("dependency cycle") == 1
@@ -67,7 +53,7 @@ def test_dependency_cycle_is_an_error(project: RalphProject) -> None:
 def test_unknown_and_self_dependencies(project: RalphProject) -> None:
     project.write_stories([good("US-001", dependsOn=["US-009"]), good("US-002", priority=2, dependsOn=["US-002"])],
                           verifyCommands=[])
-    result = ralph(project, "plan", "--check")
+    result = project.run("plan", "--check")
     assert result.returncode == 1
     assert "error: US-001: dependsOn names 'US-009', which is not a story in this task list" in result.stdout
     assert "error: US-002: dependsOn lists the story itself" in result.stdout
@@ -81,7 +67,7 @@ def test_criteria_that_cannot_be_verified(project: RalphProject) -> None:
         story("US-002", "Import CSV", priority=2, acceptanceCriteria=["import csv", "  "]),
         good("US-003", priority=3),
     ], verifyCommands=["pytest"])
-    result = ralph(project, "plan", "--check")
+    result = project.run("plan", "--check")
     assert result.returncode == 1
     assert "error: US-001: acceptance criterion 1 is not verifiable: 'Works correctly'" in result.stdout
     assert "error: US-002: acceptance criterion 1 only repeats the title" in result.stdout
@@ -95,7 +81,7 @@ def test_sizing_and_order_are_warnings_only(project: RalphProject) -> None:
         good("US-001", description=long, dependsOn=["US-002"]),
         story("US-002", priority=2, acceptanceCriteria=[f"Field {n} is validated" for n in range(10)]),
     ], verifyCommands=["pytest"])
-    result = ralph(project, "plan", "--check")
+    result = project.run("plan", "--check")
     assert result.returncode == 0, result.stdout
     assert "warning: US-001: description has 7 sentences" in result.stdout
     assert "warning: US-002: 10 acceptance criteria (more than 8)" in result.stdout
@@ -104,7 +90,7 @@ def test_sizing_and_order_are_warnings_only(project: RalphProject) -> None:
 
 def test_duplicate_ids_and_bad_ids(project: RalphProject) -> None:
     project.write_stories([good("US-001"), good("US-001", priority=2), good("story one", priority=3)], verifyCommands=["x"])
-    result = ralph(project, "plan", "--check")
+    result = project.run("plan", "--check")
     assert result.returncode == 1
     assert "Duplicate story id 'US-001'" in result.stdout
     assert "error: story one: 'story one' is not a valid story id" in result.stdout
@@ -113,7 +99,7 @@ def test_duplicate_ids_and_bad_ids(project: RalphProject) -> None:
 def test_a_file_that_does_not_parse_exits_2_and_names_it(project: RalphProject) -> None:
     broken = '{"project": "x", "userStories": [ {"id": "US-001",, } ]\n'
     project.tasks_path.write_text(broken)
-    result = ralph(project, "plan", "--check")
+    result = project.run("plan", "--check")
     assert result.returncode == 2
     assert "ralph: error:" in result.stderr and "tasks.json: not valid JSON at line 1" in result.stderr
     assert project.tasks_path.read_text() == broken
@@ -124,7 +110,7 @@ def test_check_a_prd_json_file_by_path(project: RalphProject, tmp_path: Path) ->
     path.write_text(json.dumps({"project": "p", "branchName": "b", "description": "", "userStories": [
         {"id": "US-001", "title": "A", "acceptanceCriteria": ["TBD"], "priority": 1, "passes": False, "dependsOn": ["US-7"]},
     ]}, indent=2))
-    result = ralph(project, "plan", "--check", "--file", str(path))
+    result = project.run("plan", "--check", "--file", str(path))
     assert result.returncode == 1
     assert f"checked {path} (prd-json): 1 stories" in result.stdout
     assert "not verifiable: 'TBD'" in result.stdout and "dependsOn names 'US-7'" in result.stdout
@@ -137,14 +123,14 @@ def test_prd_n_folder_with_plan_md(project: RalphProject) -> None:
         "# Plan: two\n\n- [ ] US-001: First\n- [ ] US-002: Second\n\n"
         "### US-002: Second\n**Acceptance criteria:**\n- Page /two shows a table\n\n**Depends on:** US-003\n"
     )
-    result = ralph(project, "plan", "--check", "--prd", "2")
+    result = project.run("plan", "--check", "--prd", "2")
     assert result.returncode == 1, result.stderr
     assert ".ralph/PRD-2/plan.md (plan-md): 2 stories" in result.stdout
     assert "error: US-001: acceptance criterion 1 only repeats the title" in result.stdout
     assert "error: US-002: dependsOn names 'US-003'" in result.stdout
-    missing = ralph(project, "plan", "--check", "--prd", "3")
+    missing = project.run("plan", "--check", "--prd", "3")
     assert missing.returncode == 2 and "PRD-3 does not exist (existing: PRD-2)" in missing.stderr
-    bad = ralph(project, "plan", "--check", "--prd", "../x")
+    bad = project.run("plan", "--check", "--prd", "../x")
     assert bad.returncode == 2 and "--prd must be a positive integer" in bad.stderr
 
 
@@ -227,7 +213,7 @@ def test_ralph_plan_starts_claude_with_the_exported_bundle(ralph_project: RalphP
         "sys.exit(7)\n"
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    result = ralph(ralph_project, "plan", env={"RALPH_CLAUDE_BINARY": str(fake)})
+    result = ralph_project.run("plan", env={"RALPH_CLAUDE_BINARY": str(fake)})
     assert result.returncode == 7, result.stderr  # claude's exit code passes through
     data = json.loads(record.read_text())
     assert data["cwd"] == str(ralph_project.path)
@@ -239,6 +225,6 @@ def test_ralph_plan_starts_claude_with_the_exported_bundle(ralph_project: RalphP
 
 def test_ralph_plan_without_claude_is_a_clear_error(ralph_project: RalphProject, tmp_path: Path) -> None:
     env = {"RALPH_CLAUDE_BINARY": str(tmp_path / "missing"), "PATH": "/usr/bin:/bin"}
-    result = ralph(ralph_project, "plan", env=env)
+    result = ralph_project.run("plan", env=env)
     assert result.returncode != 0
     assert "ralph: error:" in result.stderr

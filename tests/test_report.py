@@ -13,7 +13,6 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -22,19 +21,6 @@ import pytest
 
 from ralph.lifecycle.report import build_project_report, render_text, review_analytics
 from ralph.testing.project import RalphProject, story
-
-LIFECYCLE = (
-    "from ralph.cli.main import cli; from ralph.cli.lifecycle import COMMANDS; "
-    "[cli.add_command(c) for c in COMMANDS if c.name not in cli.commands]; cli(prog_name='ralph')"
-)
-
-
-def ralph(project: RalphProject, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-P", "-c", LIFECYCLE, *args],
-        cwd=project.path, env=project.process_env(env), capture_output=True, text=True, timeout=120,
-    )
-
 
 def _set(story_id: str, **fields: Any) -> dict[str, Any]:
     return {"set": {"story": story_id, "fields": fields}}
@@ -82,7 +68,7 @@ def _row(text: str, story_id: str) -> list[str]:
 
 
 def test_terminal_report_per_story(finished: RalphProject) -> None:
-    result = ralph(finished, "report")
+    result = finished.run("report")
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert "8 iterations" in text and "cost $2.6875" in text and "max iterations (8) reached" in text
@@ -105,7 +91,7 @@ def test_report_reads_the_event_log_of_a_killed_run(finished: RalphProject, tmp_
     lines = [json.loads(line) for line in (copy / "events.jsonl").read_text().splitlines()]
     cut = next(i for i, e in enumerate(lines) if e["kind"] == "iteration_started" and e["iteration"] == 3)
     (copy / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines[: cut + 1]) + '{"kind": "iteration_fin')
-    result = ralph(finished, "report", "--run", str(copy))
+    result = finished.run("report", "--run", str(copy))
     assert result.returncode == 0, result.stderr
     assert "3 iterations" in result.stdout and "no summary: the run was killed" in result.stdout
     assert _row(result.stdout, "US-001")[2:6] == ["approved", "3", "1", "1"]
@@ -157,7 +143,7 @@ def test_report_without_runs_uses_the_task_list(ralph_project: RalphProject) -> 
               reviewFeedback="[AUTO-APPROVED AT CAP] naming"),
         story("US-002", priority=2),
     ])
-    result = ralph(ralph_project, "report")
+    result = ralph_project.run("report")
     assert result.returncode == 0, result.stderr
     assert "no run recorded for this project" in result.stdout
     assert _row(result.stdout, "US-001")[2] == "approved (at cap)"
@@ -166,7 +152,7 @@ def test_report_without_runs_uses_the_task_list(ralph_project: RalphProject) -> 
 
 def test_html_is_self_contained(finished: RalphProject, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    result = ralph(finished, "report", "--html", str(out))
+    result = finished.run("report", "--html", str(out))
     assert result.returncode == 0, result.stderr
     page = out.read_text(encoding="utf-8")
     for external in ("<script", "<link", "src=", "href=", "@import", "url("):
@@ -246,7 +232,7 @@ def test_html_report_renders_in_headless_chromium(finished: RalphProject, tmp_pa
     require(browser is not None, "a headless Chromium is needed (apt-get install -y chromium)")
     assert browser is not None
     page = tmp_path / "report.html"
-    result = ralph(finished, "report", "--html", str(page))
+    result = finished.run("report", "--html", str(page))
     assert result.returncode == 0, result.stderr
     shot = tmp_path / "report.png"
     run = subprocess.run(
