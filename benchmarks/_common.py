@@ -79,21 +79,15 @@ def table(rows: Iterable[Sequence[Any]], left: Sequence[int] = (0,)) -> None:
 
 def story(index: int, **fields: Any) -> dict[str, Any]:
     """One story valid per the seed schema (every required field present, criteria non-empty)."""
-    data = {
-        "id": f"US-{index + 1:06d}",
+    from ralph.testing.project import story as valid_story
+
+    defaults = {
         "title": f"Story number {index + 1}",
         "description": f"As a user I want feature {index + 1} so that the product does more things.",
         "acceptanceCriteria": [f"Feature {index + 1} works", "Tests pass", "Typecheck passes"],
         "priority": index + 1,
-        "passes": False,
-        "reviewStatus": None,
-        "reviewCount": 0,
-        "reviewFeedback": "",
-        "notes": "",
-        "dependsOn": [],
     }
-    data.update(fields)
-    return data
+    return valid_story(f"US-{index + 1:06d}", **{**defaults, **fields})
 
 
 def open_task_list(count: int) -> dict[str, Any]:

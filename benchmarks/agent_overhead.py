@@ -69,7 +69,7 @@ def run_once(agent: str, root: Path) -> dict[str, object]:
 
 def available(agent: str) -> bool:
     if agent == "claude":
-        from ralph_plugins.agents.claude import resolve_binary
+        from ralph.claude_cli import resolve_binary
     else:
         from ralph_plugins.agents.codex import resolve_binary
     return resolve_binary()[0] is not None

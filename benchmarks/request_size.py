@@ -134,7 +134,7 @@ def size(value: Any) -> int:
 def through_cli(root: Path) -> int:
     from ralph.testing.model_server import IterationScript, ScriptedModelServer, claude_env
     from ralph.testing.scripting import bash_turns
-    from ralph_plugins.agents.claude import resolve_binary
+    from ralph.claude_cli import resolve_binary
 
     binary, source = resolve_binary()
     if binary is None:

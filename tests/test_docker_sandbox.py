@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import pytest
 from ralph.testing.model_server import IterationScript, ScriptedModelServer, Turn, text, tool
 from ralph.testing.project import RalphProject, story
 from ralph.testing.requirements import require
+
+from test_loop_claude import set_fields
 
 pytestmark = pytest.mark.slow
 
@@ -133,15 +134,6 @@ def run_in(runner: Any, project: Path, argv: list[str], timeout: float = 60, **k
 
 def bash(command: str) -> Turn:
     return Turn([tool("Bash", {"command": command, "description": "step"})])
-
-
-def set_fields(story_id: str, **fields: Any) -> str:
-    code = (
-        "import json,sys;p='ralph/tasks.json';d=json.load(open(p));"
-        f"[s.update(json.loads(sys.argv[1])) for s in d['userStories'] if s['id']=={story_id!r}];"
-        "open(p,'w').write(json.dumps(d,indent=2)+'\\n')"
-    )
-    return f"python3 -c {shlex.quote(code)} {shlex.quote(json.dumps(fields))}"
 
 
 @pytest.mark.real_claude

@@ -15,25 +15,13 @@ from typing import Any
 import pytest
 
 from ralph.testing.project import GIT_IDENTITY, RalphProject, ralph_command, story
+from ralph.testing.replay import replay_env
 
-IMPLEMENT = [
-    {"write": {"path": "a.txt", "content": "a"}},
-    {"set": {"story": "US-001", "fields": {"reviewStatus": "needs_review"}}},
-    {"commit": "feat: [US-001] - a"},
-    {"say": "implemented"},
-]
-APPROVE = [
-    {"set": {"story": "US-001", "fields": {"reviewStatus": "approved", "passes": True, "reviewCount": 1, "notes": "ok"}}},
-    {"commit": "review: [US-001] - approved"},
-    {"say": "approved <promise>COMPLETE</promise>"},
-]
-
+from test_loop_robustness import APPROVE, IMPLEMENT
 
 def replay(tmp_path: Path, iterations: dict[int, list[dict[str, Any]]]) -> dict[str, str]:
     """The environment that makes ``--agent replay`` act out ``iterations``."""
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"iterations": {str(k): v for k, v in iterations.items()}}))
-    return {"RALPH_REPLAY_SCRIPT": str(script)}
+    return replay_env(tmp_path / "script.json", iterations)
 
 
 def run(project: RalphProject, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -7,35 +7,30 @@ tasks.json and commit, exactly as a model would.
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
 import pytest
 
-from ralph.testing.model_server import IterationScript, Turn, text, tool
+from ralph.testing.model_server import IterationScript, Turn, text
 from ralph.testing.project import RalphProject, story
+from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
 
 pytestmark = pytest.mark.real_claude
 
 
 def set_fields(story_id: str, **fields: Any) -> str:
-    """A Bash command that edits one story of ralph/tasks.json (what a model would do)."""
-    code = (
-        "import json,sys;p='ralph/tasks.json';d=json.load(open(p));"
-        f"[s.update(json.loads(sys.argv[1])) for s in d['userStories'] if s['id']=={story_id!r}];"
-        "open(p,'w').write(json.dumps(d,indent=2)+'\\n')"
-    )
-    return f"python3 -c {shlex.quote(code)} {shlex.quote(json.dumps(fields))}"
+    """A Bash command that edits one story of ralph/tasks.json (what a model would do), with the
+    ``python3`` on PATH: the docker-sandbox and ray-sandbox tests run it in the container."""
+    return set_fields_command(story_id, python="python3", **fields)
 
 
-def commit(message: str) -> str:
-    return f"git add -A && git commit -q -m {shlex.quote(message)}"
+commit = commit_command
 
 
 def iteration(*commands: str, say: str = "Done.") -> list[Turn]:
     """Turns of one iteration: each command as a Bash tool call, then a closing text."""
-    return [Turn([tool("Bash", {"command": c, "description": "step"})]) for c in commands] + [Turn([text(say)])]
+    return bash_turns(list(commands), say)
 
 
 def implement(story_id: str, filename: str, content: str) -> list[Turn]:
@@ -45,6 +40,24 @@ def implement(story_id: str, filename: str, content: str) -> list[Turn]:
         commit(f"feat: [{story_id}] - implement"),
         say=f"Implemented {story_id}.",
     )
+
+
+def review_fix_cycle(story_id: str, filename: str, feedback: str) -> dict[int, list[Turn]]:
+    """Iterations 1-4: implement ``filename`` with a typo, review requests changes (``feedback``),
+    the fix, the approving review."""
+    return {
+        1: implement(story_id, filename, "helo"),
+        2: iteration(
+            set_fields(story_id, reviewStatus="changes_requested", reviewCount=1, reviewFeedback=feedback),
+            commit(f"review: [{story_id}] - changes requested"),
+        ),
+        3: iteration(
+            f"printf hello > {filename}",
+            set_fields(story_id, reviewStatus="needs_review", reviewFeedback=""),
+            commit(f"fix: [{story_id}] - address review feedback"),
+        ),
+        4: approve(story_id, 2),
+    }
 
 
 def approve(story_id: str, count: int, feedback: str = "") -> list[Turn]:
@@ -87,21 +100,7 @@ def test_one_story_implement_then_review_approves(one_story, scripted_model, cla
 
 
 def test_changes_requested_fix_and_rereview(one_story, scripted_model, claude_binary, claude_agent_env) -> None:
-    script = IterationScript(
-        {
-            1: implement("US-001", "hello.txt", "helo"),
-            2: iteration(
-                set_fields("US-001", reviewStatus="changes_requested", reviewCount=1, reviewFeedback="Typo: helo -> hello"),
-                commit("review: [US-001] - changes requested"),
-            ),
-            3: iteration(
-                "printf hello > hello.txt",
-                set_fields("US-001", reviewStatus="needs_review", reviewFeedback=""),
-                commit("fix: [US-001] - address review feedback"),
-            ),
-            4: approve("US-001", 2),
-        }
-    )
+    script = IterationScript(review_fix_cycle("US-001", "hello.txt", "Typo: helo -> hello"))
     server = scripted_model(script)
     result = run_loop(one_story, server.url, claude_agent_env)
 

@@ -16,29 +16,22 @@ from typing import Any
 import pytest
 
 from ralph.testing.project import RalphProject, process_alive, story, wait_for
+from ralph.testing.replay import commit, replay_env, say, set_fields, write_file
 
 
 def replay(project: RalphProject, iterations: dict[int, list[dict[str, Any]]], tmp_path: Path) -> dict[str, str]:
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"iterations": {str(k): v for k, v in iterations.items()}}))
-    return {"RALPH_REPLAY_SCRIPT": str(script)}
+    return replay_env(tmp_path / "script.json", iterations)
 
 
 def run(project: RalphProject, env: dict[str, str], *args: str) -> Any:
     return project.run("run", "--runner", "direct", "--agent", "replay", *args, env=env)
 
 
-IMPLEMENT = [
-    {"write": {"path": "a.txt", "content": "a"}},
-    {"set": {"story": "US-001", "fields": {"reviewStatus": "needs_review"}}},
-    {"commit": "feat: [US-001] - a"},
-    {"say": "implemented"},
-]
-APPROVE = [
-    {"set": {"story": "US-001", "fields": {"reviewStatus": "approved", "passes": True, "reviewCount": 1, "notes": "ok"}}},
-    {"commit": "review: [US-001] - approved"},
-    {"say": "approved <promise>COMPLETE</promise>"},
-]
+# one story through implement and review, as the replay agent acts it out (test_first_hour uses them too)
+IMPLEMENT = [write_file("a.txt", "a"), set_fields("US-001", reviewStatus="needs_review"), commit("feat: [US-001] - a"),
+             say("implemented")]
+APPROVE = [set_fields("US-001", reviewStatus="approved", passes=True, reviewCount=1, notes="ok"),
+           commit("review: [US-001] - approved"), say("approved <promise>COMPLETE</promise>")]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from ralph.testing.model_server import IterationScript, Turn, text, tool
-from ralph.testing.project import GIT_IDENTITY, ralph_command
+from ralph.testing.project import GIT_IDENTITY, ralph_command, story
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
 
@@ -62,19 +62,12 @@ A `greet(name)` function for the welcome banner, so support staff see a friendly
 - greet("Ada") returns "Hello, Ada!"
 """
 
-STORY = {
-    "id": "US-001",
-    "title": "greet() says hello",
-    "description": "A greet(name) function for the welcome banner.",
-    "acceptanceCriteria": ['greet("Ada") returns "Hello, Ada!"', "greet.py exists at the project root"],
-    "priority": 1,
-    "passes": False,
-    "reviewStatus": None,
-    "reviewCount": 0,
-    "reviewFeedback": "",
-    "notes": "",
-    "dependsOn": [],
-}
+STORY = story(
+    "US-001",
+    "greet() says hello",
+    description="A greet(name) function for the welcome banner.",
+    acceptanceCriteria=['greet("Ada") returns "Hello, Ada!"', "greet.py exists at the project root"],
+)
 
 
 def plan_turns() -> list[Turn]:

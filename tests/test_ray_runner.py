@@ -20,7 +20,7 @@ from ralph.testing.model_server import IterationScript, Turn, text, tool
 from ralph.testing.project import RalphProject, story, wait_for
 from ralph.testing.requirements import require
 
-from test_loop_claude import approve, commit, implement, iteration, set_fields
+from test_loop_claude import approve, commit, implement, iteration, review_fix_cycle, set_fields
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
 
@@ -102,21 +102,7 @@ def test_one_story_lifecycle_runs_on_node2_in_its_own_checkout(one_story, cluste
 
 def test_review_fix_cycle_through_the_cluster(one_story, cluster, scripted_model, claude_binary,
                                               claude_agent_env) -> None:
-    script = IterationScript(
-        {
-            1: implement("US-001", "hello.txt", "helo"),
-            2: iteration(
-                set_fields("US-001", reviewStatus="changes_requested", reviewCount=1, reviewFeedback="Typo: helo"),
-                commit("review: [US-001] - changes requested"),
-            ),
-            3: iteration(
-                "printf hello > hello.txt",
-                set_fields("US-001", reviewStatus="needs_review", reviewFeedback=""),
-                commit("fix: [US-001] - address review feedback"),
-            ),
-            4: approve("US-001", 2),
-        }
-    )
+    script = IterationScript(review_fix_cycle("US-001", "hello.txt", "Typo: helo"))
     server = scripted_model(script)
     result = run_on_ray(one_story, server.url, claude_agent_env)
 

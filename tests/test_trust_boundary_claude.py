@@ -14,7 +14,6 @@ Attack strings are built here as data and reach the CLI only as tool inputs.
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +22,8 @@ import pytest
 
 from ralph.testing.model_server import IterationScript, ScriptedModelServer, Turn, text, tool
 from ralph.testing.project import GIT_IDENTITY, RalphProject, story
+
+from test_loop_claude import set_fields
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
 
@@ -40,15 +41,6 @@ def write(path: Path, content: str) -> Turn:
 
 def done(say: str = "Done.") -> Turn:
     return Turn([text(say)])
-
-
-def set_fields(story_id: str, **fields: Any) -> str:
-    code = (
-        "import json,sys;p='ralph/tasks.json';d=json.load(open(p));"
-        f"[s.update(json.loads(sys.argv[1])) for s in d['userStories'] if s['id']=={story_id!r}];"
-        "open(p,'w').write(json.dumps(d,indent=2)+'\\n')"
-    )
-    return f"python3 -c {shlex.quote(code)} {shlex.quote(json.dumps(fields))}"
 
 
 @pytest.fixture

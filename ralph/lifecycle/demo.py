@@ -13,27 +13,21 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from ralph.testing.project import story
 from ralph.testing.scripting import commit_command, set_fields_command
 
 GREET_BUGGY = 'def greet(name):\n    return "Hello " + name\n'
 GREET_FIXED = 'def greet(name: str) -> str:\n    """Greet someone by name."""\n    return f"Hello, {name}!"\n'
 TEST_GREET = 'from greet import greet\n\n\ndef test_greet():\n    assert greet("Ada") == "Hello, Ada!"\n'
 
-STORY = {
-    "id": "US-001",
-    "title": "greet() says hello",
-    "description": "A greet(name) function for the welcome banner.",
-    "acceptanceCriteria": ['greet("Ada") returns "Hello, Ada!"', "greet has type hints and a docstring"],
-    "priority": 1,
-    "passes": False,
-    "reviewStatus": None,
-    "reviewCount": 0,
-    "reviewFeedback": "",
-    "notes": "",
-    "dependsOn": [],
-}
+STORY = story(
+    "US-001",
+    "greet() says hello",
+    description="A greet(name) function for the welcome banner.",
+    acceptanceCriteria=['greet("Ada") returns "Hello, Ada!"', "greet has type hints and a docstring"],
+)
 
 FEEDBACK = 'greet("Ada") returns "Hello Ada" (missing comma and "!"); add type hints and a docstring.'
 
@@ -136,6 +130,21 @@ def ralph_command_hint() -> tuple[str, str | None]:
     return "ralph", None
 
 
+def _scripted_server(
+    server_class: Callable[[Any], Any], env_of: Callable[[str, Path], dict[str, str]], home: Path,
+    steps: dict[int, tuple[list[str], str]],
+) -> Any:
+    """Start a scripted model server acting out ``steps`` and point the agent CLI at it
+    (``env_of(url, home)`` into this process's environment, with a fresh ``home``)."""
+    from ralph.testing.model_server import IterationScript
+    from ralph.testing.scripting import bash_turns
+
+    server = server_class(IterationScript({n: bash_turns(cmds, say) for n, (cmds, say) in steps.items()})).start()
+    home.mkdir()
+    os.environ.update(env_of(server.url, home))
+    return server
+
+
 def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     """Run the demo loop; returns the loop's exit code."""
     from ralph.cli.session import open_session
@@ -159,14 +168,9 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     steps = demo_steps()
     server: Any = None
     if agent == "claude":
-        from ralph.testing.model_server import IterationScript, ScriptedModelServer, claude_env
-        from ralph.testing.scripting import bash_turns
+        from ralph.testing.model_server import ScriptedModelServer, claude_env
 
-        script = IterationScript({n: bash_turns(cmds, say) for n, (cmds, say) in steps.items()})
-        server = ScriptedModelServer(script).start()
-        home = work / "claude-home"
-        home.mkdir()
-        os.environ.update(claude_env(server.url, home))
+        server = _scripted_server(ScriptedModelServer, claude_env, work / "claude-home", steps)
         echo(f"ralph demo: the real Claude Code CLI ({binary}, found via {source}) talks to a SCRIPTED local "
              f"model server at {server.url}: the model's moves are scripted, everything else is real. "
              "Costs shown are computed by the CLI from the scripted token counts; nothing is billed.")
@@ -176,20 +180,14 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
         from ralph.settings import Settings
 
         from ralph.errors import UnavailableError
-        from ralph.testing.model_server import IterationScript
         from ralph.testing.responses_server import ScriptedResponsesServer, codex_env
-        from ralph.testing.scripting import bash_turns
 
         # the codex agent plugin finds its CLI (config, RALPH_CODEX_BINARY, PATH, the wheel)
         codex_agent = PluginHost().agents.get("codex")(Settings(project_dir=project, config=RalphConfig()))
         codex, codex_source = codex_agent.resolve_binary()
         if codex is None:
             raise UnavailableError("ralph demo --agent codex: the Codex CLI was not found (pip install openai-codex-cli-bin)")
-        script = IterationScript({n: bash_turns(cmds, say) for n, (cmds, say) in steps.items()})
-        server = ScriptedResponsesServer(script).start()
-        home = work / "codex-user-home"
-        home.mkdir()
-        os.environ.update(codex_env(server.url, home))
+        server = _scripted_server(ScriptedResponsesServer, codex_env, work / "codex-user-home", steps)
         echo(f"ralph demo: the real Codex CLI ({codex}, found via {codex_source}) talks to a SCRIPTED local "
              f"Responses API server at {server.url}: the model's moves are scripted, everything else is real "
              "(Codex reports tokens, not cost). Nothing is billed.")

@@ -12,7 +12,7 @@ scripted local model), ``claude_binary``.
 
 Builders, importable without pytest: :func:`story` (a valid story dict),
 :class:`ReplayScript` and its actions (``say``, ``write_file``, ``set_fields``,
-``commit`` ...), :func:`settings_for` (the ``Settings`` a plugin is constructed
+``commit`` ...), :func:`replay_env`, :func:`settings_for` (the ``Settings`` a plugin is constructed
 with), :func:`make_event` (a ``HookEvent`` for a guard), :func:`make_project`,
 :func:`wait_for`, :func:`process_alive`.  :func:`require` skips a test whose
 real component is missing, and fails it under ``CI=true``.  See docs/plugins.md.
@@ -30,6 +30,7 @@ from ralph.testing.replay import (
     commit,
     cost,
     exit_with,
+    replay_env,
     run,
     say,
     set_fields,
@@ -48,6 +49,7 @@ __all__ = [
     "make_event",
     "make_project",
     "process_alive",
+    "replay_env",
     "run",
     "say",
     "set_fields",

@@ -13,7 +13,9 @@ An action is a one-key object: ``{"say": text}``, ``{"write": {"path", "content"
 An iteration with no actions prints nothing (an empty response).
 
     script = ReplayScript().iteration(1, say("done"), set_fields("US-001", passes=True), commit("feat"))
-    project.env["RALPH_REPLAY_SCRIPT"] = str(script.write(tmp_path / "script.json"))
+    project.env.update(script.env(tmp_path / "script.json"))   # RALPH_REPLAY_SCRIPT
+
+or, per iteration number, ``replay_env(tmp_path / "script.json", {1: [say("done")]})``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "commit",
     "cost",
     "exit_with",
+    "replay_env",
     "run",
     "say",
     "set_fields",
@@ -110,3 +113,16 @@ class ReplayScript:
         """Save the script to ``path`` and return it."""
         path.write_text(json.dumps(self.data, indent=2) + "\n", encoding="utf-8")
         return path
+
+    def env(self, path: Path) -> dict[str, str]:
+        """Save the script to ``path``; the environment that makes ``--agent replay`` act it out."""
+        return {"RALPH_REPLAY_SCRIPT": str(self.write(path))}
+
+
+def replay_env(path: Path, iterations: dict[int, list[Action]]) -> dict[str, str]:
+    """A script of ``iterations`` (loop iteration number -> actions) saved to ``path``, as the
+    environment (``RALPH_REPLAY_SCRIPT``) that makes ``--agent replay`` act it out."""
+    script = ReplayScript()
+    for number, actions in iterations.items():
+        script.iteration(number, *actions)
+    return script.env(path)

@@ -11,17 +11,22 @@ from typing import Any
 from ralph.testing.model_server import Turn, text, tool
 
 
-def set_fields_command(story_id: str, tasks: str = "ralph/tasks.json", **fields: Any) -> str:
-    """A shell command editing one story of the task list, as a model would with a tool."""
+def set_fields_command(story_id: str, tasks: str = "ralph/tasks.json", python: str = sys.executable,
+                       **fields: Any) -> str:
+    """A shell command editing one story of the task list, as a model would with a tool.
+
+    ``python`` runs it: this interpreter by default; ``python3`` where the agent runs in a container.
+    """
     code = (
         f"import json,sys;p={tasks!r};d=json.load(open(p));"
         f"[s.update(json.loads(sys.argv[1])) for s in d['userStories'] if s['id']=={story_id!r}];"
         "open(p,'w').write(json.dumps(d,indent=2)+'\\n')"
     )
-    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} {shlex.quote(json.dumps(fields))}"
+    return f"{shlex.quote(python)} -c {shlex.quote(code)} {shlex.quote(json.dumps(fields))}"
 
 
 def commit_command(message: str) -> str:
+    """A shell command committing everything with ``message``."""
     return f"git add -A && git commit -q -m {shlex.quote(message)}"
 
 
