@@ -155,7 +155,7 @@ def settle_turn(reply: object, server: ScriptedServer[Any]) -> Turn:
     turn = reply if isinstance(reply, Turn) else _exhausted()
     blocks = turn.blocks
     if len(blocks) == 1 and isinstance(blocks[0], TextBlock) and blocks[0].text == EXHAUSTED_TEXT:
-        server._count_unscripted()
+        server.count_unscripted()
     return turn
 
 

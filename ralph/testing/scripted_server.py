@@ -135,7 +135,8 @@ class ScriptedServer(Generic[R]):
         with self._lock:
             self._errors.append(exc)
 
-    def _count_unscripted(self) -> None:
+    def count_unscripted(self) -> None:
+        """Count one reply of "(script exhausted)" (the handler calls it)."""
         with self._lock:
             self._unscripted += 1
 
