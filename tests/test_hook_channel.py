@@ -6,7 +6,10 @@ import json
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 from ralph.hooks.client import ask_loop
 from ralph.hooks.server import HookServer
@@ -75,3 +78,40 @@ def test_loop_errors_fail_closed_too() -> None:
         server.stop()
     output = json.loads(result.stdout)["hookSpecificOutput"]
     assert output["permissionDecision"] == "deny" and "validator crashed" in output["permissionDecisionReason"]
+
+
+@pytest.mark.parametrize("kind", ["server", "relay"])
+def test_an_answer_to_a_caller_that_is_gone_is_dropped_quietly(kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The loop stops the agent (say, a guard raised) while its hook client waits for the answer:
+    writing the answer meets a closed socket, which is no error worth a traceback on the console."""
+    arrived, release, answered = threading.Event(), threading.Event(), threading.Event()
+
+    def respond(request: dict) -> dict:
+        arrived.set()
+        release.wait(30)
+        threading.Timer(0.5, answered.set).start()  # the handler writes right after this returns
+        return {"output": {"systemMessage": "too late"}} if kind == "relay" else {"systemMessage": "too late"}
+
+    from ralph.hooks.relay import HookRelay
+
+    channel = HookServer(respond, token="t").start() if kind == "server" else HookRelay(respond).start()
+    payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}})
+    env = {"RALPH_HOOK_SOCKET": str(channel.path), "RALPH_HOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"}
+    client = subprocess.Popen([sys.executable, "-S", "-P", str(CLIENT)], stdin=subprocess.PIPE, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert client.stdin is not None
+        client.stdin.write(payload)
+        client.stdin.close()
+        assert arrived.wait(30)
+        client.kill()
+        client.wait(30)
+        release.set()
+        assert answered.wait(30)
+        handlers = [t for t in threading.enumerate() if "process_request" in t.name]
+        for thread in handlers:
+            thread.join(30)
+    finally:
+        release.set()
+        channel.stop()
+    assert "Traceback" not in capsys.readouterr().err

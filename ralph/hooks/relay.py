@@ -34,7 +34,10 @@ class _Handler(socketserver.StreamRequestHandler):
             return
         reply = relay.forward(request)
         if reply is not None:
-            self.wfile.write(json.dumps(reply).encode("utf-8") + b"\n")
+            try:
+                self.wfile.write(json.dumps(reply).encode("utf-8") + b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the caller is gone (the agent was stopped while its hook client waited)
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

@@ -29,13 +29,19 @@ class _Handler(socketserver.StreamRequestHandler):
             request = json.loads(self.rfile.readline().decode("utf-8") or "{}")
             refusal = server.refusal(request)
             if refusal is not None:
-                self.wfile.write(json.dumps({"refused": refusal}).encode("utf-8") + b"\n")
+                self._reply({"refused": refusal})
                 return
             reply: dict[str, Any] = {"output": server.respond(request)}
         except Exception as exc:  # fail-open for the agent, recorded for the user
             server.errors.append(traceback.format_exc())
             reply = {"output": {}, "error": f"{type(exc).__name__}: {exc}"}
-        self.wfile.write(json.dumps(reply).encode("utf-8") + b"\n")
+        self._reply(reply)
+
+    def _reply(self, reply: dict[str, Any]) -> None:
+        try:
+            self.wfile.write(json.dumps(reply).encode("utf-8") + b"\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the caller is gone (the loop stopped the agent while its hook client waited)
 
 
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
