@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping
 
+from ralph.events import EventKind
+
 if TYPE_CHECKING:
     from ralph.plugin.manager import Registry
     from ralph.settings import Settings
@@ -475,11 +477,22 @@ class ValidationContext:
 
 @dataclass
 class LoopEvent:
-    """A structured record of something the loop did."""
+    """A structured record of something the loop did (``EventKind`` documents each kind's payload)."""
 
     kind: str
+    """An ``EventKind`` member (a ``str`` enum: compare with ``==``).  A kind this ralph does not
+    know (read back from a newer ralph's event log) stays a plain ``str``."""
     data: dict[str, Any] = field(default_factory=dict)
+    """The payload (JSON-serialisable)."""
     run_dir: Path | None = None
+    """The run's directory (None for an event read back from a log)."""
+
+    def __post_init__(self) -> None:
+        try:
+            # a lookup by value; mypy reads the members' two-argument __new__ as the call's signature
+            self.kind = EventKind(self.kind)  # type: ignore[call-arg]
+        except ValueError:
+            pass
 
 
 # -- agent-side hooks -------------------------------------------------------------

@@ -6,6 +6,7 @@ import ast
 import enum
 import importlib
 import inspect
+import json
 import pkgutil
 import re
 import subprocess
@@ -296,6 +297,14 @@ def test_event_kinds_are_strings_and_documented() -> None:
     for member in ralph.api.EventKind:
         assert "Payload" in member.doc, member
 
+
+
+def test_a_loop_event_carries_an_event_kind_member() -> None:
+    event = ralph.api.LoopEvent("gate_failed", {"story": "US-001"})
+    assert event.kind is ralph.api.EventKind.GATE_FAILED and event.kind == "gate_failed"
+    assert json.dumps({"kind": event.kind}) == '{"kind": "gate_failed"}'  # the event log's form is unchanged
+    newer = ralph.api.LoopEvent("from_a_newer_ralph")  # read back from a newer ralph's event log
+    assert type(newer.kind) is str and newer.kind == "from_a_newer_ralph"
 
 def test_event_kinds_are_listed_in_the_plugin_docs() -> None:
     import importlib.util
