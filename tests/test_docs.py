@@ -112,3 +112,42 @@ def test_the_layout_table_names_every_core_module() -> None:
     assert missing == [], "add these to CONTRIBUTING.md's layout table: " + ", ".join(missing)
     stale = [entry for entry in named if entry.startswith("ralph/") and not (root / entry).exists()]
     assert stale == [], "CONTRIBUTING.md's layout table names what is gone: " + ", ".join(stale)
+
+
+def _replay_section() -> str:
+    text = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    return text[text.index("### Replay scripts"):text.index("## When a plugin breaks")]
+
+
+def test_the_documented_replay_actions_are_the_ones_the_replay_agent_acts_out() -> None:
+    import ast
+    import re
+
+    documented = set(re.findall(r"`(\w+)`", _replay_section().split("- Actions (one key each):")[1].split("\n- ")[0]))
+    source = (DOCS.parent / "plugins" / "agents" / "replay_main.py").read_text(encoding="utf-8")
+    handled: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "kind":
+            for other in node.comparators:
+                values = other.elts if isinstance(other, (ast.Set, ast.Tuple)) else [other]
+                handled |= {v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+    documented -= {"path", "content", "story", "fields"}  # the keys inside an action's value
+    assert handled and documented == handled
+
+
+def test_the_documented_replay_script_drives_a_real_loop(ralph_project, tmp_path) -> None:
+    """The example in docs/plugins.md, as written, through ``ralph run --agent replay``."""
+    import json
+    import re
+
+    from ralph.testing import story
+
+    example = json.loads(re.search(r"```json\n(.*?)```", _replay_section(), re.S).group(1))
+    (tmp_path / "script.json").write_text(json.dumps(example))
+    ralph_project.write_stories([story("US-001", "Greet")])
+    env = {"RALPH_REPLAY_SCRIPT": str(tmp_path / "script.json"), "RALPH_DISABLE_PLUGINS": "spec-gate"}
+    result = ralph_project.run("run", "--runner", "direct", "--agent", "replay", "--skip-review", "-n", "2", env=env)
+    assert result.returncode == 0, result.stderr
+    assert (ralph_project.path / "greet.py").read_text() == "print('hi')\n"
+    assert ralph_project.story("US-001")["passes"] is True
+    assert "feat: [US-001] - Greet" in ralph_project.git("log", "--format=%s")
