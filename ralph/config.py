@@ -181,13 +181,33 @@ def load_config(
     return config, plugin_config, source
 
 
-def _unknown_keys(model: type[BaseModel], table: dict[str, Any]) -> list[str]:
-    """Keys of ``table`` a section model that does not forbid extras would silently accept."""
-    if model.model_config.get("extra") == "forbid":
-        return []  # pydantic reports them, with the rest of the errors
-    known = set(model.model_fields)
-    known |= {field.alias for field in model.model_fields.values() if field.alias}
-    return [key for key in table if key not in known]
+def _unknown_keys(model: type[BaseModel], table: dict[str, Any], path: str = "") -> list[str]:
+    """Keys of ``table`` (dotted, nested tables included) that a model not forbidding extras
+    would silently accept; a model that forbids them has pydantic report its own."""
+    forbids = model.model_config.get("extra") == "forbid"
+    fields = {field.alias or name: field for name, field in model.model_fields.items()}
+    fields.update(model.model_fields)
+    unknown = []
+    for key, value in table.items():
+        field = fields.get(key)
+        if field is None:
+            if not forbids:
+                unknown.append(f"{path}{key}")
+            continue
+        nested = _model_of(field.annotation)
+        if nested is not None and isinstance(value, dict):
+            unknown += _unknown_keys(nested, value, f"{path}{key}.")
+    return unknown
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (``Limits`` for ``Limits`` or ``Limits | None``), or None."""
+    from typing import get_args
+
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 def _explain(

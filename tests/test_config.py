@@ -167,3 +167,27 @@ def test_a_config_section_rejects_unknown_keys_naming_the_toml_path(tmp_path: Pa
     assert plugin_config["echo"].niceness == 4
     with pytest.raises(ValueError):
         plugin_config["echo"].niceness = 0  # validated on assignment too
+
+
+def test_unknown_keys_in_a_nested_table_are_rejected_too(tmp_path: Path) -> None:
+    """A section's nested table is often a plain pydantic model, which would drop a misspelt key."""
+    from pydantic import BaseModel
+
+    from ralph.api import ConfigSection
+
+    class Limits(BaseModel):
+        cpus: float = 1.0
+
+    class BoxConfig(ConfigSection):
+        limits: Limits = Limits()
+        spare: Limits | None = None
+
+    pyproject = write(tmp_path / "pyproject.toml", "[tool.ralph.box.limits]\ncpu = 2\n")
+    assert config_error(tmp_path, sections={"box": BoxConfig}) == (
+        f"{pyproject}: unknown key `tool.ralph.box.limits.cpu`; remove it or check its spelling"
+    )
+    write(tmp_path / "pyproject.toml", "[tool.ralph.box.spare]\ncpus = 2\nmemory = 1\n")
+    assert "unknown key `tool.ralph.box.spare.memory`" in config_error(tmp_path, sections={"box": BoxConfig})
+    write(tmp_path / "pyproject.toml", "[tool.ralph.box.limits]\ncpus = 2\n")
+    _, plugin_config, _ = load_config(tmp_path, sections={"box": BoxConfig}, environ={})
+    assert plugin_config["box"].limits.cpus == 2
