@@ -70,6 +70,20 @@ def test_default_plugins_import_ralph_only_through_ralph_api() -> None:
 
 
 
+
+def test_plugins_import_only_the_names_in_all() -> None:
+    """``ralph.api`` holds more than it exports (its lazy table, typing imports): only ``__all__`` is public."""
+    offending = []
+    for path in sorted([*PLUGINS.rglob("*.py"), *(ROOT / "examples").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("ralph.api"):
+                module = importlib.import_module(node.module or "")
+                submodules = {m.__name__.rpartition(".")[2] for m in _api_modules()[1:]} if node.module == "ralph.api" else set()
+                public = set(module.__all__) | submodules
+                offending += [f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{alias.name}"
+                              for alias in node.names if alias.name not in public]
+    assert offending == [], "not public (add it to __all__, with a docstring):\n" + "\n".join(offending)
+
 def test_the_example_packages_use_only_the_public_surface() -> None:
     """A third-party package (``examples/``) imports ``ralph.api``, and in its tests ``ralph.testing``."""
     offending = []
