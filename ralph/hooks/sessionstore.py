@@ -17,9 +17,11 @@ class MemorySession(SessionStore):
         self.data: dict[str, Any] = {}
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key`` for this session, or ``default``."""
         return self.data.get(key, default)
 
     def set(self, key: str, value: Any) -> None:
+        """Store ``value`` (JSON-serialisable) under ``key`` for this session."""
         self.data[key] = value
 
 
@@ -39,9 +41,11 @@ class FileSession(SessionStore):
             self.data = {}
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key`` for this session, or ``default``."""
         return self.data.get(key, default)
 
     def set(self, key: str, value: Any) -> None:
+        """Store ``value`` under ``key`` and write the file through (atomically)."""
         from ralph.fsutil import atomic_write_text
 
         self.data[key] = value
