@@ -102,6 +102,18 @@ def test_the_example_packages_use_only_the_public_surface() -> None:
     assert any((ROOT / "examples").rglob("pyproject.toml"))
     assert offending == [], "examples must use only ralph's public surface:\n" + "\n".join(offending)
 
+
+def test_the_example_runner_is_a_short_module_on_run_process() -> None:
+    """What docs/plugins.md and CONTRIBUTING.md promise of examples/ralph-nice: a runner in at most
+    40 lines, all process handling left to ``run_process``."""
+    path = ROOT / "examples" / "ralph-nice" / "ralph_nice" / "__init__.py"
+    source = path.read_text(encoding="utf-8")
+    assert len(source.splitlines()) <= 40
+    tree = ast.parse(source)
+    called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert "run_process" in called
+    assert not {"subprocess", "signal", "os"} & {module.split(".")[0] for _, module in _imports(path)}
+
 # ralph.testing's fixtures for the real CLIs of ralph's own default agents (claude_binary,
 # codex_binary) find them the way those agents do; they are test helpers, imported by no command.
 CORE_MAY_IMPORT_PLUGINS = {"ralph/testing/pytest_plugin.py"}
