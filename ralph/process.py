@@ -137,8 +137,13 @@ def run_process(
     deadline = None if timeout is None else time.monotonic() + timeout
     timed_out = interrupted = False
     try:
-        while process.poll() is None:
-            if cancel.wait(_POLL):
+        while True:
+            try:  # waiting on the process, not on cancel: its end is seen at once (cancel within _POLL)
+                process.wait(timeout=_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if cancel.is_set():
                 interrupted = True
                 break
             if failure:
