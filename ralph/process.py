@@ -46,7 +46,8 @@ The semantics every runner built on :func:`run_process` gets:
   raises, the process is stopped and the exception is raised from
   ``run_process``.  The last 200 lines of stderr are in
   ``ProcessOutcome.stderr`` (with ``merge_stderr`` they are lines of stdout).
-- **Stdin**: ``spec.stdin`` is written and closed; without it stdin is
+- **Stdin**: ``spec.stdin`` is written (from a thread of its own: a child
+  that does not read it still times out) and closed; without it stdin is
   ``/dev/null``.
 - **Timeout and cancel**: after ``timeout`` seconds (``timed_out``) or when
   ``cancel`` is set (``interrupted``) the process is stopped as in 2. above.
@@ -132,8 +133,9 @@ def run_process(
                for stream in streams]
     for reader in readers:
         reader.start()
-    if spec.stdin is not None and process.stdin is not None:
-        _feed(process.stdin, spec.stdin)
+    if spec.stdin is not None and process.stdin is not None:  # a thread: a child that does not read cannot block us
+        readers.append(threading.Thread(target=_feed, args=(process.stdin, spec.stdin), name="ralph-run-input", daemon=True))
+        readers[-1].start()
     deadline = None if timeout is None else time.monotonic() + timeout
     timed_out = interrupted = False
     try:
@@ -158,7 +160,7 @@ def run_process(
         with _in_flight_lock:
             _in_flight.discard(process.pid)
         swept = kill_new_descendants(spare)
-        for reader in readers:  # the sweep closed every pipe's writer but a spared one
+        for reader in readers:  # the sweep closed every pipe's other end but a spared process's
             reader.join(timeout=kill_grace)
         done.set()
     if failure:
@@ -182,9 +184,13 @@ def run_shell(command: str, cwd: Path, timeout: float | None, existing: set[int]
 def _feed(stdin: IO[bytes], text: str) -> None:
     try:
         stdin.write(text.encode("utf-8"))
-        stdin.close()
-    except (BrokenPipeError, OSError):
+    except OSError:  # BrokenPipeError included: the child ended without reading it all
         pass
+    finally:
+        try:
+            stdin.close()
+        except OSError:
+            pass
 
 
 def _pump(stream: IO[bytes], sink: Callable[[str], None], failure: list[BaseException], done: threading.Event) -> None:

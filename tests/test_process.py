@@ -57,6 +57,16 @@ def test_timeout_stops_the_process_group(tmp_path: Path) -> None:
     wait_for(lambda: not process_alive(child), timeout=5)
 
 
+def test_a_child_that_does_not_read_its_stdin_still_times_out(tmp_path: Path) -> None:
+    outcomes = []
+    spec = python("import time; print('ignoring stdin', flush=True); time.sleep(60)", tmp_path, stdin="x" * 4_000_000)
+    runner = threading.Thread(target=lambda: outcomes.append(run_process(spec, lambda line: None, timeout=1, kill_grace=1)),
+                              daemon=True)
+    runner.start()
+    runner.join(timeout=30)
+    assert outcomes and outcomes[0].timed_out
+
+
 def test_cancel_interrupts(tmp_path: Path) -> None:
     cancel = threading.Event()
     lines: list[str] = []
