@@ -7,6 +7,7 @@ import enum
 import importlib
 import inspect
 import json
+import os
 import pkgutil
 import re
 import subprocess
@@ -113,6 +114,38 @@ def test_the_example_runner_is_a_short_module_on_run_process() -> None:
     called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
     assert "run_process" in called
     assert not {"subprocess", "signal", "os"} & {module.split(".")[0] for _, module in _imports(path)}
+
+
+MISUSE = """
+from ralph.api import ProcessSpec, Violation, run_process
+
+def wrong(spec: ProcessSpec) -> None:
+    run_process(spec, print, timeout="soon")
+    Violation("check", 3)
+"""
+
+
+def test_a_plugin_author_type_checks_against_ralph_api_with_mypy_strict(tmp_path: Path) -> None:
+    """The example package passes ``mypy --strict`` against ralph.api as shipped (py.typed), and the
+    API is really typed: misuse is reported rather than hidden behind ``Any``."""
+    import shutil
+
+    package = tmp_path / "ralph_nice"
+    shutil.copytree(ROOT / "examples" / "ralph-nice" / "ralph_nice", package)
+    (tmp_path / "misuse.py").write_text(MISUSE)
+
+    def mypy(*targets: str) -> subprocess.CompletedProcess[str]:
+        # MYPYPATH stands in for site-packages: an editable install is an import hook mypy cannot follow
+        return subprocess.run([sys.executable, "-m", "mypy", "--strict", "--python-version", "3.11", "--follow-imports=silent",
+                               "--cache-dir", str(tmp_path / ".mypy_cache"), *targets],
+                              cwd=tmp_path, env={**os.environ, "MYPYPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+
+    clean = mypy("ralph_nice")
+    assert clean.returncode == 0, clean.stdout
+    misuse = mypy("misuse.py")
+    assert misuse.returncode == 1
+    assert 'Argument "timeout" to "run_process" has incompatible type "str"' in misuse.stdout
+    assert 'Argument 2 to "Violation" has incompatible type "int"' in misuse.stdout
 
 # ralph.testing's fixtures for the real CLIs of ralph's own default agents (claude_binary,
 # codex_binary) find them the way those agents do; they are test helpers, imported by no command.
