@@ -286,6 +286,8 @@ def _git_repo(path: Path) -> Path:
 def _run_agent(
     agent: ClaudeAgent, invocation: AgentInvocation, server: ScriptedModelServer, home: Path
 ) -> tuple[subprocess.CompletedProcess[str], list[AgentEvent]]:
+    """Run the real CLI as the agent builds it, against ``server``, with a fresh ``home``."""
+    home.mkdir()
     spec = agent.process(invocation)
     env = {**os.environ, **claude_env(server.url, home), **spec.env}
     done = subprocess.run(spec.argv, cwd=spec.cwd, env=env, capture_output=True, text=True, timeout=120)
@@ -297,8 +299,6 @@ def _run_agent(
 def test_real_cli_writes_a_file_and_reports_cost(tmp_path: Path) -> None:
     binary = _real_binary(tmp_path)
     project = _git_repo(tmp_path / "project")
-    home = tmp_path / "home"
-    home.mkdir()
     content = "written by the scripted model\nline 2\n"
     write = tool("Write", {"file_path": str(project / "notes.txt"), "content": content})
     script = SequenceScript([Turn([text("Creating the file."), write]), Turn([text("All done: notes.txt written.")])])
@@ -307,7 +307,7 @@ def test_real_cli_writes_a_file_and_reports_cost(tmp_path: Path) -> None:
         prompt="Ralph Loop iteration 1 of 1", project_dir=project, run_dir=tmp_path, iteration=1
     )
     with ScriptedModelServer(script) as server:
-        done, events = _run_agent(agent, invocation, server, home)
+        done, events = _run_agent(agent, invocation, server, tmp_path / "home")
         requests = server.requests
     assert done.returncode == 0, done.stderr[-2000:]
     assert (project / "notes.txt").read_text() == content
@@ -342,8 +342,6 @@ else:
 def test_real_cli_stop_hook_reason_reaches_the_model(tmp_path: Path) -> None:
     binary = _real_binary(tmp_path)
     project = _git_repo(tmp_path / "project")
-    home = tmp_path / "home"
-    home.mkdir()
     hooks_dir = tmp_path / "hooks"  # outside the project, as ralph keeps it
     hooks_dir.mkdir()
     hook_script = hooks_dir / "stop.py"
@@ -360,7 +358,7 @@ def test_real_cli_stop_hook_reason_reaches_the_model(tmp_path: Path) -> None:
         hook_settings=settings_file,
     )  # fmt: skip
     with ScriptedModelServer(script) as server:
-        done, events = _run_agent(agent, invocation, server, home)
+        done, events = _run_agent(agent, invocation, server, tmp_path / "home")
         requests = server.requests
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(requests) == 2, [r.text[-500:] for r in requests]

@@ -136,18 +136,14 @@ def bash(command: str) -> Turn:
     return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
-@pytest.mark.real_claude
-def test_full_loop_in_sandbox_reaches_approved_story(
-    sandbox_project: RalphProject, docker_client: Any, gateway: str, claude_binary: Path, claude_agent_env: Any
-) -> None:
-    project = sandbox_project
-    project.write_stories([story("US-001", "Greeting file")])
-    configure(project, network="allowlist", env=CLAUDE_TEST_ENV)
-    script = IterationScript(
+def implement_and_approve(after_commit: str = "") -> IterationScript:
+    """US-001 in two iterations run in the container: write hello.txt and the agent's uid
+    (whoami.txt), commit (then ``after_commit``), mark it needs_review; approve it."""
+    implement = "printf hello > hello.txt && id -u > whoami.txt && git add -A && git commit -qm 'feat: [US-001] - implement'"
+    return IterationScript(
         {
             1: [
-                bash("printf hello > hello.txt && id -u > whoami.txt && git add -A && git commit -qm 'feat: [US-001] - implement' "
-                     "&& git log -1 --format=%an,%ae > author.txt"),
+                bash(f"{implement} {after_commit}".rstrip()),
                 bash(set_fields("US-001", reviewStatus="needs_review") + " && git add -A && git commit -qm 'mark needs_review'"),
                 Turn([text("Implemented US-001.")]),
             ],
@@ -158,6 +154,16 @@ def test_full_loop_in_sandbox_reaches_approved_story(
             ],
         }
     )
+
+
+@pytest.mark.real_claude
+def test_full_loop_in_sandbox_reaches_approved_story(
+    sandbox_project: RalphProject, docker_client: Any, gateway: str, claude_binary: Path, claude_agent_env: Any
+) -> None:
+    project = sandbox_project
+    project.write_stories([story("US-001", "Greeting file")])
+    configure(project, network="allowlist", env=CLAUDE_TEST_ENV)
+    script = implement_and_approve("&& git log -1 --format=%an,%ae > author.txt")
     with ScriptedModelServer(script, host=gateway) as server:
         result = project.run(
             "run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "120",
@@ -543,20 +549,7 @@ def test_full_loop_with_codex_in_sandbox(
     project = sandbox_project
     project.write_stories([story("US-001", "Greeting file")])
     configure(project, network="allowlist")
-    script = IterationScript(
-        {
-            1: [
-                bash("printf hello > hello.txt && id -u > whoami.txt && git add -A && git commit -qm 'feat: [US-001] - implement'"),
-                bash(set_fields("US-001", reviewStatus="needs_review") + " && git add -A && git commit -qm 'mark needs_review'"),
-                Turn([text("Implemented US-001.")]),
-            ],
-            2: [
-                bash(set_fields("US-001", reviewStatus="approved", passes=True, reviewCount=1, notes="ok")
-                     + " && git add -A && git commit -qm 'review: [US-001] - approved'"),
-                Turn([text("Approved. <promise>COMPLETE</promise>")]),
-            ],
-        }
-    )
+    script = implement_and_approve()
     with ScriptedResponsesServer(script, host=gateway) as server:
         result = project.run(
             "run", "--runner", "docker-sandbox", "--agent", "codex", "--timeout", "120",

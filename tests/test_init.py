@@ -201,16 +201,7 @@ def test_prd_template_sections_and_tier_comments() -> None:
     assert "| Risk | Likelihood | Impact | Mitigation |" in text
 
 
-PROMPT_REQUIRED = [
-    # header and tokens
-    "{{RALPH_ITERATION}}",
-    "{{RALPH_MAX_ITERATIONS}}",
-    "{{RALPH_DIR}}/tasks.json",
-    "{{RALPH_DIR}}/prd.md",
-    "{{RALPH_DIR}}/progress.txt",
-    "{{RALPH_REVIEW_CAP}}",
-    "{{RALPH_SKIP_REVIEW}}",
-    # the eleven structural sections
+SECTIONS = [
     "## Step 1: Orient",
     "## Step 2: Select & Determine Mode",
     "## Step 3-implement",
@@ -221,6 +212,20 @@ PROMPT_REQUIRED = [
     "## Step 6: Commit & Signal",
     "## Hard Rules",
     "## Skip-Review Mode",
+]
+"""The prompt template's structural sections, in their order."""
+
+PROMPT_REQUIRED = [
+    # header and tokens
+    "{{RALPH_ITERATION}}",
+    "{{RALPH_MAX_ITERATIONS}}",
+    "{{RALPH_DIR}}/tasks.json",
+    "{{RALPH_DIR}}/prd.md",
+    "{{RALPH_DIR}}/progress.txt",
+    "{{RALPH_REVIEW_CAP}}",
+    "{{RALPH_SKIP_REVIEW}}",
+    # the structural sections
+    *SECTIONS,
     # modes and selection
     "Review-Fix > Review > Implement",
     '`reviewStatus: "changes_requested"`',
@@ -277,19 +282,7 @@ def test_prompt_contains_required_element(needle: str) -> None:
 
 def test_prompt_sections_in_order_and_no_stray_tokens() -> None:
     text = template_text("prompt.md")
-    order = [
-        "## Step 1: Orient",
-        "## Step 2: Select & Determine Mode",
-        "## Step 3-implement",
-        "## Step 3-review:",
-        "## Step 3-review-fix",
-        "## Step 4: Document Progress",
-        "## Step 5: Consider Memory Updates",
-        "## Step 6: Commit & Signal",
-        "## Hard Rules",
-        "## Skip-Review Mode",
-    ]
-    positions = [text.index(h) for h in order]
+    positions = [text.index(h) for h in SECTIONS]
     assert positions == sorted(positions)
     tokens = set(re.findall(r"\{\{([A-Z_]+)\}\}", text))
     assert tokens == {
