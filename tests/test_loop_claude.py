@@ -7,14 +7,21 @@ tasks.json and commit, exactly as a model would.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import pytest
 
 from ralph.testing.model_server import IterationScript, Turn, text
 from ralph.testing.project import RalphProject, story
-from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
+from ralph.testing.scripting import (
+    approve_turns,
+    bash_turns,
+    commit_command,
+    implement_turns,
+    review_fix_turns,
+    self_approving_turns,
+    set_fields_command,
+)
 
 pytestmark = pytest.mark.real_claude
 
@@ -34,38 +41,18 @@ def iteration(*commands: str, say: str = "Done.") -> list[Turn]:
 
 
 def implement(story_id: str, filename: str, content: str) -> list[Turn]:
-    return iteration(
-        f"printf %s {shlex.quote(content)} > {filename}",
-        set_fields(story_id, reviewStatus="needs_review"),
-        commit(f"feat: [{story_id}] - implement"),
-        say=f"Implemented {story_id}.",
-    )
+    """An implement iteration (``implement_turns``) with the ``python3`` on PATH."""
+    return implement_turns(story_id, filename, content, python="python3")
 
 
 def review_fix_cycle(story_id: str, filename: str, feedback: str) -> dict[int, list[Turn]]:
-    """Iterations 1-4: implement ``filename`` with a typo, review requests changes (``feedback``),
-    the fix, the approving review."""
-    return {
-        1: implement(story_id, filename, "helo"),
-        2: iteration(
-            set_fields(story_id, reviewStatus="changes_requested", reviewCount=1, reviewFeedback=feedback),
-            commit(f"review: [{story_id}] - changes requested"),
-        ),
-        3: iteration(
-            f"printf hello > {filename}",
-            set_fields(story_id, reviewStatus="needs_review", reviewFeedback=""),
-            commit(f"fix: [{story_id}] - address review feedback"),
-        ),
-        4: approve(story_id, 2),
-    }
+    """Iterations 1-4 of a review cycle (``review_fix_turns``) with the ``python3`` on PATH."""
+    return review_fix_turns(story_id, filename, feedback, python="python3")
 
 
 def approve(story_id: str, count: int, feedback: str = "") -> list[Turn]:
-    return iteration(
-        set_fields(story_id, reviewStatus="approved", passes=True, reviewCount=count, notes="reviewed", reviewFeedback=feedback),
-        commit(f"review: [{story_id}] - approved"),
-        say="Approved. <promise>COMPLETE</promise>",
-    )
+    """An approving review (``approve_turns``), ``reviewFeedback`` set to ``feedback``, with the ``python3`` on PATH."""
+    return approve_turns(story_id, count, python="python3", reviewFeedback=feedback)
 
 
 def run_loop(project: RalphProject, server_url: str, env_factory: Any, *args: str) -> Any:
@@ -114,12 +101,7 @@ def test_changes_requested_fix_and_rereview(one_story, scripted_model, claude_bi
 
 
 def test_implement_that_approves_itself_is_undone(one_story, scripted_model, claude_binary, claude_agent_env) -> None:
-    cheat = iteration(
-        "printf hello > hello.txt",
-        set_fields("US-001", reviewStatus="approved", passes=True, notes="done"),
-        commit("feat: [US-001] - implement and approve"),
-        say="All done <promise>COMPLETE</promise>",
-    )
+    cheat = self_approving_turns("US-001", "hello.txt", python="python3")
     script = IterationScript({1: cheat, 2: implement("US-001", "hello.txt", "hello"), 3: approve("US-001", 1)})
     server = scripted_model(script)
     result = run_loop(one_story, server.url, claude_agent_env)

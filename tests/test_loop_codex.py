@@ -7,37 +7,17 @@ which edit tasks.json and commit, inside its own workspace-write sandbox.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 import pytest
 
-from ralph.testing.model_server import IterationScript, Turn
+from ralph.testing.model_server import IterationScript
 from ralph.testing.project import RalphProject, story
-from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
+from ralph.testing.scripting import approve_turns as approve
+from ralph.testing.scripting import bash_turns, commit_command, review_fix_turns, self_approving_turns
+from ralph.testing.scripting import implement_turns as implement
 
 pytestmark = pytest.mark.real_codex
-
-
-def implement(story_id: str, filename: str, content: str) -> list[Turn]:
-    return bash_turns(
-        [
-            f"printf %s {shlex.quote(content)} > {filename}",
-            set_fields_command(story_id, reviewStatus="needs_review"),
-            commit_command(f"feat: [{story_id}] - implement"),
-        ],
-        say=f"Implemented {story_id}.",
-    )
-
-
-def approve(story_id: str, count: int) -> list[Turn]:
-    return bash_turns(
-        [
-            set_fields_command(story_id, reviewStatus="approved", passes=True, reviewCount=count, notes="reviewed"),
-            commit_command(f"review: [{story_id}] - approved"),
-        ],
-        say="Approved. <promise>COMPLETE</promise>",
-    )
 
 
 def run_loop(project: RalphProject, url: str, env_factory: Any, *args: str) -> Any:
@@ -78,28 +58,7 @@ def test_one_story_implement_then_review_approves(one_story, scripted_responses,
 
 
 def test_changes_requested_fix_and_rereview(one_story, scripted_responses, codex_binary, codex_agent_env) -> None:
-    script = IterationScript(
-        {
-            1: implement("US-001", "hello.txt", "helo"),
-            2: bash_turns(
-                [
-                    set_fields_command("US-001", reviewStatus="changes_requested", reviewCount=1,
-                                       reviewFeedback="Typo: helo -> hello"),
-                    commit_command("review: [US-001] - changes requested"),
-                ],
-                say="Changes requested.",
-            ),
-            3: bash_turns(
-                [
-                    "printf hello > hello.txt",
-                    set_fields_command("US-001", reviewStatus="needs_review", reviewFeedback=""),
-                    commit_command("fix: [US-001] - address review feedback"),
-                ],
-                say="Fixed.",
-            ),
-            4: approve("US-001", 2),
-        }
-    )
+    script = IterationScript(review_fix_turns("US-001", "hello.txt", "Typo: helo -> hello"))
     server = scripted_responses(script)
     result = run_loop(one_story, server.url, codex_agent_env)
 
@@ -113,14 +72,7 @@ def test_changes_requested_fix_and_rereview(one_story, scripted_responses, codex
 
 
 def test_implement_that_approves_itself_is_undone(one_story, scripted_responses, codex_binary, codex_agent_env) -> None:
-    cheat = bash_turns(
-        [
-            "printf hello > hello.txt",
-            set_fields_command("US-001", reviewStatus="approved", passes=True, notes="done"),
-            commit_command("feat: [US-001] - implement and approve"),
-        ],
-        say="All done <promise>COMPLETE</promise>",
-    )
+    cheat = self_approving_turns("US-001", "hello.txt")
     script = IterationScript({1: cheat, 2: implement("US-001", "hello.txt", "hello"), 3: approve("US-001", 1)})
     server = scripted_responses(script)
     result = run_loop(one_story, server.url, codex_agent_env)
