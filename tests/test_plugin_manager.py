@@ -1,9 +1,7 @@
 """The plugin manager (ralph/plugin/manager.py) and the ``ralph plugins`` / ``ralph --help`` commands.
 
-Third-party plugins are fake distributions: a ``fake_dist-1.0.dist-info`` directory with
-``METADATA`` and ``entry_points.txt`` plus the plugin modules, written into a temporary
-directory that is put on ``sys.path`` (where ``ralph.plugin.entrypoints`` finds them, exactly as it
-finds installed distributions).  The fake modules are removed from ``sys.modules`` afterwards.
+Third-party plugins are fake distributions (tests/fakedists.py).  Plugin commands are in
+tests/test_plugin_commands.py.
 """
 
 from __future__ import annotations
@@ -11,9 +9,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-import textwrap
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pluggy
 import pytest
@@ -23,34 +20,12 @@ from ralph import hookimpl
 from ralph.plugin import hookspecs
 from ralph.cli.main import ROLE_OF_HOOK, cli
 from ralph.errors import PluginError
-from ralph.plugin.manager import DISABLE_ENV, NO_AUTOLOAD_ENV, OWN_DISTRIBUTION, PluginHost, hook_names
+from ralph.plugin.entrypoints import DISABLE_ENV, NO_AUTOLOAD_ENV, OWN_DISTRIBUTION
+from ralph.plugin.manager import PluginHost, hook_names
+
+from fakedists import FakeDists, runner_module
 
 # -- fake plugin modules ----------------------------------------------------------------
-
-RUNNER_MODULE = """
-from ralph import hookimpl
-from ralph.contracts import Availability, ProcessOutcome, Runner
-
-
-class FakeRunner(Runner):
-    name = {runner_name!r}
-    description = "a third-party runner (test)"
-
-    def availability(self):
-        return Availability.yes()
-
-    def run(self, spec, on_line, timeout, cancel):
-        return ProcessOutcome(0)
-
-
-@hookimpl
-def ralph_register_runners(register):
-    register(FakeRunner)
-"""
-
-BROKEN_MODULE = """
-raise RuntimeError("boom at import")
-"""
 
 # ``ralph_register_runner`` (no s) is no hookspec; the module also registers a runner that
 # must not appear, since the whole plugin is skipped.
@@ -78,65 +53,6 @@ def ralph_register_runners(register):
 def ralph_register_runner(register):
     register(MisspelledRunner)
 """
-
-
-def runner_module(runner_name: str = "fake") -> str:
-    return RUNNER_MODULE.format(runner_name=runner_name)
-
-
-class FakeDists:
-    """Writes fake distributions into one directory on ``sys.path``."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.modules: list[str] = []
-
-    def add(
-        self,
-        entry_points: dict[str, str],
-        modules: dict[str, str],
-        name: str = "fake_dist",
-        version: str = "1.0",
-    ) -> Path:
-        """``entry_points``: entry-point name -> module; ``modules``: module name -> source."""
-        info = self.root / f"{name}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8"
-        )
-        lines = ["[console_scripts]", "fake-tool = fake_tool:main", "", "[ralph]"]
-        lines += [f"{ep} = {module}" for ep, module in entry_points.items()]
-        (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        for module, source in modules.items():
-            (self.root / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
-            self.modules.append(module)
-        importlib.invalidate_caches()
-        return info
-
-    def standard(self) -> None:
-        """The usual third-party set: a working runner plugin and one that fails at import."""
-        self.add(
-            {"fake-runner": "ralph_fake_runner", "fake-broken": "ralph_fake_broken"},
-            {"ralph_fake_runner": runner_module("fake"), "ralph_fake_broken": BROKEN_MODULE},
-        )
-
-    def imported(self) -> list[str]:
-        return [module for module in self.modules if module in sys.modules]
-
-
-@pytest.fixture
-def fake_dists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeDists]:
-    root = tmp_path / "site"
-    root.mkdir()
-    monkeypatch.delenv(DISABLE_ENV, raising=False)
-    monkeypatch.delenv(NO_AUTOLOAD_ENV, raising=False)
-    monkeypatch.syspath_prepend(str(root))
-    importlib.invalidate_caches()
-    dists = FakeDists(root)
-    yield dists
-    for module in dists.modules:
-        sys.modules.pop(module, None)
-    importlib.invalidate_caches()
 
 
 @pytest.fixture(scope="module")
@@ -358,10 +274,6 @@ class EveryHook:
         self._record("ralph_register_fleet_engines", register=register)
 
     @hookimpl
-    def ralph_register_commands(self, cli: Any) -> None:
-        self._record("ralph_register_commands", cli=cli)
-
-    @hookimpl
     def ralph_config_sections(self) -> dict[str, type]:
         self._record("ralph_config_sections")
         return {}
@@ -415,9 +327,7 @@ def test_plugin_implementing_every_hookspec_gets_every_call() -> None:
     host = PluginHost(extra_plugins=[plugin], load_entry_points=False)
     # building the registries already called every register hook once
     registered = sorted(name for name, _ in plugin.calls)
-    assert registered == sorted(
-        name for name in hook_names() if name.startswith("ralph_register_") and name != "ralph_register_commands"
-    )  # commands are registered only when the CLI asks (RalphGroup)
+    assert registered == sorted(name for name in hook_names() if name.startswith("ralph_register_"))
 
     for name in hook_names():
         plugin.calls.clear()
@@ -513,11 +423,11 @@ def test_ralph_help_works_with_a_broken_plugin(fake_dists: FakeDists) -> None:
     result = invoke(["--help"])
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output and "plugins" in result.output
-    assert "sandbox" in result.output  # the docker plugin's command: plugins were loaded for the list
+    assert "sandbox" in result.output  # the docker plugin's command, read from its metadata
     assert invoke(["--version"]).exit_code == 0
 
 
-# -- registering in code, disabled names, API versions, commands ---------------------------
+# -- registering in code, disabled names, API versions ---------------------------
 
 
 def test_extra_plugin_that_is_also_installed_is_registered_once(fake_dists: FakeDists, installed_runners: list[str]) -> None:
@@ -551,51 +461,3 @@ def test_plugin_api_version_is_checked(fake_dists: FakeDists, declared: object, 
     if not loads:
         assert host.pm.get_plugin("versioned") is None
         assert info.status.startswith("INCOMPATIBLE:" if declared != "one" else "INCOMPATIBLE: RALPH_API = 'one' is not a version")
-
-
-COMMAND_MODULE = """
-import click
-from ralph.api import hookimpl
-
-@click.command("hello")
-def hello():
-    '''Say hello from a plugin.'''
-    click.echo("hello from a plugin")
-
-@click.command("run")
-def not_ralphs_run():
-    '''Tries to replace ralph run.'''
-
-@hookimpl
-def ralph_register_commands(cli):
-    cli.add_command(hello)
-    cli.add_command(not_ralphs_run)
-"""
-
-BROKEN_COMMANDS = """
-from ralph.api import hookimpl
-
-@hookimpl
-def ralph_register_commands(cli):
-    raise RuntimeError("commands exploded")
-"""
-
-
-def test_plugins_add_commands_but_cannot_replace_ralphs(fake_dists: FakeDists) -> None:
-    fake_dists.add(
-        {"greeter": "ralph_fake_greeter", "fake-cmd-broken": "ralph_fake_cmd_broken"},
-        {"ralph_fake_greeter": COMMAND_MODULE, "ralph_fake_cmd_broken": BROKEN_COMMANDS},
-    )
-    result = CliRunner().invoke(cli, ["hello"], catch_exceptions=False)
-    assert result.exit_code == 0 and result.stdout.strip() == "hello from a plugin"
-    assert "plugin 'greeter' (fake-dist 1.0) adds command(s) that exist already, left out: run" in result.stderr
-    assert "plugin 'fake-cmd-broken' (fake-dist 1.0) could not add its commands: RuntimeError: commands exploded" in result.stderr
-    helped = CliRunner().invoke(cli, ["--help"], catch_exceptions=False)
-    assert "Say hello from a plugin." in helped.stdout
-    assert "Run the loop until every story" in CliRunner().invoke(cli, ["run", "--help"]).stdout
-
-
-def test_ralphs_own_commands_do_not_load_plugins(fake_dists: FakeDists) -> None:
-    fake_dists.standard()
-    assert CliRunner().invoke(cli, ["status", "--help"], catch_exceptions=False).exit_code == 0
-    assert fake_dists.imported() == []

@@ -239,12 +239,3 @@ def ralph_config_sections() -> dict[str, type]:
 
 
 __all__ = ["DEFAULT_IMAGE", "DockerSandboxRunner", "prepare_state_dir"]
-
-
-@hookimpl
-def ralph_register_commands(cli: Any) -> None:
-    """``ralph sandbox build|clean`` (click only until they run)."""
-    from .docker.commands import COMMANDS
-
-    for command in COMMANDS:
-        cli.add_command(command)

@@ -62,42 +62,96 @@ def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class RalphGroup(click.Group):
-    """ralph's own commands, plus those plugins add through ``ralph_register_commands``.
+    """ralph's own commands, plus those plugins declare in the ``ralph.commands`` entry-point group.
 
-    Plugins are loaded only when the full list is needed (``ralph --help``) or
-    a command is not one of ralph's own, so ``ralph run`` and the others start
-    without importing every plugin first.  A plugin cannot shadow ralph's own.
+    ralph's own commands are found without looking at any plugin.  The plugin
+    commands are read from installed metadata only when the full list is
+    needed (``ralph --help``) or a name is not one of ralph's own; a command's
+    module is imported for its help line or when it runs, and running it first
+    loads its plugin (the API version check).  Why metadata and not a hook:
+    ralph/plugin/commands.py.  A plugin cannot shadow ralph's own commands.
     """
 
-    plugin_commands: dict[str, click.Command] | None = None
+    table: Any = None
+    loaded: dict[str, click.Command | None]
 
-    def _plugin_commands(self) -> dict[str, click.Command]:
-        if self.plugin_commands is None:
-            self.plugin_commands = {}
-            from ralph.errors import RalphError
-            from ralph.plugin.manager import PluginHost
+    def _table(self) -> Any:
+        if self.table is None:
+            from ralph.plugin.commands import plugin_commands
 
+            self.table = plugin_commands(reserved=set(self.commands))
+            self.loaded = {}
+            for line in self.table.warnings:
+                click.echo(f"ralph: warning: {line}", err=True)
+        return self.table
+
+    def _load(self, name: str) -> click.Command | None:
+        """The click command of plugin command ``name`` (None, with a warning, when it does not import)."""
+        table = self._table()
+        if name not in self.loaded:
+            declared = table.commands[name]
             try:
-                host = PluginHost()
-            except RalphError as exc:  # e.g. two plugins registering one runner name
-                click.echo(f"ralph: warning: plugin commands are not available: {exc}", err=True)
-                return self.plugin_commands
-            staging = click.Group()
-            host.register_commands(staging, reserved=set(self.commands))
-            self.plugin_commands = dict(staging.commands)
-        return self.plugin_commands
+                self.loaded[name] = declared.load()
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the command line
+                self.loaded[name] = None
+                click.echo(
+                    f"ralph: warning: plugin {declared.describe_plugin()} could not add its command {name!r}: "
+                    f"{type(exc).__name__}: {exc}",
+                    err=True,
+                )
+        return self.loaded[name]
 
     def forget_plugin_commands(self) -> None:
-        """Load plugins' commands afresh on the next lookup (tests install plugins in-process)."""
-        self.plugin_commands = None
+        """Read plugins' commands afresh on the next lookup (tests install plugins in-process)."""
+        self.table = None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        """Every command name, plugins' included."""
-        return sorted({*self.commands, *self._plugin_commands()})
+        """Every command name, plugins' included (their plugins are not imported)."""
+        return sorted({*self.commands, *self._table().commands})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        """ralph's own command ``cmd_name``, else a plugin's."""
-        return self.commands.get(cmd_name) or self._plugin_commands().get(cmd_name)
+        """ralph's own command ``cmd_name``, else a plugin's (its module imported, not its plugin)."""
+        own = self.commands.get(cmd_name)
+        if own is not None or cmd_name not in self._table().commands:
+            return own
+        return self._load(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """The command to run; a plugin's runs only when its plugin loads (else exit 2 naming it)."""
+        name = args[0] if args else ""
+        if name in self.commands:
+            return super().resolve_command(ctx, args)
+        table = self._table()
+        if name in table.switched_off:
+            declared, reason = table.switched_off[name]
+            _fail_plugin(f"`ralph {name}` comes from plugin {declared.describe_plugin()}, which {reason}")
+        if name in table.commands:
+            _require_plugin(table.commands[name])
+            if self._load(name) is None:
+                _fail_plugin(f"`ralph {name}` could not be loaded (the warning above says why)")
+        return super().resolve_command(ctx, args)
+
+
+def _require_plugin(declared: Any) -> None:
+    """Load the plugin behind a command as every command loading plugins would; exit 2 if it does not load."""
+    from ralph.errors import RalphError
+    from ralph.plugin.manager import PluginHost
+
+    try:
+        host = PluginHost(only={declared.plugin})
+    except RalphError as exc:
+        _fail_plugin(f"`ralph {declared.name}` comes from plugin {declared.describe_plugin()}, which did not load: {exc}")
+    for info in host.infos:
+        if info.name == declared.plugin and info.error:
+            _fail_plugin(f"`ralph {declared.name}` comes from plugin {info.describe()}, which did not load: {info.status}")
+
+
+def _fail_plugin(message: str) -> None:
+    from ralph.errors import PluginError
+
+    _fail(PluginError(message))
 
 
 @click.group(cls=RalphGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -482,6 +536,7 @@ def demo(directory: Path | None, agent: str) -> None:
 @handles_errors
 def plugins() -> None:
     """List every plugin: name, what it provides, distribution and version."""
+    from ralph.plugin.commands import plugin_commands
     from ralph.plugin.manager import PluginHost
 
     host = PluginHost()
@@ -490,6 +545,9 @@ def plugins() -> None:
         for name, provider in registry.providers.items():
             plugin = provider.split("'")[1] if "'" in provider else provider
             provided.setdefault(plugin, []).append(f"{registry.kind} {name}")
+    commands = plugin_commands(reserved=set(cli.commands))
+    for info in host.infos:
+        provided.setdefault(info.name, []).extend(f"command {name}" for name in commands.of_plugin(info.name))
     rows = [("plugin", "provides", "distribution", "version", "status")]
     for info in host.infos:
         state = info.status
@@ -536,7 +594,6 @@ ROLE_OF_HOOK = {
     "ralph_user_prompt_submit": "prompt hook",
     "ralph_prompt_context": "prompt context",
     "ralph_preflight": "pre-flight check",
-    "ralph_register_commands": "commands",
 }
 
 

@@ -2,7 +2,9 @@
 
 Plugins implement these with ``@ralph.hookimpl``.  A plugin is any module or
 object registered under the ``ralph`` entry-point group (the default plugins in
-``ralph_plugins`` are registered exactly that way).
+``ralph_plugins`` are registered exactly that way).  Commands are not a hook:
+a plugin declares them in the ``ralph.commands`` entry-point group, so
+``ralph --help`` lists them without importing any plugin (ralph/plugin/commands.py).
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from typing import TYPE_CHECKING, Callable
 import pluggy
 
 if TYPE_CHECKING:
-    import click
-
     from ralph.contracts import (
         FleetEngine,
         Agent,
@@ -101,20 +101,6 @@ def ralph_config_sections() -> dict[str, type] | None:
     The section is read from ``[tool.ralph.<section_name>]`` (or
     ``[<section_name>]`` in ralph.toml), validated with the model (unknown keys
     rejected) and passed to the plugin through ``Settings.plugin_config``.
-    """
-
-
-@hookspec
-def ralph_register_commands(cli: click.Group) -> None:
-    """Add commands to the ``ralph`` command line (as llm's ``register_commands``).
-
-    Called once, when the command line needs its full list of commands
-    (``ralph --help``, or a command name that is not one of ralph's own).  Add
-    click commands with ``cli.add_command(command)``.  Keep this cheap: define
-    the commands in a module that imports only click and import what a command
-    needs inside its callback.  A plugin cannot replace a command that is
-    already there (the replacement is undone with a warning naming the
-    plugin); a registration that raises is skipped with a warning.
     """
 
 

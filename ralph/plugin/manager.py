@@ -38,15 +38,18 @@ from ralph.contracts import (
     Violation,
 )
 from ralph.errors import PluginError
+from ralph.plugin.entrypoints import (
+    DISABLE_ENV,
+    ENTRY_POINT_GROUP,
+    OWN_DISTRIBUTION,
+    disabled_plugins,
+    only_own_plugins,
+)
 
 API_VERSION = "1.0"
 """The plugin API version of this ralph (``major.minor``): a plugin declaring
 ``RALPH_API = "1"`` (or ``"1.0"``) loads; one declaring ``"2"`` or ``"1.1"`` does not."""
 API_ATTRIBUTE = "RALPH_API"
-ENTRY_POINT_GROUP = "ralph"
-OWN_DISTRIBUTION = "ralph-trustloop"
-DISABLE_ENV = "RALPH_DISABLE_PLUGINS"
-NO_AUTOLOAD_ENV = "RALPH_DISABLE_PLUGIN_AUTOLOAD"
 
 T = TypeVar("T")
 
@@ -147,12 +150,25 @@ def api_incompatibility(required: object) -> str | None:
     )
 
 
+REPLACED_HOOKS = {
+    "ralph_register_commands": (
+        "declare commands in the `ralph.commands` entry-point group instead "
+        "(\"<plugin>.<command>\" = \"module:command\"; docs/plugins.md, Commands)"
+    ),
+}
+"""Hooks that existed once, and what replaced them (a plugin still implementing one is told)."""
+
+
+def replaced_hooks(plugin: object) -> str | None:
+    """What a plugin implementing a hook that no longer exists should do instead (None: it implements none)."""
+    found = [name for name in REPLACED_HOOKS if getattr(getattr(plugin, name, None), "ralph_impl", None) is not None]
+    if not found:
+        return None
+    return "; ".join(f"implements {name}, which this ralph no longer calls: {REPLACED_HOOKS[name]}" for name in found)
+
+
 def _warn_on_stderr(line: str) -> None:
     sys.stderr.write(f"ralph: warning: {line}\n")
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 class PluginHost:
@@ -163,7 +179,10 @@ class PluginHost:
         extra_plugins: Iterable[Any] = (),
         environ: dict[str, str] | None = None,
         load_entry_points: bool = True,
+        only: Collection[str] | None = None,
     ) -> None:
+        """Load every installed plugin (``only``: just the entry points of these names,
+        e.g. the plugin behind one command) and the registries they fill."""
         environ = dict(os.environ) if environ is None else environ
         self.pm = pluggy.PluginManager("ralph")
         self.pm.add_hookspecs(hookspecs)
@@ -172,10 +191,10 @@ class PluginHost:
         """Reporters disabled after they raised (plugin name -> the error)."""
         self.warn: Callable[[str], None] = _warn_on_stderr
         """Where warnings about plugins go (a one-line message; stderr by default)."""
-        disabled = {n.strip() for n in environ.get(DISABLE_ENV, "").split(",") if n.strip()}
-        only_own = _truthy(environ.get(NO_AUTOLOAD_ENV))
+        disabled = disabled_plugins(environ)
+        only_own = only_own_plugins(environ)
         if load_entry_points:
-            self._load_entry_points(disabled, only_own)
+            self._load_entry_points(disabled, only_own, only)
         for plugin in extra_plugins:
             self._register_in_code(plugin, disabled)
         self.pm.check_pending()
@@ -193,7 +212,7 @@ class PluginHost:
 
     # -- loading ----------------------------------------------------------------
 
-    def _load_entry_points(self, disabled: set[str], only_own: bool) -> None:
+    def _load_entry_points(self, disabled: set[str], only_own: bool, only: Collection[str] | None) -> None:
         seen: set[str] = set()
         from ralph.plugin.entrypoints import entry_points, normalize
 
@@ -202,12 +221,14 @@ class PluginHost:
             if ep.name in seen:
                 continue  # the same distribution visible twice on sys.path
             seen.add(ep.name)
+            if only is not None and ep.name not in only:
+                continue
             if ep.name in disabled or (only_own and dist != normalize(OWN_DISTRIBUTION)):
                 self.infos.append(PluginInfo(ep.name, dist, version, ep.value, disabled=True))
                 continue
             try:
                 plugin = ep.load()
-                problem = api_incompatibility(getattr(plugin, API_ATTRIBUTE, None))
+                problem = api_incompatibility(getattr(plugin, API_ATTRIBUTE, None)) or replaced_hooks(plugin)
                 if problem is not None:
                     self.infos.append(PluginInfo(ep.name, dist, version, ep.value, error=problem, incompatible=True))
                     continue
@@ -368,33 +389,6 @@ class PluginHost:
                     event.run_dir,
                 )
             )
-
-    def register_commands(self, cli: Any, reserved: Collection[str] = ()) -> None:
-        """Let every plugin add its commands to ``cli`` (a click group).  A command named
-        like one of ``reserved`` (ralph's own) or one another plugin added is dropped with a
-        warning naming the plugin; a registration that raises is skipped with a warning.
-        Neither stops the command line."""
-        for impl in reversed(self.pm.hook.ralph_register_commands.get_hookimpls()):
-            before = dict(cli.commands)
-            plugin = self.describe(impl.plugin_name)
-            try:
-                impl.function(cli=cli)
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
-                cli.commands.clear()
-                cli.commands.update(before)
-                self.warn(f"plugin {plugin} could not add its commands: {type(exc).__name__}: {exc}")
-                continue
-            clashes = sorted(
-                name for name, command in cli.commands.items()
-                if name in reserved or (name in before and before[name] is not command)
-            )
-            for name in clashes:
-                if name in before:
-                    cli.commands[name] = before[name]
-                else:
-                    del cli.commands[name]
-            if clashes:
-                self.warn(f"plugin {plugin} adds command(s) that exist already, left out: {', '.join(clashes)}")
 
     def remove(self, name: str) -> None:
         """Unregister plugin ``name`` (if registered)."""

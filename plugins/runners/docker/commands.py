@@ -1,6 +1,7 @@
 """``ralph sandbox build|clean``: the docker-sandbox runner's command (its pre-flight checks feed ``ralph doctor``).
 
-The runner's plugin adds them through ``ralph_register_commands``; this module
+The runner's plugin declares ``ralph sandbox`` in the ``ralph.commands`` entry-point
+group (pyproject.toml); ``ralph --help`` imports this module for its help line, so it
 imports only click (the docker SDK is imported inside the commands).  Also
 runnable alone: ``python -P -m ralph_plugins.runners.docker.commands sandbox build --offline-base``.
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import click
 
-__all__ = ["COMMANDS", "sandbox"]
+__all__ = ["sandbox"]
 
 
 @click.group()
@@ -71,7 +72,6 @@ def _main() -> None:
     """Standalone entry point (``ralph`` registers these commands itself)."""
 
 
-COMMANDS = (sandbox,)
 
 _main.add_command(sandbox)
 
