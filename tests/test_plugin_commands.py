@@ -12,13 +12,16 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from ralph.cli.main import cli
-from ralph.plugin.entrypoints import DISABLE_ENV, NO_AUTOLOAD_ENV
+from ralph.plugin.commands import COMMANDS_GROUP
+from ralph.plugin.entrypoints import DISABLE_ENV, ENTRY_POINT_GROUP, NO_AUTOLOAD_ENV, entry_point_groups, normalize
 
 from fakedists import FakeDists, runner_module
 
@@ -53,6 +56,24 @@ def add_greeter(fake_dists: FakeDists, api: str = "1", cli_source: str = GREETER
         {"greeter": "ralph_fake_greeter"},
         {"ralph_fake_greeter": runner_module("greet") + f"\nRALPH_API = {api!r}\n", "ralph_fake_greeter_cli": cli_source},
         commands=commands or GREETER_COMMANDS,
+    )
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("project", [ROOT, ROOT / "examples" / "ralph-nice"], ids=["ralph-trustloop", "ralph-nice"])
+def test_the_installed_entry_points_are_the_ones_in_pyproject(project: Path) -> None:
+    """An editable install copies entry points at install time: a venv installed before one was
+    added (``ralph sandbox``, ``ralph nice``) lacks it until ``pip install -e`` runs again."""
+    metadata = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    groups = [ENTRY_POINT_GROUP, COMMANDS_GROUP]
+    declared = {group: metadata["entry-points"].get(group, {}) for group in groups}
+    found = entry_point_groups(groups)
+    installed = {group: {ep.name: ep.value for ep in found[group] if ep.dist == normalize(metadata["name"])} for group in groups}
+    assert installed == declared, (
+        f"the installed metadata of {metadata['name']} is stale: reinstall it "
+        "(.venv/bin/pip install -e '.[test,ray]' -e examples/ralph-nice)"
     )
 
 
@@ -242,12 +263,16 @@ def test_help_imports_no_plugin_and_nothing_heavy(fake_dists: FakeDists) -> None
     assert answer["exit"] == 0 and {"hello", "sandbox"} <= set(listed(answer["output"]))
     modules = set(answer["modules"])
     assert [name for name in HEAVY if name in modules] == []
-    plugin_modules = {m for m in modules if m.startswith(("ralph_plugins", "ralph_fake", "ralph_nice"))}
-    # only the modules holding the commands (for their help lines) and the packages around them
-    assert plugin_modules == {
-        "ralph_fake_greeter_cli", "ralph_plugins", "ralph_plugins.runners", "ralph_plugins.runners.docker",
-        "ralph_plugins.runners.docker.commands",
-    }
+    found = entry_point_groups([ENTRY_POINT_GROUP, COMMANDS_GROUP], [str(fake_dists.root), *sys.path])
+    plugins = {ep.value for ep in found[ENTRY_POINT_GROUP]}
+    command_modules = {ep.value.partition(":")[0] for ep in found[COMMANDS_GROUP]}
+    assert {"ralph_fake_greeter", "ralph_plugins.runners.docker_sandbox"} <= plugins
+    assert {"ralph_fake_greeter_cli", "ralph_plugins.runners.docker.commands"} <= command_modules
+    assert sorted(plugins & modules) == []
+    # of the plugins' distributions, only the commands' modules (for their help lines) and their packages
+    packages = {module.rsplit(".", i)[0] for module in command_modules for i in range(module.count(".") + 1)}
+    top_levels = {module.split(".")[0] for module in plugins | command_modules}
+    assert {m for m in modules if m.split(".")[0] in top_levels} == packages
 
 
 @pytest.mark.parametrize("args", [["--version"], ["status", "--help"]])
@@ -257,4 +282,4 @@ def test_ralphs_own_commands_import_no_plugin_machinery(fake_dists: FakeDists, a
     assert answer["exit"] == 0
     modules = set(answer["modules"])
     assert [name for name in [*HEAVY, "ralph.plugin.commands"] if name in modules] == []
-    assert not {m for m in modules if m.startswith(("ralph_plugins", "ralph_fake", "ralph_nice"))}
+    assert not {m for m in modules if m.startswith(("ralph_plugins", "ralph_fake", "ralph_nice"))}  # no command's either

@@ -9,7 +9,7 @@ import threading
 from ralph.api import ProcessSpec
 from ralph.testing import RalphProject, ReplayScript, commit, say, set_fields, settings_for, story
 
-from ralph_nice import NiceRunner
+from ralph_nice.plugin import NiceRunner
 
 
 def test_the_agent_runs_at_a_lower_priority(ralph_project: RalphProject) -> None:
@@ -61,3 +61,12 @@ def test_disabled_it_is_named_as_disabled(ralph_project: RalphProject) -> None:
     listing = ralph_project.run("plugins", env=env)
     row = next(line for line in listing.stdout.splitlines() if line.startswith("nice "))
     assert row.split()[-1] == "disabled" and "ralph-nice" in row
+
+
+def test_its_command_shows_the_configured_niceness(ralph_project: RalphProject) -> None:
+    ralph_project.path.joinpath("ralph.toml").write_text("[nice]\nniceness = 7\n", encoding="utf-8")
+    helped = ralph_project.run("--help")
+    assert "Show the niceness `ralph run --runner nice` gives the agent" in helped.stdout
+    result = ralph_project.run("nice")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("nice -n 7 ")
