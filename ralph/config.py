@@ -181,6 +181,27 @@ def load_config(
     return config, plugin_config, source
 
 
+def state_dir_setting(project_dir: Path, environ: dict[str, str] | None = None) -> str | None:
+    """The ``state_dir`` a ``ralph run`` in ``project_dir`` uses: ``RALPH_STATE_DIR``, else the
+    config file's (None: the default state directory).
+
+    Read without validating the rest of the config or loading plugins, for the commands that
+    look at past runs (``ralph status``, ``restore``, ``archive``): they must find the runs
+    where ``ralph run`` put them.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    from_env = environ.get(f"{ENV_PREFIX}STATE_DIR", "")
+    if from_env:
+        return from_env
+    source, table = find_config_file(project_dir)
+    value = table.get("state_dir")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{source}: `{table_prefix(source)}state_dir` must be a string (a directory)")
+    return value
+
+
 def _unknown_keys(model: type[BaseModel], table: dict[str, Any], path: str = "") -> list[str]:
     """Keys of ``table`` (dotted, nested tables included) that a model not forbidding extras
     would silently accept; a model that forbids them has pydantic report its own."""

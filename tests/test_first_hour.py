@@ -145,6 +145,23 @@ def test_item13_bad_state_dir_is_a_clear_error(project, tmp_path, where) -> None
     assert f"cannot use {state} as ralph's state directory ($RALPH_STATE_DIR)" in result.stderr
 
 
+def test_item13_status_looks_for_runs_where_the_configs_state_dir_put_them(project, tmp_path) -> None:
+    state = tmp_path / "configured-state"
+    project.path.joinpath("ralph.toml").write_text(f'state_dir = "{state}"\n', encoding="utf-8")
+    project.commit_all("state_dir in ralph.toml")
+    no_env = {"RALPH_STATE_DIR": ""}  # the config file decides, as for a user without the variable
+    assert run(project, {**replay(tmp_path, {1: IMPLEMENT, 2: APPROVE}), **no_env}).returncode == 0
+    runs = sorted(state.glob("projects/*/runs/*"))
+    assert len(runs) == 1  # ralph run put its record under the configured state_dir
+    status = project.run("status", "--json", env=no_env)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["run_dir"] == str(runs[0])
+    assert "state: finished" in project.run("status", env=no_env).stdout
+    # RALPH_STATE_DIR wins over the file, for ralph status as for ralph run
+    elsewhere = project.run("status", env={"RALPH_STATE_DIR": str(tmp_path / "elsewhere")})
+    assert elsewhere.stdout.startswith("no ralph run recorded for this project yet")
+
+
 # -- item 3: init says to commit, --commit, outside git, dry-run warning, branchName ------------------
 
 

@@ -485,13 +485,17 @@ def status(project_dir: Path, as_json: bool, follow: bool, no_live: bool) -> Non
     With --follow, show it as it goes, read from the run's event log: a run
     started in another terminal, in the background or in the sandbox.
     """
+    from ralph.config import state_dir_setting
+
+    project = project_dir.resolve()
+    state_dir = state_dir_setting(project)
     if follow:
         from ralph.lifecycle.follow import follow_run
 
-        sys.exit(follow_run(project_dir.resolve(), live=not no_live))
+        sys.exit(follow_run(project, live=not no_live, state_dir=state_dir))
     from ralph.lifecycle.status import show_status
 
-    click.echo(show_status(project_dir.resolve(), as_json=as_json))
+    click.echo(show_status(project, as_json=as_json, state_dir=state_dir))
 
 
 @cli.command()
@@ -506,11 +510,12 @@ def restore(project_dir: Path, run: str | None, number: int | None) -> None:
     work); NUMBER picks one of its copies (default: the first, your work from before the
     run).  Runs `git apply --3way PATCH`, which you can also run yourself.
     """
+    from ralph.config import state_dir_setting
     from ralph.loop.savedwork import restore as restore_work
     from ralph.lifecycle.status import run_with_saved_work
 
     project = project_dir.resolve()
-    click.echo(restore_work(project, run_with_saved_work(project, run), number))
+    click.echo(restore_work(project, run_with_saved_work(project, run, state_dir_setting(project)), number))
 
 
 @cli.command()

@@ -185,9 +185,10 @@ def _last_run_line(project_dir: Path, tasks: TaskList) -> str | None:
     """The latest run, when it ran this task list (same story ids)."""
     import json
 
+    from ralph.config import state_dir_setting
     from ralph.loop.rundir import latest_run
 
-    run = latest_run(project_dir)
+    run = latest_run(project_dir, state_dir_setting(project_dir))
     if run is None or not (run / "summary.json").is_file():
         return None
     try:

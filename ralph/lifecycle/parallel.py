@@ -618,9 +618,10 @@ class WorktreeInfo:
 
 
 def _last_run(project_dir: Path, running: bool) -> tuple[str, int | None, Path | None]:
+    from ralph.config import state_dir_setting
     from ralph.loop.rundir import latest_run
 
-    run_dir = latest_run(project_dir)
+    run_dir = latest_run(project_dir, state_dir_setting(project_dir))
     if running:
         return "running", None, run_dir
     if run_dir is None:
