@@ -28,7 +28,7 @@ from test_loop_claude import set_fields
 
 pytestmark = pytest.mark.slow
 
-SANDBOX_CLI = [sys.executable, "-P", "-m", "ralph.cli.main"]  # the commands come from the docker plugin (ralph_register_commands)
+SANDBOX_CLI = [sys.executable, "-P", "-m", "ralph.cli.main"]  # `ralph sandbox` comes from the docker plugin (its ralph.commands entry point)
 IMAGE = "ralph-sandbox:latest"
 CLAUDE_TEST_ENV = ["CLAUDE_CODE_MAX_RETRIES", "API_TIMEOUT_MS"]
 
