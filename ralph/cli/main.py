@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from ralph import __version__
+
+if TYPE_CHECKING:
+    from ralph.plugin.commands import CommandTable, PluginCommand
 
 EPILOG = """\b
 Typical session:
@@ -72,10 +75,10 @@ class RalphGroup(click.Group):
     ralph/plugin/commands.py.  A plugin cannot shadow ralph's own commands.
     """
 
-    table: Any = None
+    table: CommandTable | None = None
     loaded: dict[str, click.Command | None]
 
-    def _table(self) -> Any:
+    def _table(self) -> CommandTable:
         if self.table is None:
             from ralph.plugin.commands import plugin_commands
 
@@ -134,7 +137,7 @@ class RalphGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
-def _require_plugin(declared: Any) -> None:
+def _require_plugin(declared: PluginCommand) -> None:
     """Load the plugin behind a command as every command loading plugins would; exit 2 if it does not load."""
     from ralph.errors import RalphError
     from ralph.plugin.manager import PluginHost

@@ -36,9 +36,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping
+from typing import TYPE_CHECKING, Collection, Mapping
 
 from ralph.plugin.entrypoints import ENTRY_POINT_GROUP, EntryPoint, entry_point_groups, why_not_loaded
+
+if TYPE_CHECKING:
+    import click
 
 COMMANDS_GROUP = "ralph.commands"
 """The entry-point group of plugin commands: ``"<plugin>.<command>" = "module:attr"``."""
@@ -56,7 +59,7 @@ class PluginCommand:
         """``'docker-sandbox' (ralph-trustloop 0.1.0)``: the plugin, as ``ralph plugins`` names it."""
         return f"{self.plugin!r} ({self.entry.dist} {self.entry.version})"
 
-    def load(self) -> Any:
+    def load(self) -> click.Command:
         """Import the command's module and return the click command (TypeError if it is not one)."""
         import click
 
