@@ -136,15 +136,12 @@ def run_process(
     if spec.stdin is not None and process.stdin is not None:  # a thread: a child that does not read cannot block us
         readers.append(threading.Thread(target=_feed, args=(process.stdin, spec.stdin), name="ralph-run-input", daemon=True))
         readers[-1].start()
+    exited = threading.Event()  # set by a blocking wait: the end is seen at once, cancel within _POLL
+    threading.Thread(target=_wait, args=(process, exited), name="ralph-run-wait", daemon=True).start()
     deadline = None if timeout is None else time.monotonic() + timeout
     timed_out = interrupted = False
     try:
-        while True:
-            try:  # waiting on the process, not on cancel: its end is seen at once (cancel within _POLL)
-                process.wait(timeout=_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic())))
-                break
-            except subprocess.TimeoutExpired:
-                pass
+        while not exited.wait(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
             if cancel.is_set():
                 interrupted = True
                 break
@@ -179,6 +176,11 @@ def run_shell(command: str, cwd: Path, timeout: float | None, existing: set[int]
     outcome = run_process(ProcessSpec(["/bin/sh", "-c", command], {}, cwd), lines.append, timeout,
                           spare=existing, merge_stderr=True)
     return outcome.exit_code, "".join(line + "\n" for line in lines), outcome.timed_out
+
+
+def _wait(process: subprocess.Popen[bytes], exited: threading.Event) -> None:
+    process.wait()
+    exited.set()
 
 
 def _feed(stdin: IO[bytes], text: str) -> None:
