@@ -105,6 +105,7 @@ def main(argv: list[str]) -> None:
         os.environ["RALPH_STATE_DIR"] = str(root / "state")
         project = make_project(root, stories)
         from ralph.hooks.server import HookServer
+        from ralph.loop.hookbridge import HookBridge
         from ralph.loop.records import IterationRecord
         from ralph.loop.rundir import new_run_dir
         from ralph.cli.session import open_session
@@ -119,12 +120,14 @@ def main(argv: list[str]) -> None:
                 tasks = loop.preflight()
             finally:
                 sys.stdout, sys.stderr = saved
-        loop.run_dir = new_run_dir(project, str(root / "state"))
+        run_dir = loop.run_dir = new_run_dir(project, str(root / "state"))
         selection = loop.policy.select(tasks)
         assert selection is not None
-        loop.current = (selection, tasks, None)
-        loop._write_state(IterationRecord(1, selection.mode, selection.story_id), selection, tasks)
-        server = HookServer(loop.answer_hook).start()
+        bridge = HookBridge(loop.settings, loop.host, loop.runner, run_dir, loop.state.marker,
+                            emit=loop.emit, cancel=loop.cancel, stop_checks=loop.stop_checks)
+        bridge.current = (selection, tasks, None)
+        loop.state.write(run_dir, IterationRecord(1, selection.mode, selection.story_id), selection, tasks)
+        server = HookServer(bridge.answer).start()
         command = hook_command()
         # A normal install caches bytecode; PYTHONDONTWRITEBYTECODE (set on some CI machines) makes
         # every hook process recompile ralph, so both are measured.
@@ -146,7 +149,7 @@ def main(argv: list[str]) -> None:
             )
             if "--loop-only" in argv:
                 setups = setups[:1]
-            rows.extend(answers_in_the_loop(loop, project, runs))
+            rows.extend(answers_in_the_loop(bridge, project, runs))
             for where, env in setups:
                 for name, extra in EVENTS.items():
                     if name == "PreToolUse 1 KB":
@@ -167,7 +170,7 @@ def main(argv: list[str]) -> None:
                     )
         finally:
             server.stop()
-            loop._remove_marker()
+            loop.state.remove_marker()
         table(rows, left=(0, 1, 5))
         print("targets: PreToolUse in a loop median <= 25 ms, PreToolUse/PostToolUse < 30 ms, Stop < 60 ms")
         grammar_and_parse(runs, base_env)
@@ -175,7 +178,7 @@ def main(argv: list[str]) -> None:
         print(f"for scale: bare `python -S -P -c pass` median {ms(statistics.median(bare))} ms")
 
 
-def answers_in_the_loop(loop: object, project: Path, runs: int) -> list[tuple[str, ...]]:
+def answers_in_the_loop(bridge: object, project: Path, runs: int) -> list[tuple[str, ...]]:
     """The loop's own time to answer PreToolUse/PostToolUse (in-process: no hook process start)."""
     rows = []
     cases = (
@@ -186,11 +189,11 @@ def answers_in_the_loop(loop: object, project: Path, runs: int) -> list[tuple[st
     for name, extra in cases:
         payload = {"hook_event_name": name.split()[0], "session_id": "bench", "cwd": str(project), **extra}
         request = {"payload": payload, "env": {"CLAUDE_PROJECT_DIR": str(project), "HOME": os.environ.get("HOME", "")}}
-        loop.answer_hook(request)  # type: ignore[attr-defined]
+        bridge.answer(request)  # type: ignore[attr-defined]
         times = []
         for _ in range(runs * 10):
             start = time.perf_counter()
-            out = loop.answer_hook(request)  # type: ignore[attr-defined]
+            out = bridge.answer(request)  # type: ignore[attr-defined]
             times.append(time.perf_counter() - start)
         rows.append((name, "in the loop's process", ms(min(times)), ms(statistics.median(times)),
                      ms(percentile(times, 0.9)), json.dumps(out)[:60] or "{}"))

@@ -190,8 +190,8 @@ def components(project: Path, root: Path) -> dict[str, list[float]]:
     with quiet():
         loop = open_loop(project, 1, plugin)
         tasks = loop.preflight()
-    loop.run_dir = root / f"components-{len(tasks.userStories)}"
-    loop.run_dir.mkdir()
+    run_dir = loop.run_dir = root / f"components-{len(tasks.userStories)}"
+    run_dir.mkdir()
     raw = loop.tasks_path.read_text(encoding="utf-8")
     selection = loop.policy.select(tasks)
     assert selection is not None
@@ -206,7 +206,7 @@ def components(project: Path, root: Path) -> dict[str, list[float]]:
         "policy.select": lambda: loop.policy.select(tasks),
         "policy.is_complete": lambda: loop.policy.is_complete(tasks),
         "prompt render": lambda: loop.render(1, selection, tasks, []),
-        "state.json + marker": lambda: loop._write_state(record, selection, before),
+        "state.json + marker": lambda: loop.state.write(run_dir, record, selection, before),
     }
     if RUNNER[0] != "noop":  # the runner's own cost around a process that does nothing
         spec = ProcessSpec(["true"], {}, project)
@@ -215,7 +215,7 @@ def components(project: Path, root: Path) -> dict[str, list[float]]:
     results = {}
     for label, func in pieces.items():
         results[label] = repeat(func, min_runs=5, max_runs=100, budget=0.3)
-    loop._remove_marker()
+    loop.state.remove_marker()
     return results
 
 

@@ -272,7 +272,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
 def _exclude_marker(project_dir: Path) -> None:
     """Keep ``.ralph-active`` out of git in every worktree (``info/exclude`` of the common dir)."""
     from ralph.gitutil import ensure_excluded
-    from ralph.loop.engine import MARKER_NAME
+    from ralph.loop.activestate import MARKER_NAME
 
     ensure_excluded(project_dir, MARKER_NAME)
 

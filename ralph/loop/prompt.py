@@ -22,11 +22,16 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ralph.contracts import Policy, Selection
 from ralph.errors import UsageError
 from ralph.tasks import TaskList
 from ralph.templates import render
+
+if TYPE_CHECKING:
+    from ralph.loop.records import IterationRecord
+    from ralph.settings import Settings
 
 THIS_ITERATION_HEADING = "## This iteration (set by the loop — authoritative)"
 SECTION_NAMES = frozenset({"implement", "review", "review-fix", "with-review", "skip-review"})
@@ -172,6 +177,65 @@ def render_prompt(
         parts += ["", "### Feedback from the loop about the previous iteration", ""]
         parts += [f"- {item}" for item in feedback]
     return "\n".join(parts) + "\n"
+
+
+def render_iteration(
+    template: str,
+    settings: Settings,
+    policy: Policy,
+    tasks_path: Path,
+    iteration: int,
+    selection: Selection,
+    tasks: TaskList,
+    feedback: list[str],
+) -> str:
+    """The prompt of ``iteration``: ``template`` with seed 001's tokens filled in, and the loop's section."""
+    from ralph.loop import progresslog
+    from ralph.loop.start import seed_tokens
+    from ralph.ralphfiles import progress_log
+
+    config, project_dir, ralph_dir = settings.config, settings.project_dir, settings.ralph_dir
+    progress = progress_log(ralph_dir)
+    tokens = seed_tokens(selection.story_id, tasks, tasks_path, progress, ralph_dir)
+    archive = progresslog.archive_path(progress)
+    return render_prompt(
+        render(template, tokens),
+        iteration=iteration,
+        max_iterations=config.max_iterations,
+        ralph_dir=relative_dir(ralph_dir, project_dir),
+        review_cap=config.review_cap,
+        skip_review=not policy.uses_review,
+        policy=policy,
+        selection=selection,
+        tasks=tasks,
+        feedback=feedback,
+        tasks_file=relative_dir(tasks_path, project_dir),
+        progress=progresslog.excerpt(progress, selection.story_id, config.prompt_progress_entries),
+        progress_file=relative_dir(progress, project_dir),
+        progress_archive=relative_dir(archive, project_dir) if archive.exists() else "",
+    )
+
+
+def iteration_feedback(record: IterationRecord, timeout: float) -> list[str]:
+    """What the next prompt tells the agent about iteration ``record``: violations, undone changes,
+    a timeout (``timeout``: the iteration's limit in seconds), a false promise."""
+    feedback = [f"Iteration {record.number} ({record.mode}): {message}" for message in record.violations]
+    if record.undone:
+        feedback.append(
+            f"The loop undid the review-field changes of {', '.join(sorted(set(record.undone)))}; "
+            "see progress.txt. Follow the mode rules above."
+        )
+    if record.timed_out:
+        feedback.append(
+            f"Iteration {record.number} timed out after {timeout:g}s; the agent was stopped. "
+            "Check git status and progress.txt for partial work."
+        )
+    if record.promise and record.violations:
+        feedback.append(
+            "The previous iteration printed <promise>COMPLETE</promise> but the task list is not complete: "
+            "only print it when every story passes and is approved."
+        )
+    return feedback
 
 
 def relative_dir(ralph_dir: Path, project_dir: Path) -> str:

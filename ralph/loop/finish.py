@@ -1,0 +1,109 @@
+"""The end of a run: its summary and report files, the end marker, ``run_finished``.
+
+Every way a run ends (complete, a limit, interrupted, stopped by a broken plugin or an
+internal error) goes through :func:`finish_run`, so ``ralph status`` / ``ralph report``
+and the next run's ``--resume`` check always find the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ralph.contracts import AUTO_APPROVED_PREFIX
+from ralph.fsutil import atomic_write_text
+from ralph.loop.records import (
+    EXIT_EXHAUSTED,
+    EXIT_FAILED_STORIES,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    IterationRecord,
+    RunResult,
+    total_usage,
+)
+
+if TYPE_CHECKING:
+    from ralph.loop.gates import GateKeeper
+    from ralph.loop.taskfile import TaskFile
+    from ralph.tasks import TaskList
+
+
+def finish_run(
+    exit_code: int,
+    reason: str,
+    tasks: TaskList,
+    *,
+    records: list[IterationRecord],
+    cost: float,
+    elapsed: float,
+    max_iterations: int,
+    run_dir: Path | None,
+    keeper: GateKeeper,
+    taskfile: TaskFile,
+    dir_arg: str,
+    stash_message: str | None,
+    interrupt_signal: int | None,
+    emit: Callable[..., None],
+) -> RunResult:
+    """Write the summary and report (when there is a run directory), the end marker; emit ``run_finished``.
+
+    An interrupted run that a SIGTERM stopped ends with 143, not 130.
+    """
+    if exit_code == EXIT_INTERRUPTED and interrupt_signal == signal.SIGTERM:
+        exit_code, reason = EXIT_TERMINATED, f"{reason} (SIGTERM)"
+    result = RunResult(exit_code, reason, run_dir, records, cost, tasks)
+    stories = [
+        {
+            "id": s.id,
+            "title": s.title,
+            "passes": s.passes,
+            "reviewStatus": s.reviewStatus,
+            "reviewCount": s.reviewCount,
+            "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX),
+            "failed": s.failed,
+            "failureReason": s.failureReason,
+        }
+        for s in tasks.userStories
+    ]
+    summary: dict[str, Any] = {
+        "exit_code": exit_code,
+        "reason": reason,
+        "iterations": len(records),
+        "max_iterations": max_iterations,
+        "cost_usd": round(cost, 6),
+        "usage": total_usage(records),
+        "elapsed": round(elapsed, 3),
+        "stories": stories,
+        "records": [record.__dict__ for record in records],
+    }
+    from ralph.loop.runreport import build_run_report, render_run_report
+
+    report = build_run_report(tasks, keeper, reason, exit_code, task_file=taskfile.path.name, dir_arg=dir_arg)
+    summary["report"] = report
+    if stash_message:
+        summary["stash"] = stash_message
+    if run_dir is not None:
+        atomic_write_text(run_dir / "report.json", json.dumps(report, indent=2))
+        atomic_write_text(run_dir / "report.md", render_run_report(report))
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    keeper.record_end({"run_dir": str(run_dir), "exit_code": exit_code, "reason": reason, "tasks_sha256": taskfile.sha256()})
+    emit("run_finished", **summary)
+    return result
+
+
+def unselectable_end(tasks: TaskList, uses_review: bool) -> tuple[int, str]:
+    """Exit code and reason when no story can be selected: failed stories (3), else why nothing is selectable (1)."""
+    from ralph.loop.start import unselectable_reason
+    from ralph.tasks import blocked_reason
+
+    failed = [s.id for s in tasks.userStories if s.failed]
+    waiting = [s for s in tasks.userStories if not s.passes and not s.failed]
+    if failed:
+        reason = f"finished with failed stories: {', '.join(failed)}"
+        if waiting:
+            reason += f"; blocked: {blocked_reason(tasks, waiting)}"
+        return EXIT_FAILED_STORIES, reason
+    return EXIT_EXHAUSTED, f"no story can be selected: {unselectable_reason(tasks, uses_review)}"
