@@ -240,3 +240,27 @@ def test_a_prd_folder_with_progress_md_gets_the_loop_notes_there(ralph_project, 
     assert result.returncode == 1, result.stderr
     assert "undid illegal review-field changes" in (prd / "progress.md").read_text()
     assert not (prd / "progress.txt").exists()
+
+
+def test_a_failure_while_the_run_sets_up_gives_back_the_lock_and_signal_handlers(project, tmp_path, monkeypatch) -> None:
+    """A failure between the lock and iteration 1 (run directory, trusted copy, hook server), say a full
+    disk, leaves nothing held: a loop run inside a long-lived process (a fleet actor) can be run again."""
+    from ralph.cli.session import open_session
+    from ralph.gitutil import git_dir
+    from ralph.loop.lock import ProjectLock
+
+    monkeypatch.setenv("RALPH_STATE_DIR", str(project.state_dir))
+    monkeypatch.setenv("RALPH_REPLAY_SCRIPT", replay(project, {1: IMPLEMENT}, tmp_path)["RALPH_REPLAY_SCRIPT"])
+    loop = open_session(project.path, {"runner": "direct", "agent": "replay"}).build_loop()
+    handler = signal.getsignal(signal.SIGINT)
+    lock = ProjectLock(git_dir(project.path))
+
+    def disk_full(run_dir: Path, tasks: Any) -> None:
+        assert lock.is_held() and signal.getsignal(signal.SIGINT) is not handler
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(loop.trusted, "take", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        loop.run()
+    assert not lock.is_held()
+    assert signal.getsignal(signal.SIGINT) is handler

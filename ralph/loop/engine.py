@@ -243,18 +243,18 @@ class Loop:
             if tasks is None:
                 raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
             self.taskfile.accept(raw)
-        except BaseException:
+            self.limits.restart_clock()
+            self.run_dir = run_dir = new_run_dir(self.project_dir, self.config.state_dir)
+            self.opening.keep_saved_work(run_dir)
+            self.trusted.take(run_dir, tasks)
+            self.bridge = bridge = HookBridge(
+                self.settings, self.host, self.runner, run_dir, self.state.marker,
+                emit=self.emit, cancel=self.cancel, stop_checks=self.stop_checks,
+            ).start()
+        except BaseException:  # nothing started yet: the lock and the signal handlers go back
             restore_handlers(previous_handlers)
             lock.release()
             raise
-        self.limits.restart_clock()
-        self.run_dir = run_dir = new_run_dir(self.project_dir, self.config.state_dir)
-        self.opening.keep_saved_work(run_dir)
-        self.trusted.take(run_dir, tasks)
-        self.bridge = bridge = HookBridge(
-            self.settings, self.host, self.runner, run_dir, self.state.marker,
-            emit=self.emit, cancel=self.cancel, stop_checks=self.stop_checks,
-        ).start()
         self.agents.channel = bridge
         try:
             from ralph.gitutil import GitMetadataChanged, protect
