@@ -26,6 +26,7 @@ class ProjectLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        """Take the lock, or raise naming the process that holds it (pid, start time)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -42,6 +43,7 @@ class ProjectLock:
         self._fd = fd
 
     def holder(self) -> dict[str, object]:
+        """What the holder wrote into the lock file (``pid``, ``started``); empty when unreadable."""
         try:
             return json.loads(self.path.read_text() or "{}")
         except (OSError, ValueError):
@@ -61,6 +63,7 @@ class ProjectLock:
         return False
 
     def release(self) -> None:
+        """Give the lock back (a no-op when it is not held here)."""
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)

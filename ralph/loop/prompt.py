@@ -239,6 +239,7 @@ def iteration_feedback(record: IterationRecord, timeout: float) -> list[str]:
 
 
 def relative_dir(ralph_dir: Path, project_dir: Path) -> str:
+    """``ralph_dir`` relative to ``project_dir`` when it is inside, else as it is."""
     try:
         return str(ralph_dir.relative_to(project_dir))
     except ValueError:

@@ -19,6 +19,7 @@ STATE_DIR_ENV = "RALPH_STATE_DIR"
 
 
 def state_root(configured: str | None = None) -> Path:
+    """Where ralph keeps state: ``configured``, else ``RALPH_STATE_DIR``, else ``$XDG_STATE_HOME/ralph``."""
     if configured:
         return Path(configured).expanduser()
     if os.environ.get(STATE_DIR_ENV):
@@ -61,6 +62,7 @@ def project_state_dir(project_dir: Path, configured: str | None = None) -> Path:
 
 
 def runs_dir(project_dir: Path, configured: str | None = None) -> Path:
+    """The directory holding ``project_dir``'s run directories."""
     return project_state_dir(project_dir, configured) / "runs"
 
 
@@ -89,6 +91,7 @@ def check_state_root(configured: str | None = None) -> Path:
 
 
 def new_run_dir(project_dir: Path, configured: str | None = None) -> Path:
+    """Create this run's directory (``<timestamp>-<pid>``) under :func:`runs_dir`."""
     check_state_root(configured)
     parent = runs_dir(project_dir, configured)
     parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +102,7 @@ def new_run_dir(project_dir: Path, configured: str | None = None) -> Path:
 
 
 def latest_run(project_dir: Path, configured: str | None = None) -> Path | None:
+    """The newest run directory of ``project_dir``, or None."""
     parent = runs_dir(project_dir, configured)
     if not parent.is_dir():
         return None
@@ -107,6 +111,7 @@ def latest_run(project_dir: Path, configured: str | None = None) -> Path | None:
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The events of ``run_dir``'s ``events.jsonl`` (unparseable lines skipped)."""
     path = run_dir / "events.jsonl"
     if not path.is_file():
         return []

@@ -51,6 +51,7 @@ def normalize(output: str) -> str:
 
 
 def error_hash(output: str) -> str:
+    """A short hash of ``output`` with run-to-run noise (times, temp paths, addresses) normalised away."""
     return hashlib.sha1(normalize(output).encode("utf-8")).hexdigest()[:8]
 
 
@@ -64,6 +65,7 @@ def truncate(output: str, limit: int = MAX_OUTPUT_LINES) -> str:
 
 
 def is_info_gap(output: str) -> bool:
+    """Does the error point at missing information (a module, file or name not found)?"""
     return bool(_INFO_GAP.search(output))
 
 
@@ -100,6 +102,7 @@ class StoryAttempts:
     attempts: list[Attempt] = field(default_factory=list)
 
     def record_failure(self, gate: str, output: str, exit_code: int | None, timed_out: bool, files: list[str]) -> None:
+        """Count a failed attempt at ``gate`` (the same error hash again makes it stuck longer)."""
         digest = error_hash(output)
         self.stuck_count = self.stuck_count + 1 if digest == self.error_hash else 1
         self.iteration += 1
@@ -137,11 +140,13 @@ class StoryAttempts:
     # -- the file ---------------------------------------------------------------------------
 
     def front_matter(self) -> dict[str, Any]:
+        """The state without the attempts (the state file's front matter)."""
         data = asdict(self)
         data.pop("attempts")
         return data
 
     def render(self) -> str:
+        """The state file's markdown: front matter, then each attempt's verbatim gate output."""
         lines = ["---"]
         for key, value in self.front_matter().items():
             if isinstance(value, list):
@@ -166,6 +171,7 @@ class StoryAttempts:
         return "\n".join(lines) + "\n"
 
     def save(self, directory: Path) -> Path:
+        """Write the state file (markdown, and JSON beside it) into ``directory``; returns the markdown's path."""
         from ralph.fsutil import atomic_write_text
 
         directory.mkdir(parents=True, exist_ok=True)
@@ -176,6 +182,7 @@ class StoryAttempts:
 
     @classmethod
     def load(cls, directory: Path, task_id: str, max_iterations: int) -> StoryAttempts:
+        """The story's saved state, or a fresh one when there is none (or it does not parse)."""
         path = state_path(directory, task_id).with_suffix(".json")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -187,6 +194,7 @@ class StoryAttempts:
 
 
 def state_path(directory: Path, task_id: str) -> Path:
+    """The state file of story ``task_id`` in ``directory`` (unsafe characters replaced)."""
     return directory / (re.sub(r"[^A-Za-z0-9._-]", "_", task_id) + ".md")
 
 

@@ -45,6 +45,7 @@ class TreeSnapshot:
 
     @classmethod
     def take(cls, project: Path) -> TreeSnapshot:
+        """Record ``project``'s tree now: HEAD, uncommitted changes (as a stash commit), status, untracked files."""
         head = git(project, "rev-parse", "HEAD").stdout.strip()
         stash = git(project, "stash", "create", check=False).stdout.strip() or None
         status = git(project, "status", "--porcelain=v1", "-z", check=False).stdout
