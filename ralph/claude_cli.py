@@ -2,7 +2,9 @@
 
 Stdlib only: a wheel that bundles the CLI is found without importing it.  The ``claude`` agent,
 ``ralph plan``, ``ralph demo`` and the tests find Claude Code with :func:`locate_claude_cli`;
-other agents describe their CLI with an :class:`AgentCli` (``ralph.api.AgentCli``).
+other agents describe their CLI with an :class:`AgentCli` (``ralph.api.AgentCli``).  The two CLIs
+ralph's default agents run are described here (:data:`CLAUDE_CLI`, :data:`CODEX_CLI`), so that
+``ralph.testing`` finds them without importing a default plugin.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["BINARY_ENV_VAR", "CLAUDE_CLI", "AgentCli", "bundled_binary", "locate_claude_cli", "resolve_binary"]
+__all__ = ["BINARY_ENV_VAR", "CLAUDE_CLI", "CODEX_CLI", "AgentCli", "bundled_binary", "locate_claude_cli", "resolve_binary"]
 
 
 def _is_executable(path: Path) -> bool:
@@ -102,6 +104,8 @@ class AgentCli:
 CLAUDE_CLI = AgentCli("claude", "claude", "RALPH_CLAUDE_BINARY", "claude_agent_sdk", "_bundled", "claude-agent-sdk")
 """Claude Code: ``[tool.ralph.claude] binary``, ``RALPH_CLAUDE_BINARY``, PATH, the claude-agent-sdk wheel."""
 BINARY_ENV_VAR = CLAUDE_CLI.env_var
+CODEX_CLI = AgentCli("codex", "codex", "RALPH_CODEX_BINARY", "codex_cli_bin", "bin", "openai-codex-cli-bin")
+"""The Codex CLI: ``[tool.ralph.codex] binary``, ``RALPH_CODEX_BINARY``, PATH, the openai-codex-cli-bin wheel."""
 
 
 def bundled_binary() -> Path | None:

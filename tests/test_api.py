@@ -149,7 +149,7 @@ def test_a_plugin_author_type_checks_against_ralph_api_with_mypy_strict(tmp_path
 
 # ralph.testing's fixtures for the real CLIs of ralph's own default agents (claude_binary,
 # codex_binary) find them the way those agents do; they are test helpers, imported by no command.
-CORE_MAY_IMPORT_PLUGINS = {"ralph/testing/pytest_plugin.py"}
+CORE_MAY_IMPORT_PLUGINS: set[str] = set()
 
 
 def test_core_imports_no_default_plugin() -> None:
@@ -193,11 +193,43 @@ def _api_modules() -> list[types.ModuleType]:
 
 
 def test_every_public_name_is_documented() -> None:
+    modules = _api_modules()
+    assert {m.__name__ for m in modules} >= {"ralph.api", "ralph.api.fleet", "ralph.api.hooks", "ralph.api.workspace"}
+    missing = _undocumented_names(modules)
+    assert missing == [], "public names without a docstring:\n" + "\n".join(missing)
+
+
+def _testing_modules() -> list[types.ModuleType]:
+    """``ralph.testing`` and the submodules a plugin author imports (``.model_server``, ``.scripting`` ...);
+    the fixtures of ``ralph.testing.pytest_plugin`` are checked on their own."""
+    import ralph.testing
+
+    found = [ralph.testing]
+    for info in pkgutil.iter_modules(ralph.testing.__path__, "ralph.testing."):
+        if info.name != "ralph.testing.pytest_plugin":
+            found.append(importlib.import_module(info.name))
+    return found
+
+
+def test_every_public_name_of_ralph_testing_is_documented() -> None:
+    """A plugin author's test API is public too: every name in ``ralph.testing.__all__`` and its
+    submodules' ``__all__`` (and their classes' public methods), and every fixture, has a docstring."""
+    modules = _testing_modules()
+    assert {"RalphProject", "ReplayScript", "story", "settings_for", "require"} <= set(modules[0].__all__)
+    assert [m.__name__ for m in modules if not hasattr(m, "__all__")] == [], "give these modules an __all__"
+    missing = _undocumented_names(modules)
+    fixtures = ast.parse((CORE / "testing" / "pytest_plugin.py").read_text(encoding="utf-8"))
+    public = [node for node in fixtures.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")]
+    assert {node.name for node in public} >= {"ralph_project", "scripted_model", "codex_binary"}
+    missing += [f"fixture {node.name}" for node in public if not ast.get_docstring(node)]
+    assert missing == [], "public names without a docstring:\n" + "\n".join(missing)
+
+
+def _undocumented_names(modules: list[types.ModuleType]) -> list[str]:
+    """The modules, names in their ``__all__`` and public methods of those classes that have no docstring."""
     documented_constants: set[str] = set()
     for path in CORE.rglob("*.py"):
         documented_constants |= _attribute_docstrings(path)
-    modules = _api_modules()
-    assert {m.__name__ for m in modules} >= {"ralph.api", "ralph.api.fleet", "ralph.api.hooks", "ralph.api.workspace"}
     missing = []
     for module in modules:
         if _own_doc(module) is None:
@@ -212,7 +244,7 @@ def test_every_public_name_is_documented() -> None:
                     missing += [f"{where}.{m}" for m in _undocumented_members(obj)]
             elif name not in documented_constants:
                 missing.append(f"{where} (a constant or alias: give it an attribute docstring where it is defined)")
-    assert missing == [], "public names without a docstring:\n" + "\n".join(missing)
+    return missing
 
 
 def _undocumented_members(cls: type) -> list[str]:

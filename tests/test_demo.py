@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,10 +12,14 @@ import pytest
 from ralph.testing.project import GIT_IDENTITY
 
 
-def run_demo(tmp_path, agent: str) -> subprocess.CompletedProcess[str]:
-    env = {**__import__("os").environ, **GIT_IDENTITY, "RALPH_STATE_DIR": str(tmp_path / "state")}
+def run_demo(tmp_path, agent: str, *, directory: bool = True) -> subprocess.CompletedProcess[str]:
+    """``ralph demo --agent AGENT`` in ``tmp_path / "demo"`` (or, ``directory=False``, in a temporary
+    directory it makes under ``tmp_path / "tmp"``)."""
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, **GIT_IDENTITY, "RALPH_STATE_DIR": str(tmp_path / "state"), "TMPDIR": str(tmp_path / "tmp")}
+    where = ["--dir", str(tmp_path / "demo")] if directory else []
     return subprocess.run(
-        [sys.executable, "-P", "-m", "ralph.cli.main", "demo", "--agent", agent, "--dir", str(tmp_path / "demo")],
+        [sys.executable, "-P", "-m", "ralph.cli.main", "demo", "--agent", agent, *where],
         capture_output=True,
         text=True,
         env=env,
@@ -56,6 +61,19 @@ def test_demo_with_real_codex(tmp_path, codex_binary) -> None:
     result = run_demo(tmp_path, "codex")
     assert_full_cycle(tmp_path, result)
     assert "real Codex CLI" in result.stdout
+
+
+@pytest.mark.parametrize("agent", ["replay", pytest.param("codex", marks=pytest.mark.real_codex)])
+def test_demo_without_dir_keeps_only_the_project(tmp_path, agent, request) -> None:
+    """Without ``--dir`` the demo keeps its temporary directory for the user to look around: the
+    project, and not the scripted CLI's home or the replay script (the Codex CLI's home was kept)."""
+    if agent == "codex":
+        request.getfixturevalue("codex_binary")
+    result = run_demo(tmp_path, agent, directory=False)
+    assert result.returncode == 0, result.stderr
+    [work] = (tmp_path / "tmp").glob("ralph-demo-*")
+    assert sorted(p.name for p in work.iterdir()) == ["greeting"]
+    assert f"rm -rf {work}" in result.stdout
 
 
 def test_demo_refuses_a_non_empty_directory(tmp_path) -> None:

@@ -151,3 +151,41 @@ def test_the_documented_replay_script_drives_a_real_loop(ralph_project, tmp_path
     assert (ralph_project.path / "greet.py").read_text() == "print('hi')\n"
     assert ralph_project.story("US-001")["passes"] is True
     assert "feat: [US-001] - Greet" in ralph_project.git("log", "--format=%s")
+
+
+def _testing_section() -> str:
+    text = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    return text.split("## Testing a plugin", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_plugin_guide_names_every_public_name_of_ralph_testing() -> None:
+    """What a plugin author's tests can use is in docs/plugins.md: the fixtures, ``ralph.testing``'s
+    builders, ``RalphProject``'s methods, the scripted servers, responders and turn builders."""
+    import ast
+    import inspect
+    import re
+
+    import ralph.testing
+    from ralph.testing import model_server, responses_server, scripting
+
+    section = _testing_section()
+    blocks = re.findall(r"```\w*\n(.*?)```", section, re.S)
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"```\w*\n.*?```", "", section, flags=re.S))
+    named = {word for text in blocks + spans for word in re.findall(r"\w+", text)}
+    plugin = ast.parse((DOCS.parent / "ralph" / "testing" / "pytest_plugin.py").read_text(encoding="utf-8"))
+    fixtures = [n.name for n in plugin.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+    project = [name for name, _ in inspect.getmembers(ralph.testing.RalphProject) if not name.startswith("_")]
+    expected = {
+        "fixture": fixtures,
+        "ralph.testing": list(ralph.testing.__all__),
+        "RalphProject": project + ["path", "state_dir", "env"],
+        "ralph.testing.scripting": list(scripting.__all__),
+        "ralph.testing.model_server": ["ScriptedModelServer", "IterationScript", "SequenceScript", "RejectFirst",
+                                       "Turn", "text", "tool", "ErrorReply"],
+        "ralph.testing.responses_server": ["ScriptedResponsesServer"],
+    }
+    for module in (model_server, responses_server):
+        assert set(expected[module.__name__]) <= set(module.__all__)
+    assert len(fixtures) >= 8 and len(project) >= 12
+    missing = [f"{where}.{name}" for where, names in expected.items() for name in names if name not in named]
+    assert missing == [], "docs/plugins.md's testing section does not name:\n" + "\n".join(missing)

@@ -27,20 +27,18 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ralph.api import AgentCli, AgentEvent, AgentInvocation, CliAgent, ProcessSpec, hookimpl
+from ralph.api import CODEX_CLI, AgentEvent, AgentInvocation, CliAgent, ProcessSpec, hookimpl
 
 if TYPE_CHECKING:
     from ralph.api import Agent
 
 __all__ = ["BASE_URL_ENV", "BINARY_ENV_VAR", "CodexAgent", "bundled_binary", "resolve_binary", "toml_value"]
 
-BINARY_ENV_VAR = "RALPH_CODEX_BINARY"
+BINARY_ENV_VAR = CODEX_CLI.env_var
 BASE_URL_ENV = "RALPH_CODEX_BASE_URL"
 DIALECT_ENV = "RALPH_HOOK_DIALECT"
 PROVIDER_ID = "ralph"
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop")
-CODEX_CLI = AgentCli("codex", "codex", BINARY_ENV_VAR, "codex_cli_bin", "bin", "openai-codex-cli-bin")
-"""The Codex CLI: ``[tool.ralph.codex] binary``, ``RALPH_CODEX_BINARY``, PATH, the openai-codex-cli-bin wheel."""
 
 
 def bundled_binary() -> Path | None:

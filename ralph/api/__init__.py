@@ -23,7 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ralph import hookimpl
-from ralph.claude_cli import CLAUDE_CLI, AgentCli, locate_claude_cli
+from ralph.claude_cli import CLAUDE_CLI, CODEX_CLI, AgentCli, locate_claude_cli
 from ralph.cliagent import CliAgent
 from ralph.contracts import (
     AUTO_APPROVED_PREFIX,
@@ -104,6 +104,7 @@ __all__ = [
     "API_VERSION",
     "AgentCli",
     "CLAUDE_CLI",
+    "CODEX_CLI",
     "CliAgent",
     "BUILTIN_PROMPT_NOTE",
     "AUTO_APPROVED_PREFIX",

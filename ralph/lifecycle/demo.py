@@ -209,7 +209,7 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
         if server is not None:
             server.stop()
         # the scripted CLI's home and the replay script are of no use afterwards; the project is
-        for leftover in (work / "claude-home", work / "replay-script.json"):
+        for leftover in (work / "claude-home", work / "codex-user-home", work / "replay-script.json"):
             shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
         if directory is not None:
             shutil.rmtree(work, ignore_errors=True)

@@ -5,17 +5,20 @@ Enable the fixtures yourself (ralph no longer loads into every pytest run)::
     # conftest.py
     pytest_plugins = ["ralph.testing"]
 
-or ``pytest -p ralph.testing``.  Fixtures: ``ralph_project`` (a git project with
-``ralph init`` done, :class:`RalphProject`), ``ralph_cli`` (the CLI in-process),
-``scripted_model`` and ``claude_agent_env`` (the real Claude Code CLI against a
-scripted local model), ``claude_binary``.
+or ``pytest -p ralph.testing``.  Fixtures (``ralph.testing.pytest_plugin``): ``ralph_project`` (a
+git project with ``ralph init`` done, :class:`RalphProject`), ``ralph_cli`` (the CLI in-process),
+``scripted_model``, ``claude_agent_env`` and ``claude_binary`` (the real Claude Code CLI against a
+scripted local model), ``scripted_responses``, ``codex_agent_env`` and ``codex_binary`` (the same
+for the Codex CLI).
 
 Builders, importable without pytest: :func:`story` (a valid story dict),
 :class:`ReplayScript` and its actions (``say``, ``write_file``, ``set_fields``,
 ``commit`` ...), :func:`replay_env`, :func:`settings_for` (the ``Settings`` a plugin is constructed
-with), :func:`make_event` (a ``HookEvent`` for a guard), :func:`make_project`,
+with), :func:`make_event` (a ``HookEvent`` for a guard), :class:`MemorySession`, :func:`make_project`,
 :func:`wait_for`, :func:`process_alive`.  :func:`require` skips a test whose
-real component is missing, and fails it under ``CI=true``.  See docs/plugins.md.
+real component is missing, and fails it under ``CI=true``.  The scripted model servers and their
+responders are in ``ralph.testing.model_server`` and ``ralph.testing.responses_server``; turns for
+the usual steps (implement, approve, review) in ``ralph.testing.scripting``.  See docs/plugins.md.
 """
 
 from __future__ import annotations

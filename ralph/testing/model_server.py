@@ -140,6 +140,8 @@ def _content_text(content: Any) -> str:
 
 Reply = Union[Turn, ErrorReply]
 Responder = Callable[[ModelRequest], Reply]
+"""What chooses each reply: called with the request, returns a :class:`Turn` or an :class:`ErrorReply`
+(:class:`IterationScript`, :class:`SequenceScript` and :class:`RejectFirst` are responders)."""
 
 
 # -- scripted responders ----------------------------------------------------------
@@ -220,6 +222,7 @@ class IterationScript:
 
 
 RATE_LIMIT_MESSAGE = "This request would exceed your account's rate limit. Please try again later."
+"""The error message :class:`RejectFirst` sends by default, worded as the real API's rate-limit error."""
 
 
 class RejectFirst:

@@ -11,12 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+__all__ = ["GIT_IDENTITY", "RalphProject", "make_project", "process_alive", "ralph_command", "settings_for", "story",
+           "wait_for"]
+
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Test User",
     "GIT_AUTHOR_EMAIL": "test@example.invalid",
     "GIT_COMMITTER_NAME": "Test User",
     "GIT_COMMITTER_EMAIL": "test@example.invalid",
 }
+"""A git author and committer for test commits (``{**os.environ, **GIT_IDENTITY}``): no global git config needed."""
 
 
 def story(story_id: str, title: str | None = None, **fields: Any) -> dict[str, Any]:
@@ -81,27 +85,39 @@ class RalphProject:
     """A git repository with a ralph directory; helpers to edit it and run ralph."""
 
     path: Path
+    """The project's root (the git work tree)."""
     state_dir: Path
+    """ralph's state directory for this project (``RALPH_STATE_DIR``: runs, locks), outside the tree."""
     env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for every process started here (``git``, ``run``, ``start``)."""
 
     @property
     def ralph_dir(self) -> Path:
+        """The project's ralph directory (``ralph/``: prompt, task list, progress log)."""
         return self.path / "ralph"
 
     @property
     def tasks_path(self) -> Path:
+        """The task list ``ralph init`` wrote (``ralph/tasks.json``)."""
         return self.ralph_dir / "tasks.json"
 
     def git(self, *args: str) -> str:
+        """Run ``git ARGS`` in the project (test identity, :meth:`process_env`); its stdout.
+
+        Raises ``subprocess.CalledProcessError`` when git fails."""
         result = subprocess.run(
             ["git", *args], cwd=self.path, capture_output=True, text=True, check=True, env=self.process_env()
         )
         return result.stdout
 
     def process_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment of processes started here: this process's, a git identity,
+        ``RALPH_STATE_DIR``, :attr:`env`, then ``extra`` (later ones win)."""
         return {**os.environ, **GIT_IDENTITY, "RALPH_STATE_DIR": str(self.state_dir), **self.env, **(extra or {})}
 
     def write_stories(self, stories: list[dict[str, Any]], commit: bool = True, **top: Any) -> None:
+        """Replace the task list's ``userStories`` with ``stories`` (see :func:`story`), set the
+        top-level fields ``top`` (``branchName="ralph/x"``), and commit unless ``commit=False``."""
         data = json.loads(self.tasks_path.read_text(encoding="utf-8"))
         data["userStories"] = stories
         data.update(top)
@@ -110,12 +126,15 @@ class RalphProject:
             self.commit_all("tasks")
 
     def tasks(self) -> dict[str, Any]:
+        """The task list as it is on disk now (parsed JSON)."""
         return json.loads(self.tasks_path.read_text(encoding="utf-8"))
 
     def story(self, story_id: str) -> dict[str, Any]:
+        """The story ``story_id`` of the task list on disk; ``StopIteration`` when there is none."""
         return next(s for s in self.tasks()["userStories"] if s["id"] == story_id)
 
     def commit_all(self, message: str) -> None:
+        """``git add -A`` and commit with ``message`` (an empty commit when nothing changed)."""
         self.git("add", "-A")
         self.git("commit", "-q", "--allow-empty", "-m", message)
 
@@ -142,12 +161,15 @@ class RalphProject:
         )
 
     def run_dirs(self) -> list[Path]:
+        """The run directories of this project's loops, oldest first (empty before the first run)."""
         from ralph.loop.rundir import runs_dir
 
         parent = runs_dir(self.path, str(self.state_dir))
         return sorted(p for p in parent.iterdir()) if parent.is_dir() else []
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """The last run's loop events (its ``events.jsonl``), only those of ``kind`` when given
+        (``"gate_failed"``; docs/plugins.md lists the kinds); empty before the first run."""
         from ralph.loop.rundir import read_events
 
         runs = self.run_dirs()
@@ -155,6 +177,7 @@ class RalphProject:
         return [e for e in events if kind is None or e.get("kind") == kind]
 
     def summary(self) -> dict[str, Any]:
+        """The last run's ``summary.json`` (``exit_code``, ``reason``, ``iterations``, ``stories``, ``usage``, ``report`` ...)."""
         return json.loads((self.run_dirs()[-1] / "summary.json").read_text(encoding="utf-8"))
 
 

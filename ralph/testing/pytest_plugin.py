@@ -98,9 +98,9 @@ def scripted_responses() -> Iterator[Callable[..., Any]]:
 @pytest.fixture
 def codex_binary() -> Path:
     """The real Codex CLI (skip, or fail under CI=true, when there is none)."""
-    from ralph_plugins.agents.codex import resolve_binary
+    from ralph.claude_cli import CODEX_CLI
 
-    return _found(resolve_binary()[0], "the real Codex CLI was not found (pip install openai-codex-cli-bin)")
+    return _found(CODEX_CLI.locate()[0], "the real Codex CLI was not found (pip install openai-codex-cli-bin)")
 
 
 @pytest.fixture

@@ -59,7 +59,7 @@ class ScriptHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass  # keep test output clean
+        """Log nothing: ``BaseHTTPRequestHandler`` would write a line per request to stderr."""
 
     def send_body(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         """Answer ``status`` with ``body`` and any extra ``headers``."""

@@ -10,6 +10,17 @@ from typing import Any
 
 from ralph.testing.model_server import Turn, text, tool
 
+__all__ = [
+    "approve_turns",
+    "bash_turns",
+    "commit_command",
+    "implement_turns",
+    "replay_actions",
+    "review_fix_turns",
+    "self_approving_turns",
+    "set_fields_command",
+]
+
 
 def set_fields_command(story_id: str, tasks: str = "ralph/tasks.json", python: str = sys.executable,
                        **fields: Any) -> str:
