@@ -236,3 +236,103 @@ def test_a_disabled_plugin_is_named_as_disabled(project: RalphProject, tmp_path:
     assert result.returncode == 2
     line = one_line_error(result)
     assert "runner 'direct' is not available: plugin 'direct' is disabled (RALPH_DISABLE_PLUGINS)" in line
+
+
+REGISTRATION_HOOKS = [
+    "ralph_register_runners",
+    "ralph_register_agents",
+    "ralph_register_policies",
+    "ralph_register_task_stores",
+    "ralph_register_gates",
+    "ralph_register_fleet_engines",
+    "ralph_config_sections",
+]
+
+
+@pytest.mark.parametrize("hook", REGISTRATION_HOOKS)
+def test_a_plugin_whose_registration_raises_is_a_load_failure(project: RalphProject, tmp_path: Path, hook: str) -> None:
+    arg = "register" if hook.startswith("ralph_register") else ""
+    source = f"""
+        from ralph.api import hookimpl
+
+        @hookimpl
+        def {hook}({arg}):
+            raise RuntimeError("registration exploded")
+    """
+    env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_reg", source)}
+    result = run(project, env)
+    assert result.returncode == 2
+    line = one_line_error(result)
+    assert f"plugin 'brk' ({DIST} 1.0) failed to load: {hook} raised RuntimeError: registration exploded" in line
+    assert "RALPH_DISABLE_PLUGINS=brk" in line
+    assert project.run_dirs() == []
+    assert project.story("US-001")["passes"] is False
+    listing = project.run("plugins", env=env)
+    assert listing.returncode == 1, listing.stderr
+    row = next(line for line in listing.stdout.splitlines() if line.startswith("brk "))
+    assert f"FAILED: {hook} raised RuntimeError: registration exploded" in row
+    assert "Traceback" not in listing.stderr
+    assert project.run("--help", env=env).returncode == 0
+    doctor = project.run("doctor", env=env)  # the checks `ralph run` makes: this one first
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stderr
+    assert doctor.stdout.startswith(f"[FAIL] plugin 'brk' ({DIST} 1.0) failed to load: {hook} raised RuntimeError")
+    assert "RALPH_DISABLE_PLUGINS=brk" in doctor.stdout
+    going_on = run(project, {**env, "RALPH_DISABLE_PLUGINS": "brk"})
+    assert going_on.returncode == 0, going_on.stderr
+    # the commands reading that run load the plugins too (--follow's reporters), the broken one included
+    for command in (["status"], ["status", "--follow", "--no-live"]):
+        shown = project.run(*command, env=env)
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, (command, shown.stderr)
+        assert "US-001" in shown.stdout, command
+
+
+def test_what_a_plugin_registered_before_its_hook_raised_is_not_kept(project: RalphProject, tmp_path: Path) -> None:
+    source = """
+        from ralph.api import Runner, hookimpl
+
+        class HalfRunner(Runner):
+            name = "half"
+
+            def availability(self):
+                raise AssertionError("a runner of a plugin that did not load is never used")
+
+            def run(self, *args, **kwargs):
+                raise AssertionError("a runner of a plugin that did not load is never used")
+
+        @hookimpl
+        def ralph_register_runners(register):
+            register(HalfRunner)
+
+        @hookimpl
+        def ralph_register_gates(register):
+            raise RuntimeError("second hook exploded")
+    """
+    env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_half", source)}
+    listing = project.run("plugins", env=env)
+    assert listing.returncode == 1
+    row = next(line for line in listing.stdout.splitlines() if line.startswith("brk "))
+    assert "runner half" not in row and "FAILED: ralph_register_gates raised RuntimeError: second hook exploded" in row
+    # the runner of a plugin that did not load is not available, and says why
+    result = run(project, env, "--runner", "half")
+    assert result.returncode == 2
+    assert "second hook exploded" in one_line_error(result)
+
+
+def test_a_plugin_registering_a_wrong_class_is_a_load_failure(project: RalphProject, tmp_path: Path) -> None:
+    source = """
+        from ralph.api import hookimpl
+
+        class NotAGate:
+            name = "not-a-gate"
+
+        @hookimpl
+        def ralph_register_gates(register):
+            register(NotAGate)
+    """
+    env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_wrong", source)}
+    listing = project.run("plugins", env=env)
+    assert listing.returncode == 1
+    row = next(line for line in listing.stdout.splitlines() if line.startswith("brk "))
+    assert "FAILED: ralph_register_gates raised PluginError:" in row and "which is not a Gate" in row
+    result = run(project, env)
+    assert result.returncode == 2 and "which is not a Gate" in one_line_error(result)

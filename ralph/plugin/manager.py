@@ -5,8 +5,9 @@ Environment:
 - ``RALPH_DISABLE_PLUGIN_AUTOLOAD=1`` loads only ralph's own default plugins
   (distribution ``ralph-trustloop``); third-party entry points are ignored.
 
-A plugin that fails to import, or needs a newer plugin API than this ralph
-provides (``RALPH_API = "2"`` in its module), is recorded and not loaded:
+A plugin that fails to import, needs a newer plugin API than this ralph
+provides (``RALPH_API = "2"`` in its module), or whose registration hook
+(``ralph_register_*``, ``ralph_config_sections``) raises, is recorded and not loaded:
 ``ralph plugins`` lists it and ``ralph --help`` still works, but ``ralph run``
 refuses to start until it is fixed or disabled (a missing validator, gate or
 guard must never be skipped silently; see docs/plugins.md, "When a plugin
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, TypeVar, cast
 
@@ -82,6 +83,14 @@ class PluginInfo:
             return f"{self.name!r} ({self.distribution} {self.version})"
         return f"{self.name!r} ({self.distribution})"
 
+    def failure(self) -> str:
+        """``plugin 'name' (distribution version) failed to load: <error>`` (or ``is incompatible: ...``)."""
+        return f"plugin {self.describe()} {'is incompatible' if self.incompatible else 'failed to load'}: {self.error}"
+
+
+class NameTaken(PluginError):
+    """Two plugins register the same name: an error of the pair, not a load failure of either."""
+
 
 @dataclass
 class Registry:
@@ -101,13 +110,18 @@ class Registry:
         if not isinstance(name, str) or not name:
             raise PluginError(f"plugin {provider} registered a {self.kind} without a `name`: {cls!r}")
         if name in self.entries:
-            raise PluginError(
+            raise NameTaken(
                 f"two plugins register the {self.kind} {name!r}: {self.providers[name]} and {provider}; "
                 f"disable one with {DISABLE_ENV}=<plugin name>"
             )
         self.entries[name] = cls
         self.providers[name] = provider
         self.owners[name] = owner or provider
+
+    def discard(self, owner: str) -> None:
+        """Drop every entry the plugin ``owner`` registered (its later registration hook raised)."""
+        for name in [name for name, by in self.owners.items() if by == owner]:
+            del self.entries[name], self.providers[name], self.owners[name]
 
     def get(self, name: str) -> type:
         """The class registered as ``name``; an unknown name is an error listing what exists
@@ -198,17 +212,19 @@ class PluginHost:
         for plugin in extra_plugins:
             self._register_in_code(plugin, disabled)
         self.pm.check_pending()
-        not_loaded = {
+        self._not_loaded = {
             info.name: (f"is disabled ({DISABLE_ENV})" if info.disabled else f"did not load: {info.status}")
             for info in self.infos
             if info.disabled or info.error
         }
-        self.runners = self._registry("runner", "ralph_register_runners", Runner, not_loaded)
-        self.agents = self._registry("agent", "ralph_register_agents", Agent, not_loaded)
-        self.policies = self._registry("policy", "ralph_register_policies", Policy, not_loaded)
-        self.stores = self._registry("task store", "ralph_register_task_stores", TaskStore, not_loaded)
-        self.gates = self._registry("gate", "ralph_register_gates", Gate, not_loaded)
-        self.fleet_engines = self._registry("fleet engine", "ralph_register_fleet_engines", FleetEngine, not_loaded)
+        self._registries: list[Registry] = []
+        self.runners = self._registry("runner", "ralph_register_runners", Runner)
+        self.agents = self._registry("agent", "ralph_register_agents", Agent)
+        self.policies = self._registry("policy", "ralph_register_policies", Policy)
+        self.stores = self._registry("task store", "ralph_register_task_stores", TaskStore)
+        self.gates = self._registry("gate", "ralph_register_gates", Gate)
+        self.fleet_engines = self._registry("fleet engine", "ralph_register_fleet_engines", FleetEngine)
+        self._sections = self._collect_sections()
 
     # -- loading ----------------------------------------------------------------
 
@@ -265,8 +281,10 @@ class PluginHost:
         self.pm.register(plugin, name=unique)
         self.infos.append(PluginInfo(unique, "registered in code", "", name))
 
-    def _registry(self, kind: str, hook_name: str, base: type, not_loaded: dict[str, str]) -> Registry:
-        registry = Registry(kind, not_loaded=not_loaded)
+    def _registry(self, kind: str, hook_name: str, base: type) -> Registry:
+        """Fill one registry; a plugin whose hook raises (or registers a wrong class) is a load failure."""
+        registry = Registry(kind, not_loaded=self._not_loaded)
+        self._registries.append(registry)
         caller = getattr(self.pm.hook, hook_name)
         for impl in caller.get_hookimpls():
             provider = self.describe(impl.plugin_name)
@@ -276,8 +294,39 @@ class PluginHost:
                     raise PluginError(f"plugin {_provider} registered {cls!r}, which is not a {base.__name__}")
                 registry.add(cls, _provider, _owner)
 
-            impl.function(register=register)
+            try:
+                impl.function(register=register)
+            except NameTaken:
+                raise
+            except Exception as exc:  # a broken third-party plugin must not break ralph
+                self._fail(impl.plugin_name, f"{hook_name} raised {type(exc).__name__}: {exc}")
         return registry
+
+    def _collect_sections(self) -> list[tuple[str, dict[str, type]]]:
+        """Every plugin's ``ralph_config_sections`` answer (plugin name, sections); one that raises,
+        or answers something other than a dict of names to models, is a load failure."""
+        collected: list[tuple[str, dict[str, type]]] = []
+        for impl in self.pm.hook.ralph_config_sections.get_hookimpls():
+            try:
+                provided = impl.function() or {}
+            except Exception as exc:  # a broken third-party plugin must not break ralph
+                self._fail(impl.plugin_name, f"ralph_config_sections raised {type(exc).__name__}: {exc}")
+                continue
+            if not (isinstance(provided, dict) and all(isinstance(k, str) and isinstance(v, type) for k, v in provided.items())):
+                self._fail(impl.plugin_name, f"ralph_config_sections returned {provided!r}, not a dict of section names to models")
+                continue
+            collected.append((impl.plugin_name, provided))
+        return collected
+
+    def _fail(self, plugin_name: str, error: str) -> None:
+        """Record ``plugin_name`` as failed to load with ``error``: unregistered, and what it registered dropped."""
+        for index, info in enumerate(self.infos):
+            if info.name == plugin_name:
+                self.infos[index] = replace(info, error=error)
+                self._not_loaded[plugin_name] = f"did not load: {self.infos[index].status}"
+        for registry in self._registries:
+            registry.discard(plugin_name)
+        self.remove(plugin_name)
 
     def describe(self, plugin_name: str) -> str:
         """``'name' (distribution version)`` for error messages."""
@@ -315,24 +364,19 @@ class PluginHost:
         (it may be a validator, gate or guard).  Disabling it explicitly is the way on."""
         if not self.failures:
             return
-        parts = [
-            f"plugin {info.describe()} {'is incompatible' if info.incompatible else 'failed to load'}: {info.error}"
-            for info in self.failures
-        ]
         names = ",".join(info.name for info in self.failures)
         raise PluginError(
-            "; ".join(parts) + f" — ralph does not run without it: fix it, or disable it with {DISABLE_ENV}={names}"
+            "; ".join(info.failure() for info in self.failures) + f" — ralph does not run without it: fix it, or disable it with {DISABLE_ENV}={names}"
         )
 
     def config_sections(self) -> dict[str, type]:
         """Every plugin's config section model by section name (a duplicate is an error)."""
         sections: dict[str, type] = {}
-        for impl in self.pm.hook.ralph_config_sections.get_hookimpls():
-            provided: dict[str, type] = cast("dict[str, type]", impl.function() or {})
+        for plugin_name, provided in self._sections:
             for name, model in provided.items():
                 if name in sections:
                     raise PluginError(
-                        f"two plugins define the config section {name!r}; one is {self.describe(impl.plugin_name)}"
+                        f"two plugins define the config section {name!r}; one is {self.describe(plugin_name)}"
                     )
                 sections[name] = model
         return sections
