@@ -138,6 +138,34 @@ def test_plugin_section_must_be_a_table(tmp_path: Path, sections: dict[str, type
     assert config_error(tmp_path, sections) == f"{pyproject}: `tool.ralph.claude` must be a table ([tool.ralph.claude])"
 
 
+OWN_SECTIONS = ["claude", "codex", "replay", "quality", "verify", "spec", "ray", "docker-sandbox"]
+
+
+def test_every_section_of_ralphs_plugins_is_a_config_section(sections: dict[str, type]) -> None:
+    from ralph.api import ConfigSection
+
+    assert set(OWN_SECTIONS) <= set(sections)
+    plain = sorted(name for name in OWN_SECTIONS if not issubclass(sections[name], ConfigSection))
+    assert plain == [], "use ralph.api.ConfigSection (unknown keys rejected, values validated on assignment)"
+
+
+@pytest.mark.parametrize("name", OWN_SECTIONS)
+def test_an_unknown_key_in_each_own_section_names_its_toml_path(tmp_path: Path, sections: dict[str, type], name: str) -> None:
+    pyproject = write(tmp_path / "pyproject.toml", f'[tool.ralph."{name}"]\nno_such_key = 1\n')
+    assert config_error(tmp_path, sections) == (
+        f"{pyproject}: unknown key `tool.ralph.{name}.no_such_key`; remove it or check its spelling"
+    )
+
+
+@pytest.mark.parametrize(("name", "key", "bad"), [("codex", "retries", -1), ("ray", "poll_seconds", 0)])
+def test_a_section_value_is_validated_on_assignment_too(
+    tmp_path: Path, sections: dict[str, type], name: str, key: str, bad: object
+) -> None:
+    _, plugin_config, _ = load_config(tmp_path, sections=sections, environ={})
+    with pytest.raises(ValueError):
+        setattr(plugin_config[name], key, bad)
+
+
 @pytest.mark.parametrize("name", ["pyproject.toml", "ralph.toml"])
 def test_invalid_toml_names_the_file(tmp_path: Path, name: str) -> None:
     path = write(tmp_path / name, "[tool.ralph\nmax_iterations = \n")

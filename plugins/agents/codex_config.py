@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from ralph.api import ConfigSection
 
 
-class CodexConfig(BaseModel):
+class CodexConfig(ConfigSection):
     """Settings of the ``codex`` agent (the OpenAI Codex CLI)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     binary: str | None = Field(None, description="path of the codex executable (default: found automatically)")
     model: str | None = Field(None, description="model for codex when no per-mode or --model choice applies")

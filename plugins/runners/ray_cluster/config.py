@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from ralph.api import ConfigSection
 
 DEFAULT_ENV = [
     "ANTHROPIC_*",
@@ -18,10 +20,8 @@ DEFAULT_ENV = [
 ]
 
 
-class RayConfig(BaseModel):
+class RayConfig(ConfigSection):
     """Settings of the ``ray`` runner and of ``ralph run --parallel --engine ray``."""
-
-    model_config = ConfigDict(extra="forbid")
 
     address: str | None = Field(
         None,
