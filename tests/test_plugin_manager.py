@@ -462,3 +462,84 @@ def test_plugin_api_version_is_checked(fake_dists: FakeDists, declared: object, 
     if not loads:
         assert host.pm.get_plugin("versioned") is None
         assert info.status.startswith("INCOMPATIBLE:" if declared != "one" else "INCOMPATIBLE: RALPH_API = 'one' is not a version")
+
+
+# -- registration hooks that fail ---------------------------------------------------------------
+
+BAD_SECTIONS_MODULE = """
+from ralph import hookimpl
+from ralph.contracts import Availability, ProcessOutcome, Runner
+
+
+class Early(Runner):
+    name = "early"
+
+    def availability(self):
+        return Availability.yes()
+
+    def run(self, spec, on_line, timeout, cancel):
+        return ProcessOutcome(0)
+
+
+@hookimpl
+def ralph_register_runners(register):
+    register(Early)
+
+
+@hookimpl
+def ralph_config_sections():
+    return ["not", "a", "dict"]
+"""
+
+
+def test_a_bad_config_sections_answer_is_a_load_failure_and_drops_what_the_plugin_registered(
+    fake_dists: FakeDists, installed_runners: list[str]
+) -> None:
+    fake_dists.add({"fake-sections": "ralph_fake_sections"}, {"ralph_fake_sections": BAD_SECTIONS_MODULE})
+    host = PluginHost(environ={})
+    assert [info.name for info in host.failures] == ["fake-sections"]
+    assert host.failures[0].error == (
+        "ralph_config_sections returned ['not', 'a', 'dict'], not a dict of section names to models"
+    )
+    assert host.runners.names() == installed_runners  # its runner, registered before, is gone
+    assert not host.pm.has_plugin("fake-sections")
+    with pytest.raises(PluginError, match="runner 'early'") as error:
+        host.runners.get("early")
+    assert "'fake-sections' (did not load: FAILED: ralph_config_sections returned" in str(error.value)
+    with pytest.raises(PluginError, match="fake-sections"):
+        host.require_all_loaded()
+
+
+def test_a_registration_hook_raising_in_a_plugin_registered_in_code_raises() -> None:
+    class Raising:
+        @hookimpl
+        def ralph_register_gates(self, register: Callable[[type], None]) -> None:
+            raise RuntimeError("exploded")
+
+    with pytest.raises(PluginError, match="plugin 'Raising' \\(registered in code\\): ralph_register_gates raised RuntimeError: exploded"):
+        PluginHost(extra_plugins=[Raising()], load_entry_points=False)
+
+
+def test_two_plugins_defining_one_config_section_are_both_named() -> None:
+    from ralph.api import ConfigSection
+
+    class Echo(ConfigSection):
+        level: int = 1
+
+    class First:
+        @hookimpl
+        def ralph_config_sections(self) -> dict[str, type]:
+            return {"echo": Echo}
+
+    class Second:
+        @hookimpl
+        def ralph_config_sections(self) -> dict[str, type]:
+            return {"echo": Echo}
+
+    host = PluginHost(extra_plugins=[First(), Second()], load_entry_points=False)
+    with pytest.raises(PluginError) as error:
+        host.config_sections()
+    message = str(error.value)
+    assert "two plugins define the config section 'echo'" in message
+    assert "'First' (registered in code)" in message and "'Second' (registered in code)" in message
+    assert DISABLE_ENV in message

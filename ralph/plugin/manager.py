@@ -201,6 +201,7 @@ class PluginHost:
         self.pm = pluggy.PluginManager("ralph")
         self.pm.add_hookspecs(hookspecs)
         self.infos: list[PluginInfo] = []
+        self._in_code: set[str] = set()
         self.silenced: dict[str, str] = {}
         """Reporters disabled after they raised (plugin name -> the error)."""
         self.warn: Callable[[str], None] = _warn_on_stderr
@@ -279,6 +280,7 @@ class PluginHost:
             number += 1
             unique = f"{name}-{number}"
         self.pm.register(plugin, name=unique)
+        self._in_code.add(unique)
         self.infos.append(PluginInfo(unique, "registered in code", "", name))
 
     def _registry(self, kind: str, hook_name: str, base: type) -> Registry:
@@ -299,7 +301,7 @@ class PluginHost:
             except NameTaken:
                 raise
             except Exception as exc:  # a broken third-party plugin must not break ralph
-                self._fail(impl.plugin_name, f"{hook_name} raised {type(exc).__name__}: {exc}")
+                self._fail(impl.plugin_name, f"{hook_name} raised {type(exc).__name__}: {exc}", exc)
         return registry
 
     def _collect_sections(self) -> list[tuple[str, dict[str, type]]]:
@@ -310,7 +312,7 @@ class PluginHost:
             try:
                 provided = impl.function() or {}
             except Exception as exc:  # a broken third-party plugin must not break ralph
-                self._fail(impl.plugin_name, f"ralph_config_sections raised {type(exc).__name__}: {exc}")
+                self._fail(impl.plugin_name, f"ralph_config_sections raised {type(exc).__name__}: {exc}", exc)
                 continue
             if not (isinstance(provided, dict) and all(isinstance(k, str) and isinstance(v, type) for k, v in provided.items())):
                 self._fail(impl.plugin_name, f"ralph_config_sections returned {provided!r}, not a dict of section names to models")
@@ -318,8 +320,14 @@ class PluginHost:
             collected.append((impl.plugin_name, provided))
         return collected
 
-    def _fail(self, plugin_name: str, error: str) -> None:
-        """Record ``plugin_name`` as failed to load with ``error``: unregistered, and what it registered dropped."""
+    def _fail(self, plugin_name: str, error: str, cause: BaseException | None = None) -> None:
+        """Record ``plugin_name`` as failed to load with ``error``: unregistered, and what it registered dropped.
+
+        A plugin registered in code (a test, an embedding program) raises instead, as its other
+        mistakes do: the caller's own code is wrong, and nobody would read ``ralph plugins``.
+        """
+        if plugin_name in self._in_code:
+            raise PluginError(f"plugin {self.describe(plugin_name)}: {error}") from cause
         for index, info in enumerate(self.infos):
             if info.name == plugin_name:
                 self.infos[index] = replace(info, error=error)
@@ -370,15 +378,18 @@ class PluginHost:
         )
 
     def config_sections(self) -> dict[str, type]:
-        """Every plugin's config section model by section name (a duplicate is an error)."""
+        """Every plugin's config section model by section name (a duplicate is an error naming both plugins)."""
         sections: dict[str, type] = {}
+        definer: dict[str, str] = {}
         for plugin_name, provided in self._sections:
             for name, model in provided.items():
                 if name in sections:
                     raise PluginError(
-                        f"two plugins define the config section {name!r}; one is {self.describe(plugin_name)}"
+                        f"two plugins define the config section {name!r}: {self.describe(definer[name])} and "
+                        f"{self.describe(plugin_name)}; disable one with {DISABLE_ENV}=<plugin name>"
                     )
                 sections[name] = model
+                definer[name] = plugin_name
         return sections
 
     def validate(self, context: ValidationContext) -> list[Violation]:
