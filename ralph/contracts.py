@@ -432,10 +432,11 @@ class TaskStore(ABC):
 
     name: ClassVar[str]
     filename: ClassVar[str]
+    """The task file's name inside the ralph directory (``tasks.json``)."""
 
-    @abstractmethod
     def path(self, ralph_dir: Path) -> Path:
-        """Where this store's file lives inside ``ralph_dir``."""
+        """Where this store's file lives inside ``ralph_dir``: ``ralph_dir / filename`` unless overridden."""
+        return ralph_dir / self.filename
 
     def detect(self, ralph_dir: Path) -> bool:
         """Does ``ralph_dir`` hold a task list in this format?"""

@@ -21,7 +21,21 @@ of them, in direct mode and in a sandboxed loop.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
+
+HOME = "/home/agent"
+"""The fictional home the corpora's paths name (``HOME`` of every event)."""
+
+
+def project_tree(root: Path) -> Path:
+    """The test project the corpora's relative paths refer to, created under ``root``:
+    ``ralph/``, ``src/``, ``tests/``, ``build/`` and a ``.git`` on the branch ``feature``."""
+    project = root / "proj"
+    for sub in ("ralph", "src", "tests", "build", ".git"):
+        (project / sub).mkdir(parents=True)
+    (project / ".git" / "HEAD").write_text("ref: refs/heads/feature\n")
+    return project
 
 
 class Attack(NamedTuple):

@@ -156,6 +156,15 @@ def implement_and_approve(after_commit: str = "") -> IterationScript:
     )
 
 
+def run_to_approval(project: RalphProject, agent: str, env: dict[str, str]) -> None:
+    """``ralph run`` with ``agent`` in the sandbox (``env`` points its CLI at a scripted server):
+    it must end with exit 0 and US-001 approved."""
+    result = project.run("run", "--runner", "docker-sandbox", "--agent", agent, "--timeout", "120", env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    final = project.story("US-001")
+    assert (final["passes"], final["reviewStatus"]) == (True, "approved")
+
+
 @pytest.mark.real_claude
 def test_full_loop_in_sandbox_reaches_approved_story(
     sandbox_project: RalphProject, docker_client: Any, gateway: str, claude_binary: Path, claude_agent_env: Any
@@ -165,13 +174,7 @@ def test_full_loop_in_sandbox_reaches_approved_story(
     configure(project, network="allowlist", env=CLAUDE_TEST_ENV)
     script = implement_and_approve("&& git log -1 --format=%an,%ae > author.txt")
     with ScriptedModelServer(script, host=gateway) as server:
-        result = project.run(
-            "run", "--runner", "docker-sandbox", "--agent", "claude", "--timeout", "120",
-            env=claude_agent_env(server.url), timeout=300,
-        )
-    assert result.returncode == 0, result.stdout + result.stderr
-    final = project.story("US-001")
-    assert (final["passes"], final["reviewStatus"]) == (True, "approved")
+        run_to_approval(project, "claude", claude_agent_env(server.url))
     assert (project.path / "hello.txt").read_text() == "hello"
     # the agent ran as the host user; the files it wrote are the host user's
     assert (project.path / "whoami.txt").read_text().strip() == str(os.getuid())
@@ -551,13 +554,7 @@ def test_full_loop_with_codex_in_sandbox(
     configure(project, network="allowlist")
     script = implement_and_approve()
     with ScriptedResponsesServer(script, host=gateway) as server:
-        result = project.run(
-            "run", "--runner", "docker-sandbox", "--agent", "codex", "--timeout", "120",
-            env=codex_agent_env(server.url), timeout=300,
-        )
-    assert result.returncode == 0, result.stdout + result.stderr
-    final = project.story("US-001")
-    assert (final["passes"], final["reviewStatus"]) == (True, "approved")
+        run_to_approval(project, "codex", codex_agent_env(server.url))
     assert (project.path / "whoami.txt").read_text().strip() == str(os.getuid())
     # Codex's own sandbox was off in the container: the container was the boundary
     raw = (project.run_dirs()[-1] / "iteration-001.agent.jsonl").read_text()

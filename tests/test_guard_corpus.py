@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from guard_corpus import ATTACKS, ORDINARY, Attack
+from guard_corpus import ATTACKS, HOME, ORDINARY, Attack, project_tree
 from ralph.contracts import LoopView
 from ralph.plugin.manager import PluginHost
 from ralph.testing.hooks import make_event
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "guards.md"
-HOME = "/home/agent"
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +26,7 @@ def host() -> PluginHost:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    proj = tmp_path / "proj"
-    for sub in ("ralph", "src", "tests", "build", ".git"):
-        (proj / sub).mkdir(parents=True)
-    (proj / ".git" / "HEAD").write_text("ref: refs/heads/feature\n")
-    return proj
+    return project_tree(tmp_path)
 
 
 def loop(project: Path, runner: str) -> LoopView:

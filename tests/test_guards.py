@@ -16,11 +16,10 @@ from ralph import hookimpl
 from ralph.contracts import Denial, HookEvent, LoopView
 from ralph.plugin.manager import PluginHost
 from ralph.testing.hooks import MemorySession, make_event
-from guard_corpus import ATTACKS
+from guard_corpus import ATTACKS, HOME, project_tree
 from ralph.shell import analyze
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "guards.md"
-HOME = "/home/agent"
 CHECKPOINT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -31,12 +30,7 @@ def host() -> PluginHost:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    proj = tmp_path / "proj"
-    (proj / "ralph").mkdir(parents=True)
-    (proj / "src").mkdir()
-    (proj / ".git").mkdir()
-    (proj / ".git" / "HEAD").write_text("ref: refs/heads/feature\n")
-    return proj
+    return project_tree(tmp_path)
 
 
 def env(project: Path) -> dict[str, str]:

@@ -29,29 +29,11 @@ from fakedists import FakeDists, runner_module
 
 # ``ralph_register_runner`` (no s) is no hookspec; the module also registers a runner that
 # must not appear, since the whole plugin is skipped.
-MISSPELLED_MODULE = """
-from ralph import hookimpl
-from ralph.contracts import Availability, ProcessOutcome, Runner
-
-
-class MisspelledRunner(Runner):
-    name = "misspelled"
-
-    def availability(self):
-        return Availability.yes()
-
-    def run(self, spec, on_line, timeout, cancel):
-        return ProcessOutcome(0)
-
-
-@hookimpl
-def ralph_register_runners(register):
-    register(MisspelledRunner)
-
+MISSPELLED_MODULE = runner_module("misspelled") + """
 
 @hookimpl
 def ralph_register_runner(register):
-    register(MisspelledRunner)
+    register(FakeRunner)
 """
 
 

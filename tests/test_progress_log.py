@@ -10,7 +10,7 @@ import pytest
 from ralph.loop import progresslog
 from ralph.testing.model_server import IterationScript
 from ralph.testing.project import RalphProject, story
-from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
+from ralph.testing.scripting import approve_turns, implement_turns
 
 HEADER = (
     "# Ralph Progress Log\nStarted: 2026-01-01\nPRD: demo\n\n## Codebase Patterns\n"
@@ -92,15 +92,9 @@ def test_the_loop_archives_old_entries_and_the_prompt_names_the_archive(
     progress.write_text(progress.read_text() + original_entries)
     (ralph_project.path / "ralph.toml").write_text("progress_keep_entries = 5\nprompt_progress_entries = 2\n")
     ralph_project.commit_all("thirty progress entries")
-    script = IterationScript(
-        {
-            1: bash_turns(["printf hello > hello.txt", set_fields_command("US-001", reviewStatus="needs_review"),
-                           "printf '\\n## Iteration 31 - implement - US-001\\n- done\\n---\\n' >> ralph/progress.txt",
-                           commit_command("feat: [US-001] - greeting")], "Implemented."),
-            2: bash_turns([set_fields_command("US-001", reviewStatus="approved", passes=True, reviewCount=1, notes="ok"),
-                           commit_command("review: [US-001] - approved")], "<promise>COMPLETE</promise>"),
-        }
-    )  # fmt: skip
+    new_entry = "printf '\\n## Iteration 31 - implement - US-001\\n- done\\n---\\n' >> ralph/progress.txt"
+    script = IterationScript({1: implement_turns("US-001", "hello.txt", "hello", steps=[new_entry]),
+                              2: approve_turns("US-001", 1)})
     server = scripted_model(script)
     result = ralph_project.run("run", "--runner", "direct", "--agent", "claude", env=claude_agent_env(server.url))
     assert result.returncode == 0, result.stdout + result.stderr

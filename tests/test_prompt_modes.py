@@ -203,18 +203,11 @@ def test_bad_markers_stop_the_run_before_it_starts(ralph_project) -> None:
 @pytest.mark.real_claude
 def test_a_project_with_the_old_all_modes_prompt_still_runs(ralph_project, scripted_model, claude_binary, claude_agent_env) -> None:
     from ralph.testing.model_server import IterationScript
-    from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
+    from ralph.testing.scripting import approve_turns, implement_turns
 
     (ralph_project.ralph_dir / "prompt.md").write_text(LEGACY.read_text(encoding="utf-8"))
     ralph_project.write_stories([story("US-001", "Greeting file")])
-    script = IterationScript(
-        {
-            1: bash_turns(["printf hello > hello.txt", set_fields_command("US-001", reviewStatus="needs_review"),
-                           commit_command("feat: [US-001] - greeting")], "Implemented."),
-            2: bash_turns([set_fields_command("US-001", reviewStatus="approved", passes=True, reviewCount=1, notes="ok"),
-                           commit_command("review: [US-001] - approved")], "<promise>COMPLETE</promise>"),
-        }
-    )  # fmt: skip
+    script = IterationScript({1: implement_turns("US-001", "hello.txt", "hello"), 2: approve_turns("US-001", 1)})
     server = scripted_model(script)
     result = ralph_project.run("run", "--runner", "direct", "--agent", "claude", env=claude_agent_env(server.url))
     assert result.returncode == 0, result.stdout + result.stderr

@@ -311,9 +311,6 @@ class PlanMdStore(TaskStore):
     name = "plan-md"
     filename = "plan.md"
 
-    def path(self, ralph_dir: Path) -> Path:
-        return ralph_dir / self.filename
-
     def parse(self, raw: str, source: Path) -> TaskList:
         from ralph.api import parse_tasks
 

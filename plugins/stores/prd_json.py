@@ -37,9 +37,6 @@ class PrdJsonStore(TaskStore):
     name = "prd-json"
     filename = "prd.json"
 
-    def path(self, ralph_dir: Path) -> Path:
-        return ralph_dir / self.filename
-
     def parse(self, raw: str, source: Path) -> TaskList:
         from ralph.api import decode_json, parse_tasks, story_id_problem
 

@@ -18,9 +18,6 @@ class TasksJsonStore(TaskStore):
     name = "tasks-json"
     filename = "tasks.json"
 
-    def path(self, ralph_dir: Path) -> Path:
-        return ralph_dir / self.filename
-
     def parse(self, raw: str, source: Path) -> TaskList:
         from ralph.api import decode_json, parse_tasks
 

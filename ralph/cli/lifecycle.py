@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import click
 
+from ralph.cli.options import project_dir_option
+
 __all__ = ["plan", "archive", "report", "COMMANDS"]
 
 
@@ -41,15 +43,7 @@ def _location_options(func: Callable[..., Any]) -> Callable[..., Any]:
         help="Use the folder .ralph/PRD-N/ as the ralph directory (one folder per PRD, numbered).",
     )(func)
     func = click.option("--ralph-dir", help="The ralph directory inside the project.  [default: ralph]")(func)
-    func = click.option(
-        "-d",
-        "--project-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=".",
-        show_default="current directory",
-        help="Project root.",
-    )(func)
-    return func
+    return project_dir_option(func)
 
 
 def _session(project_dir: Path, ralph_dir: str | None, prd: str | None) -> Any:

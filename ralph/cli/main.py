@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import click
 
 from ralph import __version__
+from ralph.cli.options import project_dir_option
 
 if TYPE_CHECKING:
     from ralph.plugin.commands import CommandTable, PluginCommand
@@ -200,14 +201,6 @@ def _help_host() -> Any:
 _HELP_HOST: Any = None
 
 
-project_dir_option = click.option(
-    "-d",
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=".",
-    show_default="current directory",
-    help="Project root (a git repository).",
-)
 
 
 @cli.command()

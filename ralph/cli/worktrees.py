@@ -12,18 +12,13 @@ from pathlib import Path
 
 import click
 
+from ralph.cli.options import project_dir_option
+
 __all__ = ["worktrees"]
 
 
 @click.command()
-@click.option(
-    "-d",
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=".",
-    show_default="current directory",
-    help="Project root (a git repository).",
-)
+@project_dir_option
 @click.option("--clean", is_flag=True, help="Remove finished worktrees (all, or the UNITs named).")
 @click.option("--force", is_flag=True, help="With --clean: also remove dirty or git-locked worktrees (discards their changes).")
 @click.option(

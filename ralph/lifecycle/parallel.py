@@ -452,21 +452,13 @@ def run_parallel(
     fleet = _fleet_engine(project_dir, engine)
     if fleet is not None:
         if dry_run:
-            out.write(f"parallel plan: {len(units)} loops on engine {engine} from {base_branch or base_commit[:12]}\n")
-            for unit in units:
-                what = f" stories {', '.join(unit.stories)}" if unit.stories else ""
-                out.write(f"  {unit.name}: {unit.ralph_dir}{what} -> branch {unit.branch}\n")
-            out.write("nothing was started (--dry-run)\n")
-            return 0
+            return _show_plan(out, f"{len(units)} loops on engine {engine} from {base_branch or base_commit[:12]}",
+                              units, lambda unit: f"branch {unit.branch}", "started")
         return fleet.run(project_dir, units, base_commit, run_args, out, err)
     root = worktrees_root(project_dir)
     if dry_run:
-        out.write(f"parallel plan: {len(units)} units from {base_branch or base_commit[:12]}\n")
-        for unit in units:
-            what = f" stories {', '.join(unit.stories)}" if unit.stories else ""
-            out.write(f"  {unit.name}: {unit.ralph_dir}{what} -> {root / unit.name} on {unit.branch}\n")
-        out.write("nothing was created or run (--dry-run)\n")
-        return 0
+        return _show_plan(out, f"{len(units)} units from {base_branch or base_commit[:12]}",
+                          units, lambda unit: f"{root / unit.name} on {unit.branch}", "created or run")
     _exclude_marker(project_dir)
     worktrees = []
     for unit in units:
@@ -476,6 +468,17 @@ def run_parallel(
         worktrees.append(wt)
     out.flush()
     return _run_children(worktrees, run_args, out, err)
+
+
+def _show_plan(out: TextIO, what: str, units: list[Unit], where: Callable[[Unit], str], nothing_was: str) -> int:
+    """The ``--dry-run`` answer: the plan (``what``, then each unit's ralph directory, stories and
+    ``where(unit)`` it would run) and what was not done; exit code 0."""
+    out.write(f"parallel plan: {what}\n")
+    for unit in units:
+        stories = f" stories {', '.join(unit.stories)}" if unit.stories else ""
+        out.write(f"  {unit.name}: {unit.ralph_dir}{stories} -> {where(unit)}\n")
+    out.write(f"nothing was {nothing_was} (--dry-run)\n")
+    return 0
 
 
 def _fleet_engine(project_dir: Path, engine: str | None) -> Any:

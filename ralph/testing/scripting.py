@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from ralph.testing.model_server import Turn, text, tool
 
@@ -52,13 +52,15 @@ def replay_actions(commands: list[str], say: str) -> list[dict[str, Any]]:
     return [{"run": c} for c in commands] + [{"say": say}]
 
 
-def implement_turns(story_id: str, filename: str, content: str, python: str = sys.executable) -> list[Turn]:
+def implement_turns(story_id: str, filename: str, content: str, python: str = sys.executable,
+                    steps: Sequence[str] = ()) -> list[Turn]:
     """An implement iteration: write ``content`` to ``filename``, mark the story ``needs_review``,
-    commit ``feat: [ID] - implement``."""
+    take the shell ``steps`` (a progress-log entry, say), commit ``feat: [ID] - implement``."""
     return bash_turns(
         [
             f"printf %s {shlex.quote(content)} > {filename}",
             set_fields_command(story_id, python=python, reviewStatus="needs_review"),
+            *steps,
             commit_command(f"feat: [{story_id}] - implement"),
         ],
         say=f"Implemented {story_id}.",
