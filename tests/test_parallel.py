@@ -234,6 +234,8 @@ def test_refusals(ralph_project: RalphProject) -> None:
 
     assert project.run("run", "--groups").returncode == 2
     assert "--ralph-dir and --prd only go with --groups" in project.run("run", "--parallel", "--prd", "1").stderr
+    misused = worktrees_cmd(project, "--force")
+    assert (misused.returncode, misused.stderr) == (2, "ralph: error: --force and --delete-branches only go with --clean\n")
 
 
 def test_sigint_stops_every_child(two_prds: RalphProject, tmp_path: Path) -> None:

@@ -7,32 +7,15 @@ Register them on the main group with ``cli.add_command(plan)`` (and ``archive``,
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
-from ralph.cli.options import project_dir_option
+from ralph.cli.common import handles_errors, project_dir_option
 
 __all__ = ["plan", "archive", "report", "COMMANDS"]
-
-
-def _handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """RalphError -> ``ralph: error: ...`` on stderr and its exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ralph.errors import RalphError
-
-        try:
-            return func(*args, **kwargs)
-        except RalphError as exc:
-            click.echo(f"ralph: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-
-    return wrapper
 
 
 def _location_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -77,7 +60,7 @@ def _store(session: Any, ralph_dir: Path, name: str | None = None, file: Path | 
 @click.option("--file", "file", type=click.Path(dir_okay=False, path_type=Path), help="Check this task-list file instead.")
 @click.option("-m", "--model", help="Model for the interactive planning session.")
 @click.option("--print-command", is_flag=True, help="Print the claude command line instead of starting it.")
-@_handles_errors
+@handles_errors
 def plan(
     project_dir: Path,
     ralph_dir: str | None,
@@ -142,7 +125,7 @@ def plan(
 @_location_options
 @click.option("--label", help="Name of the archive folder (after the date).  [default: the branch name]")
 @click.option("--no-commit", is_flag=True, help="Move and reset the files but do not commit.")
-@_handles_errors
+@handles_errors
 def archive(project_dir: Path, ralph_dir: str | None, prd: str | None, label: str | None, no_commit: bool) -> None:
     """Archive a finished loop to ralph-archive/<date>-<label>/ and reset the ralph directory.
 
@@ -177,7 +160,7 @@ def archive(project_dir: Path, ralph_dir: str | None, prd: str | None, label: st
     metavar="[FILE]",
     help="Also write a self-contained HTML page: to FILE, or (no FILE) next to the run's record outside the project.",
 )
-@_handles_errors
+@handles_errors
 def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str | None, all_runs: bool, html_path: str | None) -> None:
     """Per story: iterations, reviews, gate failures, time and cost; review analytics.
 

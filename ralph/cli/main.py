@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ralph import __version__
-from ralph.cli.options import project_dir_option
+from ralph.cli.common import fail, handles_errors, project_dir_option
 
 if TYPE_CHECKING:
     from ralph.plugin.commands import CommandTable, PluginCommand
@@ -42,27 +42,6 @@ failed stories, 4 global hard timeout, 5 budget reached, 6 paused on the
 agent's usage limit or the API's rate limit, 7 the agent failed repeatedly
 with the same error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
-
-
-def _fail(error: Exception, code: int = 2) -> None:
-    click.echo(f"ralph: error: {error}", err=True)
-    sys.exit(code)
-
-
-def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn RalphError into a one-line message and its exit code."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ralph.errors import RalphError
-
-        try:
-            return func(*args, **kwargs)
-        except RalphError as exc:
-            _fail(exc, exc.exit_code)
-
-    return wrapper
 
 
 class RalphGroup(click.Group):
@@ -155,7 +134,7 @@ def _require_plugin(declared: PluginCommand) -> None:
 def _fail_plugin(message: str) -> None:
     from ralph.errors import PluginError
 
-    _fail(PluginError(message))
+    fail(PluginError(message))
 
 
 @click.group(cls=RalphGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from ralph.cli.options import project_dir_option
+from ralph.cli.common import handles_errors, project_dir_option
 
 __all__ = ["worktrees"]
 
@@ -28,6 +28,7 @@ __all__ = ["worktrees"]
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 @click.argument("units", nargs=-1)
+@handles_errors
 def worktrees(project_dir: Path, clean: bool, force: bool, delete_branches: bool, as_json: bool, units: tuple[str, ...]) -> None:
     """List the worktrees of `ralph run --parallel`, or remove finished ones.
 
@@ -38,22 +39,18 @@ def worktrees(project_dir: Path, clean: bool, force: bool, delete_branches: bool
     ones only with --force, and deletes a branch only with --delete-branches
     when it is merged.  ralph never merges or pushes these branches.
     """
-    from ralph.errors import RalphError, UsageError
+    from ralph.errors import UsageError
     from ralph.lifecycle.parallel import clean_worktrees, format_worktrees, list_worktrees
 
-    try:
-        if not clean:
-            if force or delete_branches:
-                raise UsageError("--force and --delete-branches only go with --clean")
-            infos = list_worktrees(project_dir.resolve())
-            if units:
-                infos = [info for info in infos if info.unit in units]
-            if as_json:
-                click.echo(json.dumps([info.as_json() for info in infos], indent=2))
-            else:
-                click.echo(format_worktrees(infos))
-            return
-        sys.exit(clean_worktrees(project_dir.resolve(), units, force=force, delete_branches=delete_branches, echo=click.echo))
-    except RalphError as exc:
-        click.echo(f"ralph: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+    if not clean:
+        if force or delete_branches:
+            raise UsageError("--force and --delete-branches only go with --clean")
+        infos = list_worktrees(project_dir.resolve())
+        if units:
+            infos = [info for info in infos if info.unit in units]
+        if as_json:
+            click.echo(json.dumps([info.as_json() for info in infos], indent=2))
+        else:
+            click.echo(format_worktrees(infos))
+        return
+    sys.exit(clean_worktrees(project_dir.resolve(), units, force=force, delete_branches=delete_branches, echo=click.echo))
