@@ -89,7 +89,7 @@ def finish_run(
         atomic_write_text(run_dir / "report.json", json.dumps(report, indent=2))
         atomic_write_text(run_dir / "report.md", render_run_report(report))
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-    keeper.record_end({"run_dir": str(run_dir), "exit_code": exit_code, "reason": reason, "tasks_sha256": taskfile.sha256()})
+    keeper.last_run.record({"run_dir": str(run_dir), "exit_code": exit_code, "reason": reason, "tasks_sha256": taskfile.sha256()})
     emit("run_finished", **summary)
     return result
 

@@ -84,8 +84,8 @@ def prepare_repository(
     _, listed, _ = taskfile.read()
     if listed is not None:
         opening.branch_note = checkout_work_branch(project_dir, listed.branchName, taskfile.path)
-    pending = keeper.pending_states()
-    previous_end = keeper.previous_end()
+    pending = keeper.ledger.pending()
+    previous_end = keeper.last_run.previous()
     if pending and rerun is None and _ended_cleanly_unchanged(previous_end, taskfile):
         # a run that ended normally and a task list nobody changed since: just go on
         opening.continued_state = f"{len(pending)} stor{'y' if len(pending) == 1 else 'ies'} ({(previous_end or {}).get('reason')})"
@@ -93,8 +93,8 @@ def prepare_repository(
     if pending:
         choice = rerun if rerun is not None else _ask_rerun(pending, previous_end)
         if choice == "fresh":
-            opening.archived_state = keeper.archive_states()
-    keeper.clear_end()
+            opening.archived_state = keeper.ledger.archive()
+    keeper.last_run.clear()
     return opening
 
 

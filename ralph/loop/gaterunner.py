@@ -1,0 +1,187 @@
+"""Running the gates after an iteration: each enabled gate in order, read-only, with its events.
+
+Hard gates run before soft ones; the first hard gate that fails ends the run of
+gates.  Whatever a gate (its agent session) changes in the project is undone
+and reported as a violation.  Structured verdicts and quality warnings are kept
+for the end-of-run report.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ralph.contracts import Gate, GateContext, GateResult, Selection
+from ralph.loop.storystate import truncate
+from ralph.plugin.manager import PluginFailure
+
+if TYPE_CHECKING:
+    from ralph.loop.gates import GateLoop
+    from ralph.loop.records import IterationRecord
+    from ralph.plugin.manager import PluginHost
+    from ralph.settings import Settings
+    from ralph.tasks import TaskList
+
+
+@dataclass
+class GateRun:
+    """What one run of the gates found: the hard gate that failed (None: all passed) and the warnings."""
+
+    failed: GateResult | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+class GateRunner:
+    """The enabled gates of a loop and how one run of them goes (timeouts, context, read-only, events)."""
+
+    def __init__(self, loop: GateLoop, host: PluginHost, settings: Settings) -> None:
+        self.loop = loop
+        self.host = host
+        self.config = settings.config
+        self.project_dir = settings.project_dir
+        self.ralph_dir = settings.ralph_dir
+        self.gates: list[Gate] = sorted(self._enabled_gates(host, settings), key=lambda g: (not g.hard, g.order))
+        self.quality_warnings: dict[str, list[str]] = {}
+        """Each story's quality warnings (soft gates, undone changes), for the report."""
+        self.verdicts: list[dict[str, Any]] = []
+        """Every structured verdict a gate returned (the spec reviewer's), for the report."""
+
+    @staticmethod
+    def _enabled_gates(host: PluginHost, settings: Settings) -> list[Gate]:
+        """Every registered gate that is enabled here; one that raises doing so stops the run."""
+        gates = []
+        for name in host.gates.names():
+            try:
+                gate = host.gates.get(name)(settings)
+                if gate.enabled():
+                    gates.append(gate)
+            except Exception as exc:
+                raise PluginFailure("gate", host.gates.providers[name], host.gates.owners[name], exc) from exc
+        return gates
+
+    def timed_out(self, mode: str) -> GateResult:
+        """The failure of an iteration the loop stopped at its time limit (no gate runs then)."""
+        return GateResult(
+            "iteration", False, f"TIMEOUT: the {mode} iteration was stopped after "
+            f"{self.loop.iteration_timeout():g}s", timed_out=True,
+        )
+
+    def run(
+        self, record: IterationRecord, selection: Selection, tasks: TaskList, checkpoint: str | None,
+        story_start: str | None,
+    ) -> GateRun:
+        """Run the gates in order for the selected story until a hard gate fails, emitting each result."""
+        story_id = selection.story_id or ""
+        outcome = GateRun()
+        for gate in self.gates:
+            context = self._context(gate, record, selection, tasks, checkpoint, story_start)
+            result = self._run_read_only(gate, context, record, story_id)
+            self._report(gate, result, record, story_id)
+            outcome.warnings += result.warnings
+            if gate.hard and not result.passed:
+                outcome.failed = result
+                break
+        return outcome
+
+    def _context(
+        self, gate: Gate, record: IterationRecord, selection: Selection, tasks: TaskList, checkpoint: str | None,
+        story_start: str | None,
+    ) -> GateContext:
+        """What ``gate`` is given: the project, the trusted task list, its time limits, agent sessions, a shell."""
+        loop = self.loop
+        soft, hard = self._timeouts(gate)
+        label = f"{record.number:03d}.{gate.name}"
+        return GateContext(
+            project_dir=self.project_dir,
+            run_dir=loop.run_dir,  # type: ignore[arg-type]
+            tasks=loop.taskfile.trusted_view(tasks),  # verifyCommands as the run started
+            story_id=selection.story_id or "",
+            mode=selection.mode,
+            iteration=record.number,
+            soft_timeout=soft,
+            hard_timeout=hard,
+            ask_agent=functools.partial(self._ask_agent, label=label, timeout=hard),
+            checkpoint=checkpoint,
+            story_start=story_start,
+            prd_path=self.ralph_dir / "prd.md",
+            ask_reviewer=functools.partial(self._ask_reviewer, label=label, timeout=hard),
+            run_command=lambda command, timeout: loop.runner.run_command(command, self.project_dir, timeout),
+            where="sandbox" if loop.runner.isolates else "host",
+        )
+
+    def _report(self, gate: Gate, result: GateResult, record: IterationRecord, story_id: str) -> None:
+        """Emit the gate's result (and verdict, soft timeout, warnings); keep its verdict and warnings."""
+        loop = self.loop
+        if result.data.get("verdict"):
+            verdict = {"iteration": record.number, "story": story_id, "gate": result.gate,
+                       "passed": result.passed, **result.data}
+            self.verdicts.append(verdict)
+            loop.emit("gate_verdict", **verdict)
+        loop.emit(
+            "gate",
+            iteration=record.number,
+            story=story_id,
+            gate=result.gate,
+            passed=result.passed,
+            hard=gate.hard,
+            exit_code=result.exit_code,
+            timed_out=result.timed_out,
+            seconds=round(result.seconds, 3),
+            soft_timeout_exceeded=result.soft_timeout_exceeded,
+            where=result.where,
+            output=truncate(result.output, 40),
+        )
+        if result.soft_timeout_exceeded:
+            loop.emit("gate_soft_timeout", iteration=record.number, gate=result.gate, seconds=result.seconds)
+        for warning in result.warnings:
+            self.quality_warnings.setdefault(story_id, []).append(warning)
+            loop.emit("quality_warning", iteration=record.number, story=story_id, gate=result.gate, warning=warning)
+
+    def _run_read_only(self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str) -> GateResult:
+        """Run ``gate``; whatever it (its agent session) changed in the project is undone and logged."""
+        from ralph.loop.treeguard import TreeSnapshot
+
+        loop = self.loop
+        snapshot = TreeSnapshot.take(self.project_dir)
+        from ralph.gitutil import GitMetadataChanged
+
+        try:
+            result = gate.run(context)
+        except GitMetadataChanged:  # the loop's own stop (tampered .git), not the gate's fault
+            raise
+        except Exception as exc:  # a failing check returns a result; raising means the gate is broken
+            raise PluginFailure("gate", self.host.provider_of(gate), self.host.owner_of(gate), exc) from exc
+        changes = snapshot.changes()
+        if changes:
+            snapshot.restore()
+            message = (
+                f"the {gate.name} gate's session changed the project, which a gate must not do; the loop undid it: "
+                + "; ".join(changes[:20])
+            )
+            loop.emit("violation", iteration=record.number, check="gate-read-only", story=story_id, message=message)
+            loop.emit("gate_changes_undone", iteration=record.number, gate=gate.name, changes=changes[:50])
+            result.warnings.append(message)
+            result.data.setdefault("violations", []).append(message)
+        return result
+
+    def _ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
+        return self.loop.ask_agent(prompt, label, timeout)
+
+    def _ask_reviewer(
+        self, prompt: str, agent: str | None, model: str | None, label: str, timeout: float | None
+    ) -> tuple[str, str]:
+        return self.loop.ask_reviewer(prompt, label, timeout, agent, model)
+
+    def _timeouts(self, gate: Gate) -> tuple[float | None, float | None]:
+        """The gate's soft and hard limits: configured or its defaults, times the multiplier, cut to the global limit."""
+        soft, hard = gate.default_soft_timeout, gate.default_hard_timeout
+        configured = getattr(gate, "timeouts", None)
+        if configured is not None:
+            soft, hard = configured
+        factor = self.config.timeout_multiplier
+        remaining = self.loop.global_remaining()
+        hard = None if hard is None else hard * factor
+        if remaining is not None:
+            hard = remaining if hard is None else min(hard, remaining)
+        return (None if soft is None else soft * factor), hard

@@ -1,0 +1,60 @@
+"""The loop's ledger of each story's failed attempts: one state file per story in ralph's state
+directory (``stories/``), loaded once, kept across runs until the story is approved, moved aside by
+``--fresh``.  The file's format and stuck detection are :mod:`ralph.loop.storystate`'s.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ralph.loop.storystate import StoryAttempts, state_path
+
+
+class StoryLedger:
+    """The state files of the stories in ``directory`` (each loaded the first time it is asked for)."""
+
+    def __init__(self, directory: Path, max_attempts: int) -> None:
+        self.directory = directory
+        self.max_attempts = max_attempts
+        self.states: dict[str, StoryAttempts] = {}
+        """The stories asked for so far, by id."""
+
+    def state(self, story_id: str) -> StoryAttempts:
+        """The story's attempts so far (loaded from its state file the first time)."""
+        if story_id not in self.states:
+            self.states[story_id] = StoryAttempts.load(self.directory, story_id, self.max_attempts)
+        return self.states[story_id]
+
+    def save(self, state: StoryAttempts) -> None:
+        """Write the story's state file."""
+        state.save(self.directory)
+
+    def note_start(self, story_id: str, checkpoint: str | None) -> None:
+        """Remember where the story's work started, unless its first implement iteration already did."""
+        state = self.state(story_id)
+        if state.start_commit is None:
+            state.start_commit = checkpoint
+            state.save(self.directory)
+
+    def pending(self) -> list[Path]:
+        """State files left by an earlier (interrupted) run."""
+        return sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []
+
+    def archive(self) -> Path | None:
+        """Move earlier state files aside (``--fresh``); returns where they went."""
+        if not self.pending():
+            return None
+        target = self.directory.parent / "stories-archive" / time.strftime("%Y%m%d-%H%M%S")
+        target.mkdir(parents=True, exist_ok=True)
+        for path in self.directory.iterdir():
+            path.rename(target / path.name)
+        return target
+
+    def forget(self, story_id: str, run_dir: Path | None) -> None:
+        """The story was approved: its state file goes to ``run_dir`` (seed: deleted on success)."""
+        self.states.pop(story_id, None)
+        for suffix in (".md", ".json"):
+            path = state_path(self.directory, story_id).with_suffix(suffix)
+            if path.exists() and run_dir is not None:
+                path.rename(run_dir / f"story-{path.name}")
