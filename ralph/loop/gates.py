@@ -105,6 +105,11 @@ class GateKeeper:
         """Each story's quality warnings so far."""
         return self.gates.quality_warnings
 
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        """Every structured verdict a gate returned so far (the spec reviewer's)."""
+        return self.gates.verdicts
+
     def state(self, story_id: str) -> StoryAttempts:
         """The story's attempts so far (loaded from its state file the first time)."""
         return self.ledger.state(story_id)

@@ -55,7 +55,7 @@ def build_run_report(
         if not s.passes and not s.failed and any(d in failed_ids and d not in done_ids for d in s.dependsOn)
     ]
     return {
-        "verdicts": list(getattr(keeper, "verdicts", [])),
+        "verdicts": list(keeper.verdicts),
         "blocked": blocked,
         "exit_code": exit_code,
         "reason": reason,
