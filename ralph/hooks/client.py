@@ -20,13 +20,15 @@ denies and Stop blocks, saying the loop is gone (the socket lives in a
 directory the agent cannot write in a sandbox; deleting it in direct mode
 only locks the agent out).  Every request carries the run's token
 (``RALPH_HOOK_TOKEN``).
+
+In a loop it runs for every tool call, so its start is kept small: it
+imports no module beyond what Python itself loads except ``_socket`` and
+``_json`` (the C parts under :mod:`socket` and :mod:`json`; importing those
+two, with ``re``, ``enum`` and ``selectors`` behind them, cost more than the
+rest of the call).  Where ``_json`` is missing or differs, it uses :mod:`json`.
 """
 
-from __future__ import annotations
-
-import json
 import os
-import socket
 import sys
 
 SOCKET_ENV = "RALPH_HOOK_SOCKET"
@@ -47,22 +49,83 @@ FORWARDED_ENV = (
 # Environment that changes what a helper would answer: one helper per combination.
 HELPER_KEY_ENV = ("PYTHONPATH", "RALPH_DISABLE_PLUGINS", "RALPH_DISABLE_PLUGIN_AUTOLOAD", "RALPH_STATE_DIR",
                   "XDG_STATE_HOME", "HOME")
+_JSON_SPACE = " \t\n\r"
+
+
+class _ScanContext:
+    """What ``_json.make_scanner`` reads from a decoder: :class:`json.JSONDecoder`'s defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+def _unserializable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _codec() -> tuple:
+    """``(dumps, loads)`` behaving as :func:`json.dumps` / :func:`json.loads` with their defaults:
+    ``_json``'s scanner and encoder (what :mod:`json` itself runs) built as :mod:`json` builds them,
+    or :mod:`json` where that fails or gives another text than it would."""
+    try:
+        import _json
+
+        scan = _json.make_scanner(_ScanContext)
+        encode = _json.make_encoder({}, _unserializable, _json.encode_basestring_ascii, None, ": ", ", ",
+                                    False, False, True)
+        probe = '{"a": [1, 2.5, true, null, "\\u00e9\\n"], "b": {}}'
+        if "".join(encode(scan(probe, 0)[0], 0)) != probe:
+            raise TypeError("_json differs")
+    except (ImportError, AttributeError, TypeError, ValueError, StopIteration):
+        import json
+
+        return json.dumps, json.loads
+
+    def dumps(value: object) -> str:
+        return "".join(encode(value, 0))
+
+    def loads(text: str) -> object:
+        body = text.strip(_JSON_SPACE)
+        try:
+            value, end = scan(body, 0)
+        except StopIteration:
+            raise ValueError("Expecting value") from None
+        if end != len(body):
+            raise ValueError("Extra data")
+        return value
+
+    return dumps, loads
+
+
+dumps, loads = _codec()
 
 
 def ask_loop(path: str, request: dict) -> dict:
     """Send one request line to the loop's hook server and read its one-line answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    import _socket
+
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         conn.settimeout(TIMEOUT_SECONDS)
         conn.connect(path)
-        conn.sendall(json.dumps(request).encode("utf-8") + b"\n")
-        conn.shutdown(socket.SHUT_WR)
+        conn.sendall(dumps(request).encode("utf-8") + b"\n")
+        conn.shutdown(_socket.SHUT_WR)
         chunks = []
         while True:
             chunk = conn.recv(65536)
             if not chunk:
                 break
             chunks.append(chunk)
-    return json.loads(b"".join(chunks).decode("utf-8"))
+    finally:
+        conn.close()
+    answer = loads(b"".join(chunks).decode("utf-8"))
+    if not isinstance(answer, dict):
+        raise ValueError(f"the answer is not a JSON object: {answer!r:.80}")
+    return answer
 
 
 def in_process(payload: dict, environ: dict) -> dict:
@@ -106,7 +169,7 @@ def start_helper(path: str, environ: dict) -> None:
 
 
 def respond(raw: str, environ: dict) -> dict:
-    payload = json.loads(raw or "{}")
+    payload = loads(raw or "{}")
     request = {"payload": payload, "env": {key: environ[key] for key in FORWARDED_ENV if key in environ}}
     socket_path = environ.get(SOCKET_ENV)
     if socket_path:
@@ -157,14 +220,14 @@ def main() -> int:
     except Exception as exc:
         if environ.get(SOCKET_ENV):  # in a loop: fail closed
             try:
-                payload = json.loads(raw or "{}")
+                payload = loads(raw or "{}")
             except ValueError:
                 payload = {"hook_event_name": "PreToolUse"}
             output = closed(payload, f"the ralph hook failed ({type(exc).__name__}: {exc})")
         else:  # fail-open outside a loop
             sys.stderr.write(f"ralph hook: {type(exc).__name__}: {exc} (action allowed)\n")
             output = {}
-    sys.stdout.write(json.dumps(output))
+    sys.stdout.write(dumps(output))
     sys.stdout.flush()
     return 0
 
