@@ -115,3 +115,88 @@ def test_an_answer_to_a_caller_that_is_gone_is_dropped_quietly(kind: str, capsys
         release.set()
         channel.stop()
     assert "Traceback" not in capsys.readouterr().err
+
+
+def _client_module(block_json_accelerator: bool) -> dict:
+    """The client's namespace, loaded as a plain file (as the hook process does), optionally where
+    ``import _json`` fails."""
+    import runpy
+
+    saved = sys.modules.get("_json")
+    if block_json_accelerator:
+        sys.modules["_json"] = None  # type: ignore[assignment]  # makes `import _json` raise ImportError
+    try:
+        return runpy.run_path(str(CLIENT), run_name="ralph_hook_client_under_test")
+    finally:
+        if block_json_accelerator:
+            if saved is None:
+                sys.modules.pop("_json", None)
+            else:
+                sys.modules["_json"] = saved
+
+
+@pytest.mark.parametrize("accelerated", [True, False])
+def test_the_clients_json_reads_and_writes_what_json_does(accelerated: bool) -> None:
+    client = _client_module(block_json_accelerator=not accelerated)
+    dumps, loads = client["dumps"], client["loads"]
+    assert (dumps is json.dumps) is (not accelerated)
+    values = [
+        {},
+        {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                "permissionDecisionReason": "[git-push] no\n\"quoted\" \\ tab\t é ✓ \U0001f600 \x00\x1f"}},
+        {"a": [1, -2, 3.5, 1e300, True, False, None, [], [[{}]]], "": "", "nested": {"k": {"k": ["v"]}}},
+        {"command": "cat > f <<'EOF'\nx = $(date)\nEOF\n" * 40},
+    ]
+    for value in values:
+        assert dumps(value) == json.dumps(value)
+        assert loads(json.dumps(value)) == value
+        assert loads(" \n\t" + json.dumps(value, indent=2) + "\r\n") == value
+    for text in ['{"a": NaN, "b": -Infinity}', '"\\ud83d\\ude00 \\u00e9"', "[1, 2.0, -0]", "123", "null"]:
+        assert repr(loads(text)) == repr(json.loads(text))
+    for bad in ["", "   ", "{", '{"a": 1} x', '{"a": 1}{}', "{'a': 1}", '{"a": "\x01"}', '[1,]', "\ufeff{}"]:
+        with pytest.raises(ValueError):
+            loads(bad)
+    with pytest.raises(TypeError):
+        dumps({"a": object()})
+
+
+def test_in_a_loop_the_client_imports_neither_json_nor_socket_nor_os(tmp_path: Path) -> None:
+    """The hook process starts for every tool call: in a loop it loads only the C parts it needs."""
+    server = HookServer(lambda request: {"systemMessage": request["payload"]["tool_input"]["command"]},
+                        token="t").start()
+    payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls é"}})
+    try:
+        env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"}
+        result = subprocess.run([sys.executable, "-X", "importtime", "-S", "-P", str(CLIENT)], input=payload,
+                                capture_output=True, text=True, env=env)
+    finally:
+        server.stop()
+    assert json.loads(result.stdout) == {"systemMessage": "ls é"}
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "_json" in imported and "_socket" in imported  # the parser did see the imports
+    assert not imported & {"json", "json.decoder", "re", "enum", "socket", "selectors", "os", "site"}, sorted(imported)
+
+
+def test_the_compiled_client_answers_as_the_source_does(tmp_path: Path) -> None:
+    import shlex
+
+    from ralph.hooks.wiring import compiled_hook_command, hook_command
+
+    command = compiled_hook_command(tmp_path)
+    assert (tmp_path / "hook_client.pyc").is_file()
+    assert shlex.split(command) == [sys.executable, "-S", "-P", str(tmp_path / "hook_client.pyc")]
+    server = HookServer(lambda request: {"systemMessage": "answered"}, token="right").start()
+    payload = json.dumps({"hook_event_name": "Stop", "stop_hook_active": False})
+    try:
+        outputs = []
+        for token in ("right", "wrong"):
+            env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": token, "PATH": "/usr/bin:/bin"}
+            result = subprocess.run(shlex.split(command), input=payload, capture_output=True, text=True, env=env)
+            outputs.append(json.loads(result.stdout))
+    finally:
+        server.stop()
+    assert outputs[0] == {"systemMessage": "answered"}
+    assert outputs[1]["decision"] == "block" and "refused" in outputs[1]["reason"]
+    # where the run directory cannot take it: the source, as before
+    (tmp_path / "a-file").write_text("")
+    assert compiled_hook_command(tmp_path / "a-file" / "dir") == hook_command()

@@ -36,39 +36,52 @@ class _Protected:
     def __init__(self, event: HookEvent) -> None:
         loop = event.loop
         assert loop is not None
-        project = os.path.normpath(str(event.project_dir))
+        self.loop = loop
+        self.project = project = os.path.normpath(str(event.project_dir))
         cwd = event.payload.get("cwd")
         self.cwd = os.path.normpath(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else project
         self.home = (event.environ or {}).get("HOME") or os.path.expanduser("~")
         self.known = {"CLAUDE_PROJECT_DIR": project}
-        files = [
-            *loop.protected_paths,
-            os.path.join(project, ".ralph-active"),
-            os.path.join(str(loop.ralph_dir), "prd.md"),
-            os.path.join(str(loop.ralph_dir), "prompt.md"),
-        ]
-        self.files: set[str] = set()
-        for f in files:
-            p = os.path.normpath(os.path.join(project, str(f)))
-            self.files.update((p, os.path.realpath(p)))
-        run_dir = os.path.normpath(os.path.join(project, str(loop.run_dir)))
-        self.dirs = {run_dir, os.path.realpath(run_dir)}
-        claude = os.path.join(project, ".claude")
-        self.claude_dirs = {claude, os.path.realpath(claude)}
+        self._sets: tuple[set[str], set[str], set[str]] | None = None
+
+    def protected(self) -> tuple[set[str], set[str], set[str]]:
+        """(files, directories holding only protected files, ``.claude`` directories), each as given and
+        resolved.  Resolved at the first path a call writes (symlinks as they are now): most commands
+        write none, and the symlink lookups are most of this guard's time."""
+        if self._sets is None:
+            loop, project = self.loop, self.project
+            files = {
+                os.path.normpath(os.path.join(project, str(f)))
+                for f in (
+                    *loop.protected_paths,
+                    os.path.join(project, ".ralph-active"),
+                    os.path.join(str(loop.ralph_dir), "prd.md"),
+                    os.path.join(str(loop.ralph_dir), "prompt.md"),
+                )
+            }
+            run_dir = os.path.normpath(os.path.join(project, str(loop.run_dir)))
+            claude = os.path.join(project, ".claude")
+            self._sets = (
+                files | {os.path.realpath(f) for f in files},
+                {run_dir, os.path.realpath(run_dir)},
+                {claude, os.path.realpath(claude)},
+            )
+        return self._sets
 
     def hit(self, path: str, remove: bool = False, glob: bool = False) -> bool:
         """Does writing (or, with ``remove``, deleting/moving) ``path`` touch a protected file?"""
+        files, dirs, claude_dirs = self.protected()
         for p in {path, os.path.realpath(path)}:
-            if any(_under(p, d) or (remove and _under(d, p)) for d in self.dirs):
+            if any(_under(p, d) or (remove and _under(d, p)) for d in dirs):
                 return True
-            if any(p == f or (remove and _under(f, p)) for f in self.files):
+            if any(p == f or (remove and _under(f, p)) for f in files):
                 return True
-            if os.path.dirname(p) in self.claude_dirs and os.path.basename(p).startswith("settings"):
+            if os.path.dirname(p) in claude_dirs and os.path.basename(p).startswith("settings"):
                 return True
-            if remove and any(_under(c, p) for c in self.claude_dirs):
+            if remove and any(_under(c, p) for c in claude_dirs):
                 return True
             if glob:
-                targets = [*self.files, *self.dirs, *(os.path.join(c, "settings.json") for c in self.claude_dirs)]
+                targets = [*files, *dirs, *(os.path.join(c, "settings.json") for c in claude_dirs)]
                 if any(fnmatch.fnmatchcase(t, p) or (remove and fnmatch.fnmatchcase(t, p + "/*")) for t in targets):
                     return True
         return False

@@ -58,6 +58,7 @@ class HookBridge:
         """The running iteration; None between iterations (hooks arriving then see no iteration)."""
         self.plugin_failure: PluginFailure | None = None
         """Set when a guard or Stop check raised: the run stops after the iteration."""
+        self._protected: list[Path] | None = None
 
     def start(self) -> HookBridge:
         """Start the hook server (a socket in the run directory)."""
@@ -88,14 +89,15 @@ class HookBridge:
     def hook_settings(self, env: dict[str, str]) -> Path | None:
         """A Claude Code settings file in the run directory (outside the project) wiring ralph's hooks.
 
-        It also pins what decides whether those hooks run (``disableAllHooks``, the hook
+        A runner without a hook command of its own gets the host's client, compiled into the run
+        directory (:func:`~ralph.hooks.wiring.compiled_hook_command`).  It also pins what decides
+        whether those hooks run (``disableAllHooks``, the hook
         process's ``RALPH_*`` and loader variables): see :mod:`ralph.hooks.wiring`.
         """
-        from ralph.hooks.wiring import pinned_env, write_hook_settings
+        from ralph.hooks.wiring import compiled_hook_command, pinned_env, write_hook_settings
 
-        return write_hook_settings(
-            self.run_dir, self.runner.hook_command(), pinned_env(env, inherit=not self.runner.isolates)
-        )
+        command = self.runner.hook_command() or compiled_hook_command(self.run_dir)
+        return write_hook_settings(self.run_dir, command, pinned_env(env, inherit=not self.runner.isolates))
 
     def loop_view(self) -> LoopView:
         """What guards see of the loop: runner, the running iteration, the protected paths."""
@@ -103,6 +105,8 @@ class HookBridge:
         from ralph.loop.trustedfiles import protected_files
 
         selection, _, checkpoint = self.current if self.current else (None, None, None)
+        if self._protected is None:  # the same paths all run long
+            self._protected = [self.marker, *protected_files(self.project_dir, self.ralph_dir)]
         return LoopView(
             runner=self.runner.name,
             isolates=self.runner.isolates,
@@ -110,7 +114,7 @@ class HookBridge:
             story_id=selection.story_id if selection else None,
             ralph_dir=self.ralph_dir,
             run_dir=self.run_dir,
-            protected_paths=[self.marker, *protected_files(self.project_dir, self.ralph_dir)],
+            protected_paths=list(self._protected),  # a copy: a guard may change its view's list
             checkpoint=checkpoint,
         )
 
