@@ -18,12 +18,17 @@ helper process) and analysing a 1 KB command (target under 2 ms).
 
 ``--loop-only`` skips the calls outside a loop.  The "in the loop's process" rows time the
 answer alone (what the guards add on the loop's side), without the hook process's start.
+"in loop" runs the client compiled into the run directory, as ``ralph run`` wires it for a runner
+without a hook command of its own; "in loop, source" runs ``client.py`` itself, as sandbox runners
+do.  "cpu ms" is the hook process's own CPU time (median), steadier than wall time on a busy machine.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -34,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, int_arg, ms, open_task_list, percentile, table  # noqa: E402
 
-from ralph.hooks.wiring import hook_command  # noqa: E402
+from ralph.hooks.wiring import compiled_hook_command, hook_command  # noqa: E402
 
 EVENTS = {
     "SessionStart": {"source": "startup"},
@@ -81,19 +86,28 @@ def make_project(root: Path, stories: int) -> Path:
     return project
 
 
-def time_calls(command: str, payload: dict, env: dict[str, str], cwd: Path, runs: int) -> tuple[list[float], str]:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_calls(command: str, payload: dict, env: dict[str, str], cwd: Path, runs: int) -> tuple[list[float], str, list[float]]:
+    """Wall times, the last output and the CPU times of ``runs`` calls (through ``sh -c``, as Claude Code
+    runs hooks)."""
     data = json.dumps(payload).encode()
-    times = []
+    times, cpu = [], []
     # one untimed call: bytecode caches, and (outside a loop) the hook helper's start
     subprocess.run(command, shell=True, input=data, capture_output=True, env=env, cwd=cwd)
     time.sleep(0.5)
     out = b""
     for _ in range(runs):
+        cpu_before = _children_cpu()
         start = time.perf_counter()
         result = subprocess.run(command, shell=True, input=data, capture_output=True, env=env, cwd=cwd)
         times.append(time.perf_counter() - start)
+        cpu.append(_children_cpu() - cpu_before)
         out = result.stdout
-    return times, out.decode()[:60]
+    return times, out.decode()[:60], cpu
 
 
 def main(argv: list[str]) -> None:
@@ -104,7 +118,6 @@ def main(argv: list[str]) -> None:
         root = Path(tmp)
         os.environ["RALPH_STATE_DIR"] = str(root / "state")
         project = make_project(root, stories)
-        from ralph.hooks.server import HookServer
         from ralph.loop.hookbridge import HookBridge
         from ralph.loop.records import IterationRecord
         from ralph.loop.rundir import new_run_dir
@@ -127,33 +140,35 @@ def main(argv: list[str]) -> None:
                             emit=loop.emit, cancel=loop.cancel, stop_checks=loop.stop_checks)
         bridge.current = (selection, tasks, None)
         loop.state.write(run_dir, IterationRecord(1, selection.mode, selection.story_id), selection, tasks)
-        server = HookServer(bridge.answer).start()
+        bridge.start()
         command = hook_command()
         # A normal install caches bytecode; PYTHONDONTWRITEBYTECODE (set on some CI machines) makes
         # every hook process recompile ralph, so both are measured.
         base_env = {
             k: v for k, v in os.environ.items() if not k.startswith("RALPH_HOOK") and k != "PYTHONDONTWRITEBYTECODE"
         }
-        rows: list[tuple[str, ...]] = [("event", "where", "min ms", "median ms", "p90 ms", "output")]
+        rows: list[tuple[str, ...]] = [("event", "where", "min ms", "median ms", "p90 ms", "cpu ms", "output")]
         try:
             runtime = root / "xdg-runtime"
             runtime.mkdir(mode=0o700)
             helper_env = {**base_env, "XDG_RUNTIME_DIR": str(runtime), "RALPH_HOOK_DAEMON_IDLE": "30"}
             alone = {**base_env, "RALPH_HOOK_DAEMON": "0"}
-            setups: tuple[tuple[str, dict[str, str]], ...] = (
-                ("in loop", {**base_env, "RALPH_HOOK_SOCKET": str(server.path)}),
-                ("no loop, helper", helper_env),
-                ("no loop, in-process", alone),
-                ("no loop, in-process, no .pyc",
+            in_loop = {**base_env, **bridge.env()}
+            setups: tuple[tuple[str, str, dict[str, str]], ...] = (
+                ("in loop", compiled_hook_command(run_dir), in_loop),
+                ("in loop, source", command, in_loop),
+                ("no loop, helper", command, helper_env),
+                ("no loop, in-process", command, alone),
+                ("no loop, in-process, no .pyc", command,
                  {**alone, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(root / "nopyc")}),
             )
             if "--loop-only" in argv:
-                setups = setups[:1]
+                setups = setups[:2]
             rows.extend(answers_in_the_loop(bridge, project, runs))
-            for where, env in setups:
+            for where, hook, env in setups:
                 for name, extra in EVENTS.items():
                     if name == "PreToolUse 1 KB":
-                        if where != "in loop":
+                        if not where.startswith("in loop"):
                             continue
                         extra = {**extra, "tool_input": {"command": COMMAND_1KB}}
                     payload = {
@@ -164,18 +179,18 @@ def main(argv: list[str]) -> None:
                         **extra,
                     }
                     env_here = {**env, "CLAUDE_PROJECT_DIR": str(project)}
-                    times, out = time_calls(command, payload, env_here, project, runs)
-                    rows.append(
-                        (name, where, ms(min(times)), ms(statistics.median(times)), ms(percentile(times, 0.9)), out or "{}")
-                    )
+                    times, out, cpu = time_calls(hook, payload, env_here, project, runs)
+                    rows.append((name, where, ms(min(times)), ms(statistics.median(times)), ms(percentile(times, 0.9)),
+                                 ms(statistics.median(cpu)), out or "{}"))
         finally:
-            server.stop()
+            bridge.stop()
             loop.state.remove_marker()
-        table(rows, left=(0, 1, 5))
+        table(rows, left=(0, 1, 6))
         print("targets: PreToolUse in a loop median <= 25 ms, PreToolUse/PostToolUse < 30 ms, Stop < 60 ms")
         grammar_and_parse(runs, base_env)
-        bare = time_calls(f"{sys.executable} -S -P -c pass", {}, base_env, project, runs)[0]
-        print(f"for scale: bare `python -S -P -c pass` median {ms(statistics.median(bare))} ms")
+        bare, _, bare_cpu = time_calls(f"{shlex.quote(sys.executable)} -S -P -c pass", {}, base_env, project, runs)
+        print(f"for scale: bare `python -S -P -c pass` median {ms(statistics.median(bare))} ms "
+              f"(min {ms(min(bare))}, cpu {ms(statistics.median(bare_cpu))})")
 
 
 def answers_in_the_loop(bridge: object, project: Path, runs: int) -> list[tuple[str, ...]]:
@@ -196,7 +211,7 @@ def answers_in_the_loop(bridge: object, project: Path, runs: int) -> list[tuple[
             out = bridge.answer(request)  # type: ignore[attr-defined]
             times.append(time.perf_counter() - start)
         rows.append((name, "in the loop's process", ms(min(times)), ms(statistics.median(times)),
-                     ms(percentile(times, 0.9)), json.dumps(out)[:60] or "{}"))
+                     ms(percentile(times, 0.9)), "", json.dumps(out)[:60] or "{}"))
     return rows
 
 
