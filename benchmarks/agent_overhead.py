@@ -68,11 +68,10 @@ def run_once(agent: str, root: Path) -> dict[str, object]:
 
 
 def available(agent: str) -> bool:
-    if agent == "claude":
-        from ralph.claude_cli import resolve_binary
-    else:
-        from ralph_plugins.agents.codex import resolve_binary
-    return resolve_binary()[0] is not None
+    """Whether the agent's CLI is found (as the agent finds it: environment, PATH, its wheel)."""
+    from ralph.api import CLAUDE_CLI, CODEX_CLI
+
+    return (CLAUDE_CLI if agent == "claude" else CODEX_CLI).locate()[0] is not None
 
 
 def main() -> int:

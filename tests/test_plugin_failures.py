@@ -231,6 +231,32 @@ def test_a_reporter_that_raises_is_disabled_and_the_run_goes_on(project: RalphPr
     assert [e["plugin"] for e in disabled] == ["brk"]  # the event log (another reporter) still works
 
 
+def test_status_follow_warns_once_about_a_reporter_that_did_not_load(project: RalphProject, tmp_path: Path) -> None:
+    source = """
+        from ralph.api import hookimpl
+
+        raise ImportError("no module named rich_reporter_theme")
+
+        @hookimpl
+        def ralph_loop_event(event):
+            print("never", event.kind)
+    """
+    env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_follow", source)}
+    finished = run(project, {**env, "RALPH_DISABLE_PLUGINS": "brk"})
+    assert finished.returncode == 0, finished.stderr
+    followed = project.run("status", "--follow", "--no-live", env=env)
+    assert followed.returncode == 0, followed.stderr
+    assert "Traceback" not in followed.stderr
+    warnings = [line for line in followed.stderr.splitlines() if "'brk'" in line]
+    assert warnings == [
+        f"ralph: warning: plugin 'brk' ({DIST} 1.0) is not loaded: "
+        "FAILED: ImportError: no module named rich_reporter_theme"
+    ]
+    assert "US-001" in followed.stdout  # the other reporters (the console view) still show the run
+    quiet = project.run("status", "--follow", "--no-live", env={**env, "RALPH_DISABLE_PLUGINS": "brk"})
+    assert quiet.returncode == 0 and "'brk'" not in quiet.stderr, quiet.stderr
+
+
 def test_a_disabled_plugin_is_named_as_disabled(project: RalphProject, tmp_path: Path) -> None:
     result = run(project, {"RALPH_DISABLE_PLUGINS": "direct"})
     assert result.returncode == 2

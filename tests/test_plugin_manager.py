@@ -448,25 +448,7 @@ def test_plugin_api_version_is_checked(fake_dists: FakeDists, declared: object, 
 
 # -- registration hooks that fail ---------------------------------------------------------------
 
-BAD_SECTIONS_MODULE = """
-from ralph import hookimpl
-from ralph.contracts import Availability, ProcessOutcome, Runner
-
-
-class Early(Runner):
-    name = "early"
-
-    def availability(self):
-        return Availability.yes()
-
-    def run(self, spec, on_line, timeout, cancel):
-        return ProcessOutcome(0)
-
-
-@hookimpl
-def ralph_register_runners(register):
-    register(Early)
-
+BAD_SECTIONS_MODULE = runner_module("early") + """
 
 @hookimpl
 def ralph_config_sections():

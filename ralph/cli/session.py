@@ -48,10 +48,8 @@ def open_session(
     host = host or PluginHost(environ=environ)
     if strict:
         host.require_all_loaded()
-    for failure in host.failures:
-        sys.stderr.write(
-            f"ralph: warning: plugin {failure.describe()} is not loaded: {failure.status}\n"
-        )
+    for warning in host.failure_warnings():
+        sys.stderr.write(warning + "\n")
     config, plugin_config, _ = load_config(project_dir, overrides, host.config_sections(), environ)
     settings = Settings(project_dir=project_dir, config=config, plugin_config=plugin_config)
     return Session(host, settings)

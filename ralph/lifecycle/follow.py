@@ -56,6 +56,8 @@ def follow_run(project_dir: Path, live: bool | None = None, state_dir: str | Non
         return 1
     lock = ProjectLock(git_dir(project_dir))
     host = PluginHost()
+    for warning in host.failure_warnings():  # once: a broken reporter is left out, not silently
+        sys.stderr.write(warning + "\n")
     path = run_dir / "events.jsonl"
     offset = 0
     try:

@@ -367,6 +367,11 @@ class PluginHost:
         """Plugins that failed to load or are incompatible with this ralph."""
         return [info for info in self.infos if info.error]
 
+    def failure_warnings(self) -> list[str]:
+        """One ``ralph: warning: plugin ... is not loaded: ...`` line per plugin that did not load,
+        for the commands that go on without it (``ralph status --follow`` leaves out a broken reporter)."""
+        return [f"ralph: warning: plugin {info.describe()} is not loaded: {info.status}" for info in self.failures]
+
     def require_all_loaded(self) -> None:
         """Raise unless every enabled plugin loaded: ``ralph run`` never runs without one
         (it may be a validator, gate or guard).  Disabling it explicitly is the way on."""
