@@ -11,8 +11,28 @@ outlives its iteration):
 2. on timeout, on cancel or when ``on_line`` raises, the process group gets
    SIGTERM, then SIGKILL after ``kill_grace`` seconds;
 3. when the child has ended, however it ended, the **sweep** SIGKILLs every
-   descendant of this process that is new (not in ``spare``), repeated until
-   none is left, and reaps them.
+   process that is the run's leftover, repeated until none is left, and reaps them.
+
+What the sweep counts as the run's leftover.  A live process whose chain of
+parents reaches this process *without passing through* a spared process (one
+in ``spare``: alive when the run started) or through the child of another
+``run_process`` call still in flight.  The subtree of a spared process is not
+descended into, so a process ralph started before the run (a local Ray
+cluster's raylet, say) keeps the workers it starts during the run.  This is
+safe because of how Linux re-parents orphans: when a process dies its
+children go to the nearest *ancestor* marked as child subreaper (else to
+init).  Every process of a run descends from its child, a direct child of this
+process, which is a subreaper; so the ancestors of a run's process are the
+run's own processes and this process, never a spared process, and an orphan of
+the run lands at the latest on this process, where the sweep sees it.  A
+process of the run that makes itself a subreaper only keeps its orphans under
+itself, still inside the run's tree; a spared process that is a subreaper
+keeps *its* orphans, which are not the run's.  ``CLONE_PARENT`` only makes a
+process a sibling of its parent, again inside the run's tree or a child of
+this process; ptrace does not change the parent ``/proc`` reports.  A spared
+pid is honoured only if that process started no later than the run's child
+(start times from ``/proc/<pid>/stat``): a spared process that dies during the
+run cannot lend its pid, and its shelter, to a process of the run.
 
 Why the descendant sweep and not an environment marker.  ralph had both: this
 helper marked its child with a random ``RALPH_PROCESS_TOKEN`` and killed every
@@ -24,12 +44,11 @@ cannot be shed (an agent that becomes a subreaper itself only keeps its
 orphans, still our descendants), and reading every process's ``stat`` costs
 less than reading its ``environ``.  The price, stated:
 
-- the sweep knows processes by ancestry, not by run: it spares what was alive
-  when the run started (or ``spare``), and the process trees of other
-  ``run_process`` calls still in flight in this process; an orphan of one of
-  those (re-parented to this process) cannot be told apart and is killed by
-  whichever run ends first, and so is any other process this process started
-  from another thread during the run that is still alive when it ends;
+- the sweep knows processes by ancestry, not by run: an orphan of a spared
+  process or of another in-flight run (re-parented to this process) cannot be
+  told apart from the run's own and is killed by whichever run ends first, and
+  so is any other process this process started from another thread during the
+  run that is still alive when it ends;
 - the subreaper is a property of the whole process, kept once set;
 - without ``/proc`` and ``prctl`` (not Linux) only the process group is stopped.
 
@@ -85,7 +104,7 @@ STDERR_LINES = 200
 PR_SET_CHILD_SUBREAPER = 36
 _POLL = 0.05
 _subreaper: bool | None = None
-_in_flight: set[int] = set()  # pids of the children of run_process calls not yet swept
+_in_flight: dict[int, int] = {}  # pid -> start time of the children of run_process calls not yet swept
 _in_flight_lock = threading.Lock()
 
 
@@ -121,8 +140,9 @@ def run_process(
         stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         start_new_session=True,
     )
+    started = _start_time(process.pid)  # not reaped before our wait: readable, if only as a zombie
     with _in_flight_lock:
-        _in_flight.add(process.pid)
+        _in_flight[process.pid] = started
     stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
     failure: list[BaseException] = []
     done = threading.Event()
@@ -155,8 +175,8 @@ def run_process(
         exit_code = process.wait()
     finally:
         with _in_flight_lock:
-            _in_flight.discard(process.pid)
-        swept = kill_new_descendants(spare)
+            _in_flight.pop(process.pid, None)
+        swept = kill_new_descendants(spare, since=started or None)
         for reader in readers:  # the sweep closed every pipe's other end but a spared process's
             reader.join(timeout=kill_grace)
         done.set()
@@ -241,30 +261,45 @@ def become_subreaper() -> bool:
     return _subreaper
 
 
-def _children() -> dict[int, list[int]]:
-    """parent pid -> child pids of every process (from /proc; empty without it)."""
-    children: dict[int, list[int]] = {}
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time in clock ticks since boot) of every process (from /proc; empty without it)."""
+    table: dict[int, tuple[int, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return children
+        return table
     for name in names:
         if not name.isdigit():
             continue
-        try:  # raw reads: a buffered file object per process costs twice as much
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-            try:
-                data = os.read(fd, 1024)
-            finally:
-                os.close(fd)
-        except OSError:
-            continue
-        # the command name is in parentheses and may contain spaces: parse after the last ')'
-        children.setdefault(int(data[data.rindex(b")") + 2 :].split()[1]), []).append(int(name))
-    return children
+        fields = _stat(name)
+        if fields is not None:
+            table[int(name)] = (int(fields[1]), int(fields[19]))
+    return table
 
 
-def _tree(children: dict[int, list[int]], root: int) -> set[int]:
+def _stat(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); None if gone."""
+    try:  # raw reads: a buffered file object per process costs twice as much
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            data = os.read(fd, 1024)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    # the command name is in parentheses and may contain spaces: parse after the last ')'
+    return data[data.rindex(b")") + 2 :].split()
+
+
+def _start_time(pid: int) -> int:
+    fields = _stat(pid)
+    return int(fields[19]) if fields is not None else 0
+
+
+def _tree(table: dict[int, tuple[int, int]], root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
     found: set[int] = set()
     stack = [root]
     while stack:
@@ -277,23 +312,29 @@ def _tree(children: dict[int, list[int]], root: int) -> set[int]:
 
 def descendants(pid: int | None = None) -> set[int]:
     """Every live descendant of ``pid`` (default: this process)."""
-    return _tree(_children(), os.getpid() if pid is None else pid)
+    return _tree(_processes(), os.getpid() if pid is None else pid)
 
 
-def kill_new_descendants(existing: set[int], rounds: int = 20) -> list[int]:
-    """SIGKILL every descendant of this process not in ``existing`` until none is left; reap them.
+def kill_new_descendants(existing: set[int], rounds: int = 20, *, since: int | None = None) -> list[int]:
+    """SIGKILL the run's leftovers until none is left; reap them.
 
-    The trees of ``run_process`` children still running in other threads are
-    left alone.  Repeated because a process may fork between the listing and the kill.
+    A leftover is a descendant of this process whose parent chain reaches it
+    without passing through a process in ``existing`` or the child of a
+    ``run_process`` call still running in another thread (module docstring:
+    why a spared process's subtree cannot hold the run's orphans).  ``since``:
+    the run's start time in clock ticks since boot; a pid in ``existing`` whose
+    process started later is a reused pid and not spared.  Repeated because a
+    process may fork between the listing and the kill.
     """
+    me = os.getpid()
     killed: list[int] = []
     for _ in range(rounds):
-        children = _children()
+        table = _processes()
         with _in_flight_lock:
-            others = set(_in_flight)
-        targets = _tree(children, os.getpid()) - existing - others
-        for other in others:
-            targets -= _tree(children, other)
+            others = dict(_in_flight)
+        shelters = {pid for pid in existing if pid in table and (since is None or table[pid][1] <= since)}
+        shelters |= {pid for pid, start in others.items() if pid in table and table[pid][1] == start}
+        targets = _leftovers(table, me, shelters)
         alive = [pid for pid in sorted(targets) if not _zombie(pid)]
         for pid in alive:
             try:
@@ -306,6 +347,27 @@ def kill_new_descendants(existing: set[int], rounds: int = 20) -> list[int]:
             break
         time.sleep(0.01)
     return sorted(set(killed))
+
+
+def _leftovers(table: dict[int, tuple[int, int]], root: int, shelters: set[int]) -> set[int]:
+    """Descendants of ``root`` whose parent chain reaches it without passing through a shelter."""
+    verdict: dict[int, bool] = {root: True}
+    for pid in shelters:
+        verdict[pid] = False
+    for start in table:
+        chain: list[int] = []
+        pid = start
+        while pid not in verdict:
+            chain.append(pid)
+            parent = table[pid][0]
+            if parent != root and (parent not in table or parent in chain):
+                pid = -1  # init, a parent gone since the listing, or a cycle of reused pids: not below root
+                break
+            pid = parent
+        ours = verdict.get(pid, False)
+        for step in chain:
+            verdict[step] = ours
+    return {pid for pid, ours in verdict.items() if ours and pid != root and pid not in shelters}
 
 
 def _zombie(pid: int) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import textwrap
 import threading
@@ -144,6 +146,47 @@ def test_what_ran_before_is_spared_and_the_whole_environment_can_be_given(tmp_pa
     finally:
         older.kill()
         older.wait()
+
+
+def test_a_spared_process_keeps_the_child_it_starts_during_the_run_while_the_runs_daemon_dies(tmp_path: Path) -> None:
+    import subprocess
+
+    go, child_pid, daemon_pid = (str(tmp_path / name) for name in ("go", "child_pid", "daemon_pid"))
+    # started before the run, like a local Ray cluster: during the run it starts a worker
+    helper_code = f"""
+        import os, subprocess, sys, time
+        while not os.path.exists({go!r}): time.sleep(0.02)
+        worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+        open({child_pid!r} + '.tmp', 'w').write(str(worker.pid)); os.rename({child_pid!r} + '.tmp', {child_pid!r})
+        worker.wait()
+    """
+    helper = subprocess.Popen([sys.executable, "-c", textwrap.dedent(helper_code)])
+    daemon = f"import os, time; open({daemon_pid!r} + '.tmp', 'w').write(str(os.getpid())); os.rename({daemon_pid!r} + '.tmp', {daemon_pid!r}); time.sleep(60)"
+    run_code = f"""
+        import os, subprocess, sys, time
+        open({go!r}, 'w').close()
+        while not os.path.exists({child_pid!r}): time.sleep(0.02)
+        if os.fork() == 0:
+            os.setsid()
+            subprocess.Popen([sys.executable, '-c', {daemon!r}])
+            os._exit(0)
+        os.wait()
+        while not os.path.exists({daemon_pid!r}): time.sleep(0.02)
+    """
+    try:
+        outcome = run_process(python(run_code, tmp_path), lambda line: None, timeout=60, kill_grace=1)
+        worker, leftover = int(Path(child_pid).read_text()), int(Path(daemon_pid).read_text())
+        assert outcome.exit_code == 0
+        assert leftover in outcome.swept and not process_alive(leftover)
+        assert worker not in outcome.swept and process_alive(worker) and helper.poll() is None
+    finally:
+        helper.kill()
+        helper.wait()
+        if Path(child_pid).exists():
+            try:
+                os.kill(int(Path(child_pid).read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_a_run_ending_spares_another_run_still_in_flight(tmp_path: Path) -> None:
