@@ -9,7 +9,9 @@ Compares, on the real Docker engine:
 for a trivial command (``echo``) and for the real ``claude --version`` (the
 ~400 MB agent binary, bind-mounted read-only in the sandbox).  Then the one-off
 costs per run: prepare (leftover sweep; proxy + internal network), the first
-container, cleanup.
+container, cleanup.  Last, one hook call inside the container (process start to
+JSON out, timed in the container against a real hook server): the runner's
+``python3 -S -P client.py`` and the same without ``-S``.
 
     python benchmarks/sandbox_overhead.py [--runs 10]
 
@@ -51,6 +53,34 @@ def first_line_time(runner: Any, argv: list[str], project: Path, program: str | 
     if outcome.exit_code != 0:
         raise SystemExit(f"{argv[0]} failed in {runner.name}: exit {outcome.exit_code}: {outcome.stderr[-500:]}")
     return (first[0] if first else total), total
+
+
+def hook_call_times(runner: Any, project: Path, runs: int) -> dict[str, list[float]]:
+    """Seconds per hook call in the container, the runner's command against the same without ``-S``."""
+    import json
+
+    from ralph.contracts import ProcessSpec
+    from ralph.hooks.server import HookServer
+
+    command = runner.hook_command()
+    variants = [command, command.replace(" -S ", " ")]
+    payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}})
+    calls = "; ".join(f'[ $v = {i} ] && {{ s=$(date +%s%N); echo "$P" | {cmd} >/dev/null; '
+                      f'echo {i} $(( $(date +%s%N) - s )); }}' for i, cmd in enumerate(variants))
+    order = " ".join(str(i) for i in range(len(variants)))  # alternated, so both see the same machine load
+    script = f"for r in $(seq {runs + 1}); do for v in {order}; do {calls}; done; done"
+    server = HookServer(lambda request: {}, token="bench").start()
+    lines: list[str] = []
+    try:
+        env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": "bench", "P": payload}
+        runner.run(ProcessSpec(["sh", "-c", script], env, project), lines.append, 600, threading.Event())
+    finally:
+        server.stop()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for line in lines[len(variants):]:  # the first round warms the page cache
+        index, nanos = line.split()
+        times[variants[int(index)]].append(int(nanos) / 1e9)
+    return times
 
 
 def make_runner(kind: str, project: Path, network: str = "none") -> Any:
@@ -103,9 +133,13 @@ def main() -> None:
                 firsts = [s[0] for s in samples]
                 rows.append((label, name, str(runs), ms(min(firsts)), ms(statistics.median(firsts)),
                              ms(percentile(firsts, 0.9)), ms(statistics.median(s[1] for s in samples))))
+        hooks = hook_call_times(sandbox, project, max(runs, 20))
         sandbox.cleanup()
         print("times in ms")
         table(rows, left=(0, 1))
+        print(f"\none hook call in the container (PreToolUse, loop answering; {max(runs, 20)} runs each, ms)")
+        table([("command", "min", "median", "p90"),
+               *((name, ms(min(t)), ms(statistics.median(t)), ms(percentile(t, 0.9))) for name, t in hooks.items())])
 
         once = []
         for network in ("none", "allowlist"):

@@ -132,17 +132,19 @@ def test_processes_left_by_an_exec_are_killed(any_user_runner: Any, sandbox_proj
 
 def test_hook_socket_directory_is_read_only_and_still_answers(runner: Any, sandbox_project: RalphProject) -> None:
     from ralph.hooks.server import HookServer
-    from ralph_plugins.runners.docker.naming import HOOK_CLIENT
 
+    hook = runner.hook_command()  # the runner's own command: python3 -S, no site-packages
     server = HookServer(lambda request: {"systemMessage": "loop answered"}, token="sekrit").start()
     try:
         env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": "sekrit"}
         payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}})
         script = (
-            f"echo '{payload}' | python3 -P {HOOK_CLIENT}; echo; "
+            f"echo '{payload}' | {hook}; echo; "
             'rm -f "$RALPH_HOOK_SOCKET" 2>/dev/null; echo rm=$?; '
             'mv "$RALPH_HOOK_SOCKET" /tmp/x 2>/dev/null; echo mv=$?; '
-            f"echo '{payload}' | RALPH_HOOK_TOKEN=wrong python3 -P {HOOK_CLIENT}"
+            f"echo '{payload}' | RALPH_HOOK_TOKEN=wrong {hook}; echo; "
+            # a loop that does not answer: the client fails closed, without site-packages or ralph
+            f"echo '{payload}' | RALPH_HOOK_SOCKET=/tmp/no-loop.sock {hook} 2>/dev/null"
         )
         outcome, lines = run_in(runner, sandbox_project.path, ["sh", "-c", script], env=env)
     finally:
@@ -150,6 +152,8 @@ def test_hook_socket_directory_is_read_only_and_still_answers(runner: Any, sandb
     assert json.loads(lines[0]) == {"systemMessage": "loop answered"}
     out = dict(line.split("=", 1) for line in lines if line.startswith(("rm=", "mv=")))
     assert out["rm"] != "0" and out["mv"] != "0"
-    refused = json.loads(lines[-1])["hookSpecificOutput"]
+    refused = json.loads(lines[-2])["hookSpecificOutput"]
     assert refused["permissionDecision"] == "deny" and "refused" in refused["permissionDecisionReason"]
     assert server.refused and "wrong run token" in server.refused[0]
+    gone = json.loads(lines[-1])["hookSpecificOutput"]
+    assert gone["permissionDecision"] == "deny" and "/tmp/no-loop.sock" in gone["permissionDecisionReason"]

@@ -216,8 +216,13 @@ class DockerSandboxRunner(Runner):
             self._sandbox = None
 
     def hook_command(self) -> str | None:
-        """ralph's stdlib hook client, from the read-only library mount; it talks over RALPH_HOOK_SOCKET."""
-        return f"python3 -P {HOOK_CLIENT}"
+        """ralph's stdlib hook client, from the read-only library mount; it talks over RALPH_HOOK_SOCKET.
+
+        ``-S``: in a loop the client imports nothing outside the standard
+        library, so the container's site-packages are not scanned on every tool
+        call; when the loop does not answer it fails closed without importing
+        ralph (only outside a loop would it load site itself, and then ralph)."""
+        return f"python3 -S -P {HOOK_CLIENT}"
 
     @property
     def sandbox(self) -> Sandbox | None:
