@@ -189,3 +189,73 @@ def test_the_plugin_guide_names_every_public_name_of_ralph_testing() -> None:
     assert len(fixtures) >= 8 and len(project) >= 12
     missing = [f"{where}.{name}" for where, names in expected.items() for name in names if name not in named]
     assert missing == [], "docs/plugins.md's testing section does not name:\n" + "\n".join(missing)
+
+
+DOC_FILES = ["README.md", "CONTRIBUTING.md", *(f"docs/{p.name}" for p in sorted(DOCS.glob("*.md"))),
+             "examples/ralph-nice/README.md", "benchmarks/README.md"]
+NOT_CODE = {"ralph.toml", "ralph.commands", "ralph.sh", "ralph.recipe", "ralph.sandbox", "ralph.project",
+            "ralph.role", "ralph.owner"}
+"""Dotted names in the docs that are a file, an entry-point group or a container label, not a module."""
+
+
+def _backticked(relative: str) -> list[tuple[int, str]]:
+    import re
+
+    text = (DOCS.parent / relative).read_text(encoding="utf-8")
+    return [(text.count("\n", 0, m.start()) + 1, m.group(1)) for m in re.finditer(r"`([^`\n]+)`", text)]
+
+
+def _resolves(dotted: str) -> bool:
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = ".".join(parts[:cut])
+        try:
+            obj = importlib.import_module(module)
+        except ModuleNotFoundError as error:
+            if error.name is not None and not module.startswith(error.name):
+                return True  # the module exists; an optional dependency of it is missing
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(obj, attribute):
+                return False
+            obj = getattr(obj, attribute)
+        return True
+    return False
+
+
+def test_every_ralph_module_and_name_the_docs_mention_exists() -> None:
+    import re
+
+    gone = [
+        f"{relative}:{line}: {name}"
+        for relative in DOC_FILES
+        for line, code in _backticked(relative)
+        for name in re.findall(r"(?<![\w./-])((?:ralph|ralph_plugins)(?:\.\w+)+)", code)
+        if name not in NOT_CODE and not _resolves(name)
+    ]
+    assert gone == [], "the docs name modules or names that do not exist (moved? renamed?): " + "; ".join(gone)
+
+
+def test_every_repository_path_the_docs_mention_exists() -> None:
+    import re
+
+    root = DOCS.parent
+    pattern = r"(?<![\w./-])((?:ralph/[\w/]+\.py|(?:plugins|tests|benchmarks|docs|templates|examples)/[\w/.-]*\w))"
+    gone = [
+        f"{relative}:{line}: {path}"
+        for relative in DOC_FILES
+        for line, code in _backticked(relative)
+        for path in re.findall(pattern, code)
+        if not (root / path).exists()
+    ]
+    assert gone == [], "the docs name files that do not exist (moved? renamed?): " + "; ".join(gone)
+
+
+def test_the_benchmarks_readme_describes_every_script() -> None:
+    root = DOCS.parent / "benchmarks"
+    text = (root / "README.md").read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in root.glob("*.py") if not p.name.startswith("_") and p.name != "run_all.py")
+    missing = [name for name in scripts if f"### `{name}`" not in text]
+    assert missing == [], "benchmarks/README.md has no section for: " + ", ".join(missing)

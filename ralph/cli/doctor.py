@@ -7,17 +7,20 @@ from pathlib import Path
 
 import click
 
+from ralph.cli.common import project_dir_option
+
 __all__ = ["doctor"]
 
 
 @click.command()
-@click.option("-d", "--project-dir", type=click.Path(file_okay=False, path_type=Path), default=".", show_default="current directory")
+@project_dir_option
 @click.option("--runner", help="Check this runner instead of the configured one (e.g. docker-sandbox).")
 @click.option("--agent", help="Check this agent instead of the configured one.")
 def doctor(project_dir: Path, runner: str | None, agent: str | None) -> None:
     """Run the checks `ralph run` makes before iteration 1, and print them all.
 
-    Runner and agent availability, then their pre-flight checks: the agent
+    First every plugin that did not load (`ralph run` does not start without
+    it), then the runner's and agent's availability and their pre-flight checks: the agent
     binary runs, credentials are visible where the agent runs (or the model
     endpoint answers), the sandbox image and its network policy, files the agent
     needs.  Exit 1 when a check fails.

@@ -515,7 +515,10 @@ def demo(directory: Path | None, agent: str) -> None:
 @cli.command()
 @handles_errors
 def plugins() -> None:
-    """List every plugin: name, what it provides, distribution and version."""
+    """List every plugin: name, what it provides (commands included), distribution, version and status.
+
+    Exit 1 when a plugin did not load (FAILED or INCOMPATIBLE, with the error).
+    """
     from ralph.plugin.commands import plugin_commands
     from ralph.plugin.manager import PluginHost
 

@@ -15,7 +15,7 @@ Builders, importable without pytest: :func:`story` (a valid story dict),
 :class:`ReplayScript` and its actions (``say``, ``write_file``, ``set_fields``,
 ``commit`` ...), :func:`replay_env`, :func:`settings_for` (the ``Settings`` a plugin is constructed
 with), :func:`make_event` (a ``HookEvent`` for a guard), :class:`MemorySession`, :func:`make_project`,
-:func:`wait_for`, :func:`process_alive`.  :func:`require` skips a test whose
+:func:`wait_for`, :func:`process_alive`.  ``ralph.testing.requirements.require`` skips a test whose
 real component is missing, and fails it under ``CI=true``.  The scripted model servers and their
 responders are in ``ralph.testing.model_server`` and ``ralph.testing.responses_server``; turns for
 the usual steps (implement, approve, review) in ``ralph.testing.scripting``.  See docs/plugins.md.
