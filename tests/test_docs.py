@@ -259,3 +259,15 @@ def test_the_benchmarks_readme_describes_every_script() -> None:
     scripts = sorted(p.name for p in root.glob("*.py") if not p.name.startswith("_") and p.name != "run_all.py")
     missing = [name for name in scripts if f"### `{name}`" not in text]
     assert missing == [], "benchmarks/README.md has no section for: " + ", ".join(missing)
+
+
+def test_the_documented_sandbox_hook_command_is_the_runners() -> None:
+    import re
+
+    from ralph_plugins.runners.docker_sandbox import DockerSandboxRunner
+
+    command = DockerSandboxRunner.hook_command(object.__new__(DockerSandboxRunner))  # uses no state
+    assert command is not None
+    for relative in ("docs/sandbox.md", "docs/ray.md"):
+        quoted = [code for _, code in _backticked(relative) if re.match(r"python3 .*hooks/client\.py$", code)]
+        assert quoted and set(quoted) == {command}, (relative, quoted, command)
