@@ -596,6 +596,7 @@ def test_item15_plugins_shows_what_the_gates_provide(project: RalphProject) -> N
     rows = {line.split()[0]: line for line in project.run("plugins").stdout.splitlines()[1:] if line.strip()}
     assert "gate tests" in rows["tests-gate"]
     assert "gate quality" in rows["quality-gate"]
+    assert "runner ray, fleet engine ray" in rows["ray"]  # every registry, fleet engines too
 
 
 def test_item15_unknown_runner_in_pyproject_names_the_file(project: RalphProject, tmp_path: Path) -> None:

@@ -524,7 +524,7 @@ def plugins() -> None:
 
     host = PluginHost()
     provided: dict[str, list[str]] = {}
-    for registry in (host.runners, host.agents, host.policies, host.stores, host.gates):
+    for registry in (host.runners, host.agents, host.policies, host.stores, host.gates, host.fleet_engines):
         for name, provider in registry.providers.items():
             plugin = provider.split("'")[1] if "'" in provider else provider
             provided.setdefault(plugin, []).append(f"{registry.kind} {name}")
