@@ -37,10 +37,11 @@ or the API's rate limit, 7 the agent failed repeatedly with the same error,
 
 RUN_EPILOG = """\b
 Exit codes: 0 complete, 1 iterations exhausted or no story selectable,
-2 usage or configuration error or a failed pre-flight check, 3 finished with
-failed stories, 4 global hard timeout, 5 budget reached, 6 paused on the
-agent's usage limit or the API's rate limit, 7 the agent failed repeatedly
-with the same error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+2 usage or configuration error, a failed pre-flight check or a plugin that
+did not load, 3 finished with failed stories, 4 global hard timeout, 5 budget
+reached, 6 paused on the agent's usage limit or the API's rate limit, 7 the
+agent failed repeatedly with the same error, 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM).
 """
 
 
