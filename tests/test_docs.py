@@ -271,3 +271,39 @@ def test_the_documented_sandbox_hook_command_is_the_runners() -> None:
     for relative in ("docs/sandbox.md", "docs/ray.md"):
         quoted = [code for _, code in _backticked(relative) if re.match(r"python3 .*hooks/client\.py$", code)]
         assert quoted and set(quoted) == {command}, (relative, quoted, command)
+
+
+def test_every_ralph_command_line_in_the_docs_uses_real_commands_and_options() -> None:
+    import re
+    import shlex
+
+    import click
+
+    from ralph.cli.main import cli
+
+    context = click.Context(cli)
+    checked, wrong = 0, []
+    for relative in DOC_FILES:
+        text = (DOCS.parent / relative).read_text(encoding="utf-8")
+        shell_lines = [(number, line.split("#")[0].strip()) for number, line in enumerate(text.splitlines(), 1)
+                       if re.match(r"\s*ralph [a-z]", line)]
+        for number, code in _backticked(relative) + shell_lines:
+            if not code.startswith("ralph "):
+                continue
+            try:
+                tokens = shlex.split(code)
+            except ValueError:
+                continue
+            command: click.Command = cli
+            for token in tokens[1:]:
+                if isinstance(command, click.Group) and command.get_command(context, token) is not None:
+                    command = command.get_command(context, token)  # type: ignore[assignment]
+                    continue
+                if token.startswith("--") and token != "--help":
+                    flag = token.split("=")[0]
+                    options = {o for param in command.params for o in (*param.opts, *param.secondary_opts)}
+                    checked += 1
+                    if flag not in options:
+                        wrong.append(f"{relative}:{number}: `{code}`: {flag} is no option of `{command.name}`")
+    assert checked > 50  # the docs' command lines were found
+    assert wrong == [], "; ".join(wrong)
