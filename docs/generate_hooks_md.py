@@ -13,8 +13,8 @@ from pathlib import Path
 HEADER = """# Hook reference
 
 Generated from `ralph/plugin/hookspecs.py` by `docs/generate_hooks_md.py`; do not edit by hand.
-Implement a hook with `@ralph.hookimpl` in a module registered under the `ralph` entry-point
-group (see CONTRIBUTING.md, "Writing a plugin").
+Implement a hook with `@hookimpl` (`from ralph.api import hookimpl`) in a module registered under
+the `ralph` entry-point group (see docs/plugins.md).
 """
 
 

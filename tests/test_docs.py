@@ -307,3 +307,20 @@ def test_every_ralph_command_line_in_the_docs_uses_real_commands_and_options() -
                         wrong.append(f"{relative}:{number}: `{code}`: {flag} is no option of `{command.name}`")
     assert checked > 50  # the docs' command lines were found
     assert wrong == [], "; ".join(wrong)
+
+
+def test_the_docs_name_public_names_through_ralph_api() -> None:
+    import re
+
+    import ralph.api
+
+    public = set(ralph.api.__all__)
+    internal = [
+        f"{relative}:{line}: {name} (say ralph.api.{name.rsplit('.', 1)[1]})"
+        for relative in DOC_FILES
+        if relative != "CONTRIBUTING.md"  # for core contributors, who use the modules themselves
+        for line, code in _backticked(relative)
+        for name in re.findall(r"(?<![\w./-])(ralph\.(?!api\b|testing\b)[\w.]+)", code)
+        if name.rsplit(".", 1)[-1] in public
+    ]
+    assert internal == [], "plugins import ralph only through ralph.api: " + "; ".join(internal)
