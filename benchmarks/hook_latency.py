@@ -121,7 +121,7 @@ def main(argv: list[str]) -> None:
         from ralph.loop.hookbridge import HookBridge
         from ralph.loop.records import IterationRecord
         from ralph.loop.rundir import new_run_dir
-        from ralph.cli.session import open_session
+        from ralph.session import open_session
 
         with open(os.devnull, "w") as null:
             saved = sys.stdout, sys.stderr

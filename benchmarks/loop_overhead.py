@@ -65,7 +65,7 @@ from ralph.contracts import Availability, LoopEvent, ProcessOutcome, ProcessSpec
 from ralph.lifecycle.init import init_project  # noqa: E402
 from ralph.loop.records import IterationRecord  # noqa: E402
 from ralph.plugin.manager import PluginHost  # noqa: E402
-from ralph.cli.session import open_session  # noqa: E402
+from ralph.session import open_session  # noqa: E402
 
 SIZES = [10, 1_000, 10_000]
 DEFAULT_ITERATIONS = {10: 30, 1_000: 30, 10_000: 10}

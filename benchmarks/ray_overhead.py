@@ -100,7 +100,7 @@ def shipping(runs: int) -> None:
 
 
 def _settings(project: Path, address: str):  # type: ignore[no-untyped-def]
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     (project / "ralph.toml").write_text(f'[ray]\naddress = "{address}"\nresources = {{"agent" = 1}}\n')
     session = open_session(project, {})

@@ -233,7 +233,7 @@ def progress_entries(count: int) -> str:
 
 def render_modes(root: Path, name: str, data: dict[str, Any], progress_extra: str) -> dict[str, int]:
     from ralph.contracts import Selection
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     project = root / name
     project.mkdir()

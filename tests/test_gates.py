@@ -371,7 +371,7 @@ class ProtocolOnlyLoop:
 
 
 def test_gate_keeper_runs_the_real_tests_gate_through_the_protocol_alone(gated: RalphProject, tmp_path: Path) -> None:
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
     from ralph.contracts import Selection
     from ralph.loop.gates import GateKeeper, GateLoop
     from ralph.loop.records import IterationRecord

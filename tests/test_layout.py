@@ -1,13 +1,16 @@
 """The core's layout: its modules import each other in layers (issue 11: ``gating``, ``loop`` and
 ``runreport`` once imported each other).
 
-Only module-level imports count: an import inside a function (kept lazy so ``ralph --help`` and
-hook calls stay cheap) or under ``TYPE_CHECKING`` does not tie the modules' loading together.
+For cycles only module-level imports count: an import inside a function (kept lazy so ``ralph --help``
+and hook calls stay cheap) or under ``TYPE_CHECKING`` does not tie the modules' loading together.
+Which layer may use which counts every import, lazy ones included: ``ralph.lifecycle.doctor`` once
+opened its session through ``ralph.cli.session`` inside a function, and the cycle check missed it.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,9 +24,19 @@ def _module_name(path: Path) -> str:
 
 def _top_level_imports(path: Path, modules: set[str]) -> set[str]:
     """Core modules ``path`` imports when it is loaded (not in functions, not for type checking)."""
+    return _imports(path, modules, ast.parse(path.read_text(encoding="utf-8")).body)
+
+
+def _all_imports(path: Path, modules: set[str]) -> set[str]:
+    """Core modules ``path`` imports anywhere: in functions and under ``TYPE_CHECKING`` too."""
+    return _imports(path, modules, ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+
+
+def _imports(path: Path, modules: set[str], nodes: Iterable[ast.AST]) -> set[str]:
+    """The core modules the import statements among ``nodes`` (of ``path``) name."""
     name = _module_name(path)
     found = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in nodes:
         if isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -84,6 +97,50 @@ def test_core_modules_import_each_other_in_layers() -> None:
     graph = {_module_name(path): _top_level_imports(path, modules) for path in paths}
     assert sum(len(edges) for edges in graph.values()) > 50, "the import graph looks empty: is the parser broken?"
     assert _cycles(graph) == [], "modules that import each other at load time (make one import lazy, or split)"
+
+
+# Outside ralph/cli, what may import the CLI: the ``python -m ralph`` entry point, and ralph.testing's
+# ``ralph_cli`` fixture, which drives the CLI as a user does (it sits above it).
+CLI_USERS = {"ralph.__main__", "ralph.testing.pytest_plugin"}
+
+
+def _uses_of_the_cli(graph: dict[str, set[str]]) -> list[str]:
+    """``module -> ralph.cli...`` for every module outside ``ralph.cli`` that imports it and may not."""
+    return sorted(
+        f"{module} -> {other}"
+        for module, others in graph.items()
+        if module != "ralph.cli" and not module.startswith("ralph.cli.") and module not in CLI_USERS
+        for other in others
+        if other == "ralph.cli" or other.startswith("ralph.cli.")
+    )
+
+
+def test_nothing_below_the_cli_imports_it_even_lazily() -> None:
+    paths = sorted(CORE.rglob("*.py"))
+    modules = {_module_name(path) for path in paths}
+    graph = {_module_name(path): _all_imports(path, modules) for path in paths}
+    lazy = sum(len(graph[name] - _top_level_imports(path, modules)) for path, name in zip(paths, graph))
+    assert lazy > 50, "no function-level imports found: is the walk broken?"
+    assert graph["ralph.__main__"] >= {"ralph.cli.main"}, "the parser misses what the entry point imports"
+    assert _uses_of_the_cli(graph) == [], "move what these need out of ralph/cli (as ralph/session.py was)"
+
+
+def test_a_lazy_import_of_the_cli_is_found() -> None:
+    """The check above can fail: an import inside a function, relative or absolute, is reported."""
+    source = (
+        "def diagnose():\n    from ralph.cli.common import project_option\n\n"
+        "def status():\n    from ..cli import main\n"
+    )
+    path = CORE / "lifecycle" / "doctor.py"
+    modules = {"ralph.cli", "ralph.cli.common", "ralph.cli.main", "ralph.lifecycle", "ralph.lifecycle.doctor"}
+    tree = ast.parse(source)
+    assert _imports(path, modules, tree.body) == set(), "the cycle check's view: no import at all"
+    graph = {"ralph.lifecycle.doctor": _imports(path, modules, ast.walk(tree))}
+    assert _uses_of_the_cli(graph) == [
+        "ralph.lifecycle.doctor -> ralph.cli",
+        "ralph.lifecycle.doctor -> ralph.cli.common",
+        "ralph.lifecycle.doctor -> ralph.cli.main",
+    ]
 
 
 def test_a_cycle_is_found() -> None:

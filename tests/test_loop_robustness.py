@@ -245,7 +245,7 @@ def test_a_prd_folder_with_progress_md_gets_the_loop_notes_there(ralph_project, 
 def test_a_failure_while_the_run_sets_up_gives_back_the_lock_and_signal_handlers(project, tmp_path, monkeypatch) -> None:
     """A failure between the lock and iteration 1 (run directory, trusted copy, hook server), say a full
     disk, leaves nothing held: a loop run inside a long-lived process (a fleet actor) can be run again."""
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
     from ralph.gitutil import git_dir
     from ralph.loop.lock import ProjectLock
 

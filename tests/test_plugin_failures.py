@@ -303,6 +303,9 @@ def test_a_plugin_whose_registration_raises_is_a_load_failure(project: RalphProj
     assert doctor.returncode == 1 and "Traceback" not in doctor.stderr
     assert doctor.stdout.startswith(f"[FAIL] plugin 'brk' ({DIST} 1.0) failed to load: {hook} raised RuntimeError")
     assert "RALPH_DISABLE_PLUGINS=brk" in doctor.stdout
+    # named once, by the FAIL check that carries the fix: not again as open_session's warning
+    assert (doctor.stdout + doctor.stderr).count(f"plugin 'brk' ({DIST} 1.0)") == 1, doctor.stdout + doctor.stderr
+    assert "warning" not in doctor.stderr
     going_on = run(project, {**env, "RALPH_DISABLE_PLUGINS": "brk"})
     assert going_on.returncode == 0, going_on.stderr
     # the commands reading that run load the plugins too (--follow's reporters), the broken one included

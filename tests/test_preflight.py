@@ -121,7 +121,7 @@ def test_a_plugin_check_stops_the_run(ralph_project: RalphProject, tmp_path: Pat
     import ralph
     from ralph.plugin.manager import PluginHost
     from ralph.loop.preflight import PreflightError
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     ralph_project.write_stories([story("US-001")])
     script = tmp_path / "script.json"

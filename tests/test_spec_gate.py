@@ -180,7 +180,7 @@ def test_verdict_parser() -> None:
 
 
 def test_spec_gate_default_follows_the_policy_and_config_wins(tmp_path) -> None:
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
     from ralph_plugins.gates.spec_review import SpecReviewGate
 
     def enabled(policy: str) -> bool:

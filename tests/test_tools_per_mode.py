@@ -71,7 +71,7 @@ def test_bad_tool_names_are_config_errors(tmp_path: Path) -> None:
         ClaudeConfig(tools={"review": ["Bash Read"]})
     (tmp_path / "ralph.toml").write_text('[claude]\ntools = { review = ["Edit", ""] }\n')
     from ralph.errors import ConfigError
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     with pytest.raises(ConfigError, match="tools"):
         open_session(tmp_path)

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from ralph.gitutil import git
     from ralph.loop.start import BUILTIN_PROMPT_NOTE
     from ralph.jsonpatch import JsonScanError, decode_json, indent_unit, json_line_of, patch_json_text, same_json
-    from ralph.cli.session import Session, open_session
+    from ralph.session import Session, open_session
     from ralph.hooks.wiring import hook_packages
     from ralph.loop.preflight import endpoint_answers
     from ralph.loop.runreport import format_elapsed, render_run_report, render_run_summary
@@ -214,8 +214,8 @@ _LAZY = {
     "format_elapsed": "ralph.loop.runreport",
     "hook_packages": "ralph.hooks.wiring",
     "endpoint_answers": "ralph.loop.preflight",
-    "Session": "ralph.cli.session",
-    "open_session": "ralph.cli.session",
+    "Session": "ralph.session",
+    "open_session": "ralph.session",
     "render_run_report": "ralph.loop.runreport",
     "render_run_summary": "ralph.loop.runreport",
     "KILL_GRACE_SECONDS": "ralph.process",

@@ -33,7 +33,7 @@ def _session(project_dir: Path, ralph_dir: str | None, prd: str | None) -> Any:
     """(session, ralph directory) honouring --prd and --ralph-dir."""
     from ralph.errors import UsageError
     from ralph.lifecycle.plan import prd_dir
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     project_dir = project_dir.resolve()
     if prd is not None and ralph_dir is not None:

@@ -317,7 +317,7 @@ def run(
     validates the task list itself and undoes illegal review transitions.
     """
     from ralph.errors import UsageError
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     # -- ralph run --parallel (ralph/lifecycle/parallel.py): one child `ralph run` per worktree --
     if parallel or groups or engine:

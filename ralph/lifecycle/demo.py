@@ -147,7 +147,7 @@ def _scripted_server(
 
 def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     """Run the demo loop; returns the loop's exit code."""
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     from ralph.claude_cli import resolve_binary
 

@@ -17,12 +17,12 @@ __all__ = ["diagnose"]
 def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str | None = None) -> list[Check]:
     """Every check for the runner and agent ``ralph run`` would use (or the ones named)."""
     from ralph.errors import RalphError
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
     from ralph.plugin.entrypoints import DISABLE_ENV
 
     checks: list[Check] = []
     try:
-        session = open_session(project_dir)
+        session = open_session(project_dir, warn=False)  # reported once, as the FAIL check below
         settings, host = session.settings, session.host
         checks += [
             Check(False, info.failure(), f"fix it, or disable it with {DISABLE_ENV}={info.name} (`ralph run` does not start without it)")

@@ -200,7 +200,7 @@ def plan_units(project_dir: Path, groups: bool = False, ralph_dir: str | None = 
         raise UsageError("--prd and --ralph-dir both name the ralph directory; give one")
     from ralph.loop.engine import choose_store
     from ralph.lifecycle.plan import load_task_list, prd_dir
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     if prd is not None:
         ralph_dir = str(prd_dir(project_dir, prd, must_exist=True))
@@ -331,7 +331,7 @@ def write_group_tasks(project_dir: Path, unit: Unit) -> None:
     from ralph.fsutil import atomic_write_text
     from ralph.loop.engine import choose_store
     from ralph.lifecycle.plan import load_task_list
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     session = open_session(project_dir, {"ralph_dir": unit.ralph_dir})
     store = choose_store(session.settings, session.host)
@@ -485,7 +485,7 @@ def _fleet_engine(project_dir: Path, engine: str | None) -> Any:
     """The fleet engine plugin named ``engine`` (None for the local worktrees)."""
     if engine in (None, "worktrees"):
         return None
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
     from ralph.errors import UnavailableError
 
     session = open_session(project_dir, {})

@@ -69,7 +69,7 @@ def settings_for(project_dir: Path, environ: dict[str, str] | None = None, **ove
     """The ``Settings`` plugins are constructed with in ``project_dir``: its config file,
     ``RALPH_*`` variables of ``environ`` (default: the process's) and ``overrides`` as
     command-line flags (``runner="nice"``), every installed plugin's section validated."""
-    from ralph.cli.session import open_session
+    from ralph.session import open_session
 
     return open_session(project_dir, overrides or None, environ=environ).settings
 
