@@ -1,4 +1,5 @@
-"""Conventions of the files in a ralph directory that every part shares: story ids, the progress log.
+"""Conventions of the files in a ralph directory that every part shares: story ids, the progress log,
+the task-list file names, and telling a folder that holds a loop.
 
 Stdlib only (hook calls and ``ralph --help`` import it).
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["STORY_ID_PATTERN", "progress_log", "story_id_problem"]
+__all__ = ["KNOWN_LOOP_DIRS", "STORY_ID_PATTERN", "TASK_LIST_FILES", "holds_loop", "progress_log", "story_id_problem"]
 
 STORY_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}-[0-9]{1,9}")
 """A letter, then letters, digits, ``_`` or ``-``, then ``-`` and a number: ``US-001``,
@@ -31,3 +32,20 @@ def progress_log(ralph_dir: Path) -> Path:
     """``progress.txt`` (seed 000), or ``progress.md`` where a PRD folder uses seed 001's name."""
     text, markdown = ralph_dir / "progress.txt", ralph_dir / "progress.md"
     return markdown if markdown.is_file() and not text.is_file() else text
+
+
+#: Task-list files of the formats ralph reads, in the order the loop prefers them.
+TASK_LIST_FILES = ("tasks.json", "prd.json", "plan.md")
+
+
+def holds_loop(directory: Path) -> bool:
+    """True when ``directory`` already holds a Ralph loop (a task list, or a prompt with a progress log)."""
+    if any((directory / name).is_file() for name in TASK_LIST_FILES):
+        return True
+    return (directory / "prompt.md").is_file() and any(
+        (directory / name).is_file() for name in ("progress.txt", "progress.md")
+    )
+
+
+#: Where other Ralph tools keep their loop (snarktank/ralph: scripts/ralph/); `ralph init` and `ralph run` look there.
+KNOWN_LOOP_DIRS = ("scripts/ralph", "ralph", ".ralph")

@@ -200,3 +200,32 @@ def blocked_reason(tasks: TaskList, candidates: Iterable[Story]) -> str:
         named = ", ".join(dep if dep in known else f"{dep} (unknown story)" for dep in waits)
         reasons.append(f"{story.id} waits on {named}")
     return "; ".join(reasons[:5]) + (" ..." if len(reasons) > 5 else "")
+
+
+def find_cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Each dependency cycle once (as a list of ids, rotated to start at its smallest id)."""
+    cycles: list[list[str]] = []
+    seen: set[tuple[str, ...]] = set()
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, []):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):]
+                first = cycle.index(min(cycle))
+                key = tuple(cycle[first:] + cycle[:first])
+                if key not in seen:
+                    seen.add(key)
+                    cycles.append(list(key))
+            elif state.get(nxt) is None:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in graph:
+        if node not in state:
+            visit(node)
+    return cycles

@@ -4,7 +4,8 @@
 For cycles only module-level imports count: an import inside a function (kept lazy so ``ralph --help``
 and hook calls stay cheap) or under ``TYPE_CHECKING`` does not tie the modules' loading together.
 Which layer may use which counts every import, lazy ones included: ``ralph.lifecycle.doctor`` once
-opened its session through ``ralph.cli.session`` inside a function, and the cycle check missed it.
+opened its session through ``ralph.cli.session`` inside a function, and the cycle check missed it; the
+loop once took its cycle check, loop-folder detection and store choice from ``ralph.lifecycle`` the same way.
 """
 
 from __future__ import annotations
@@ -140,6 +141,47 @@ def test_a_lazy_import_of_the_cli_is_found() -> None:
         "ralph.lifecycle.doctor -> ralph.cli",
         "ralph.lifecycle.doctor -> ralph.cli.common",
         "ralph.lifecycle.doctor -> ralph.cli.main",
+    ]
+
+
+def _uses_of_the_lifecycle_by_the_loop(graph: dict[str, set[str]]) -> list[str]:
+    """``module -> ralph.lifecycle...`` for every module under ``ralph.loop`` that imports the layer above it."""
+    return sorted(
+        f"{module} -> {other}"
+        for module, others in graph.items()
+        if module == "ralph.loop" or module.startswith("ralph.loop.")
+        for other in others
+        if other == "ralph.lifecycle" or other.startswith("ralph.lifecycle.")
+    )
+
+
+def test_the_loop_does_not_import_the_lifecycle_layer_even_lazily() -> None:
+    """``ralph/lifecycle/`` (parallel runs loops) sits above ``ralph/loop/``, never below it."""
+    paths = sorted(CORE.rglob("*.py"))
+    modules = {_module_name(path) for path in paths}
+    graph = {_module_name(path): _all_imports(path, modules) for path in paths}
+    assert "ralph.loop.engine" in graph and "ralph.lifecycle.parallel" in graph, "the layers moved: update this test"
+    assert "ralph.loop.lock" in graph["ralph.lifecycle.parallel"], "the parser misses parallel's lazy loop import"
+    assert _uses_of_the_lifecycle_by_the_loop(graph) == [], "move what the loop needs out of ralph/lifecycle"
+
+
+def test_a_lazy_import_of_the_lifecycle_by_the_loop_is_found() -> None:
+    """The check above can fail: function-level, relative and ``TYPE_CHECKING`` imports are reported."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ralph.lifecycle.init import InitResult\n\n"
+        "def check():\n    from ..lifecycle.plan import find_cycles\n\n"
+        "def other():\n    import ralph.lifecycle\n"
+    )
+    path = CORE / "loop" / "engine.py"
+    modules = {"ralph.loop", "ralph.loop.engine", "ralph.lifecycle", "ralph.lifecycle.init", "ralph.lifecycle.plan"}
+    tree = ast.parse(source)
+    assert _imports(path, modules, tree.body) == set(), "the cycle check's view: no load-time import"
+    graph = {"ralph.loop.engine": _imports(path, modules, ast.walk(tree)), "ralph.lifecycle.parallel": {"ralph.loop"}}
+    assert _uses_of_the_lifecycle_by_the_loop(graph) == [
+        "ralph.loop.engine -> ralph.lifecycle",
+        "ralph.loop.engine -> ralph.lifecycle.init",
+        "ralph.loop.engine -> ralph.lifecycle.plan",
     ]
 
 

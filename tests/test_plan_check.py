@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from ralph.errors import UsageError
-from ralph.lifecycle.plan import check_task_list, find_cycles, plan_command, plan_mode, prd_dir, prd_is_template, story_id_problem
+from ralph.lifecycle.plan import check_task_list, plan_command, plan_mode, prd_dir, prd_is_template, story_id_problem
+from ralph.tasks import find_cycles
 from ralph.testing.project import RalphProject, story
 
 def good(story_id: str, **fields: Any) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def _session(project_dir: Path, ralph_dir: str | None, prd: str | None) -> Any:
 
 
 def _store(session: Any, ralph_dir: Path, name: str | None = None, file: Path | None = None) -> Any:
-    from ralph.lifecycle.plan import store_for
+    from ralph.loop.storechoice import store_for
 
     return store_for(ralph_dir, session.host, name or session.settings.config.task_store, file)
 

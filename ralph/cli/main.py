@@ -198,7 +198,8 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
     prompt.md and progress.txt) only what is missing is added, and what was
     kept is named; no second task list is created beside an existing one.
     """
-    from ralph.lifecycle.init import KNOWN_LOOP_DIRS, check_repository, commit_init, holds_loop, init_project
+    from ralph.lifecycle.init import check_repository, commit_init, init_project
+    from ralph.ralphfiles import KNOWN_LOOP_DIRS, holds_loop
 
     project_dir = project_dir.resolve()
     if not project_dir.is_dir():

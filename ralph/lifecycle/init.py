@@ -18,11 +18,12 @@ from pathlib import Path, PurePosixPath
 
 from ralph.errors import UsageError
 from ralph.fsutil import atomic_write_bytes, atomic_write_text
+from ralph.ralphfiles import TASK_LIST_FILES
 from ralph.templates import render, template_text
 
 __all__ = [
     "SCAFFOLD_FILES", "GITIGNORE_ENTRY", "InitResult", "init_project", "slugify", "check_repository",
-    "commit_init", "holds_loop",
+    "commit_init",
 ]
 
 #: Files written into the ralph directory: (file name in the project, template name).
@@ -210,10 +211,6 @@ def init_project(
     )
 
 
-#: Task-list files of the formats ralph reads, in the order the loop prefers them.
-TASK_LIST_FILES = ("tasks.json", "prd.json", "plan.md")
-
-
 def _other_task_list(target_dir: Path) -> str | None:
     """The name of a task list in another format than tasks.json (prd.json, plan.md), if one is there."""
     if (target_dir / "tasks.json").exists():
@@ -222,19 +219,6 @@ def _other_task_list(target_dir: Path) -> str | None:
         if (target_dir / name).is_file():
             return name
     return None
-
-
-def holds_loop(directory: Path) -> bool:
-    """True when ``directory`` already holds a Ralph loop (a task list, or a prompt with a progress log)."""
-    if any((directory / name).is_file() for name in TASK_LIST_FILES):
-        return True
-    return (directory / "prompt.md").is_file() and any(
-        (directory / name).is_file() for name in ("progress.txt", "progress.md")
-    )
-
-
-#: Where other Ralph tools keep their loop (snarktank/ralph: scripts/ralph/).
-KNOWN_LOOP_DIRS = ("scripts/ralph", "ralph", ".ralph")
 
 
 def _backup_dir(target_dir: Path) -> Path:

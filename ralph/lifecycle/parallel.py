@@ -198,7 +198,7 @@ def plan_units(project_dir: Path, groups: bool = False, ralph_dir: str | None = 
         return units
     if ralph_dir and prd:
         raise UsageError("--prd and --ralph-dir both name the ralph directory; give one")
-    from ralph.loop.engine import choose_store
+    from ralph.loop.storechoice import choose_store
     from ralph.lifecycle.plan import load_task_list, prd_dir
     from ralph.session import open_session
 
@@ -329,7 +329,7 @@ def ensure_worktree(project_dir: Path, unit: Unit, base_branch: str | None, base
 def write_group_tasks(project_dir: Path, unit: Unit) -> None:
     """Write the group's task list (only its stories) and commit it on the unit's branch."""
     from ralph.fsutil import atomic_write_text
-    from ralph.loop.engine import choose_store
+    from ralph.loop.storechoice import choose_store
     from ralph.lifecycle.plan import load_task_list
     from ralph.session import open_session
 

@@ -3,7 +3,7 @@
 - :func:`story_id_problem` is the one story-id rule every store applies.
 - :func:`prd_dir` maps ``--prd N`` to ``<project>/.ralph/PRD-N/`` (seed 001).
 - :func:`check_task_list` finds sizing and dependency problems without an agent:
-  dependency cycles, unknown or self ``dependsOn``, stories without verifiable
+  dependency cycles (:func:`ralph.tasks.find_cycles`), unknown or self ``dependsOn``, stories without verifiable
   acceptance criteria, oversized stories, duplicate or malformed ids.
 - :func:`plan_command` builds the ``claude`` command line of ``ralph plan``: the
   exported plugin bundle via ``--plugin-dir`` and a first prompt that invokes the
@@ -30,7 +30,6 @@ __all__ = [
     "STORY_ID_PATTERN",
     "Problem",
     "check_task_list",
-    "find_cycles",
     "load_task_list",
     "plan_command",
     "plan_mode",
@@ -71,30 +70,6 @@ def prd_dir(project_dir: Path, n: int | str, must_exist: bool = False) -> Path:
 
 
 # -- loading a task list ------------------------------------------------------------------
-
-
-def store_for(ralph_dir: Path, host: Any, name: str | None = None, file: Path | None = None) -> TaskStore:
-    """The task store: named, else the one whose file name is ``file``'s, else detected."""
-    if name:
-        return host.stores.get(name)()  # type: ignore[no-any-return]
-    stores = [host.stores.get(n)() for n in host.stores.names()]
-    if file is not None:
-        for store in stores:
-            if store.filename == file.name:
-                return store  # type: ignore[no-any-return]
-        known = ", ".join(sorted(s.filename for s in stores))
-        raise UsageError(f"{file}: no task store reads files named {file.name!r} (known: {known}); pass --store")
-    present = [store for store in stores if store.detect(ralph_dir)]
-    by_name = {store.name: store for store in present}
-    if "tasks-json" in by_name:
-        return by_name["tasks-json"]  # type: ignore[no-any-return]
-    if present:
-        return present[0]  # type: ignore[no-any-return]
-    known = ", ".join(sorted(s.filename for s in stores))
-    for store in stores:
-        if (ralph_dir / store.filename).is_dir():
-            raise UsageError(f"{ralph_dir / store.filename} is a directory, not a task-list file: remove or rename it")
-    raise UsageError(f"{ralph_dir} holds no task list ({known}); run `ralph init` or `ralph plan` first")
 
 
 def load_task_list(store: TaskStore, path: Path) -> TaskList:
@@ -142,7 +117,7 @@ def check_task_list(
     tasks: TaskList, max_iterations: int | None = None, uses_review: bool = True
 ) -> list[Problem]:
     """Sizing and dependency problems of ``tasks`` (errors first, in story order)."""
-    from ralph.tasks import structural_problems
+    from ralph.tasks import find_cycles, structural_problems
 
     problems: list[Problem] = []
     stories = tasks.userStories
@@ -272,35 +247,6 @@ def _order_problems(tasks: TaskList) -> list[Problem]:
 
 def _normal(text: str) -> str:
     return re.sub(r"[\W_]+", " ", text).strip().lower()
-
-
-def find_cycles(graph: dict[str, list[str]]) -> list[list[str]]:
-    """Each dependency cycle once (as a list of ids, rotated to start at its smallest id)."""
-    cycles: list[list[str]] = []
-    seen: set[tuple[str, ...]] = set()
-    state: dict[str, int] = {}  # 1 on the stack, 2 done
-    stack: list[str] = []
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in graph.get(node, []):
-            if state.get(nxt) == 1:
-                cycle = stack[stack.index(nxt):]
-                first = cycle.index(min(cycle))
-                key = tuple(cycle[first:] + cycle[:first])
-                if key not in seen:
-                    seen.add(key)
-                    cycles.append(list(key))
-            elif state.get(nxt) is None:
-                visit(nxt)
-        stack.pop()
-        state[node] = 2
-
-    for node in graph:
-        if node not in state:
-            visit(node)
-    return cycles
 
 
 # -- ralph plan (interactive) ------------------------------------------------------------------

@@ -50,6 +50,7 @@ from ralph.loop.records import (
 from ralph.loop.repairs import TaskListRepairs
 from ralph.loop.rundir import new_run_dir
 from ralph.loop.signals import install_stop_handlers, restore_handlers
+from ralph.loop.storechoice import choose_store
 from ralph.loop.taskfile import TaskFile
 from ralph.loop.trustedcopy import TrustedCopy
 from ralph.plugin.manager import PluginFailure, PluginHost
@@ -134,7 +135,7 @@ class Loop:
 
         check_state_root(self.config.state_dir)
         if not self.ralph_dir.is_dir():
-            from ralph.lifecycle.init import KNOWN_LOOP_DIRS, holds_loop
+            from ralph.ralphfiles import KNOWN_LOOP_DIRS, holds_loop
 
             found = [d for d in KNOWN_LOOP_DIRS if holds_loop(self.project_dir / d)]
             hint = "run `ralph init` first (or pass --ralph-dir)"
@@ -518,15 +519,3 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
     review_name = settings.config.review_agent
     review_agent = host.agents.get(review_name)(settings) if review_name and review_name != agent.name else None
     return Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store, review_agent=review_agent)
-
-
-def choose_store(settings: Settings, host: PluginHost) -> TaskStore:
-    """The configured store, else the one whose file is present (tasks.json first), else tasks.json."""
-    from ralph.lifecycle.plan import store_for
-
-    if not host.stores.names():
-        raise RalphError("no task store plugin is loaded (is ralph-trustloop installed correctly?)")
-    try:
-        return store_for(settings.ralph_dir, host, settings.config.task_store)
-    except UsageError:
-        return host.stores.get("tasks-json")()  # preflight then names the missing file

@@ -36,7 +36,7 @@ BUILTIN_PROMPT_NOTE = "no prompt.md in {dir}: using ralph's built-in prompt (`ra
 
 def graph_errors(tasks: TaskList) -> list[str]:
     """Duplicate ids, ``dependsOn`` naming unknown stories, and dependency cycles (each printed)."""
-    from ralph.lifecycle.plan import find_cycles
+    from ralph.tasks import find_cycles
 
     errors: list[str] = []
     seen: dict[str, int] = {}
