@@ -194,12 +194,13 @@ def main(argv: list[str]) -> None:
 
 
 def answers_in_the_loop(bridge: object, project: Path, runs: int) -> list[tuple[str, ...]]:
-    """The loop's own time to answer PreToolUse/PostToolUse (in-process: no hook process start)."""
+    """The loop's own time to answer PreToolUse/PostToolUse/Stop (in-process: no hook process start)."""
     rows = []
     cases = (
         ("PreToolUse", {"tool_name": "Bash", "tool_input": {"command": "git status && pytest -q"}}),
         ("PreToolUse 1 KB", {"tool_name": "Bash", "tool_input": {"command": COMMAND_1KB}}),
         ("PostToolUse", EVENTS["PostToolUse"]),
+        ("Stop", EVENTS["Stop"]),
     )
     for name, extra in cases:
         payload = {"hook_event_name": name.split()[0], "session_id": "bench", "cwd": str(project), **extra}

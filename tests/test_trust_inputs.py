@@ -170,6 +170,32 @@ def test_task_file_keeps_last_good_and_trusted_fields(tmp_path: Path) -> None:
     assert file.read()[0] is None and "does not exist" in (file.read()[2] or "")
 
 
+def test_shared_reads_reparse_any_edit_and_never_hand_their_parse_to_other_readers(tmp_path: Path) -> None:
+    from ralph.loop.taskfile import shared_reads
+
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(BEFORE.model_dump()))
+    file = TaskFile(_Store(), path)  # type: ignore[arg-type]
+    with shared_reads():
+        first = file.read()[1]
+        assert first is not None and file.read()[1] is first  # the same text: the same parse
+    mine = file.read()[1]
+    assert mine is not None and mine is not first  # outside: a fresh parse the caller may change
+    mine.userStories[0].passes = True
+    with shared_reads():
+        assert file.read()[1] is first and first.userStories[0].passes is False
+    # the agent's edit keeps the size and the modification time: the text is what counts
+    stat = path.stat()
+    edited = path.read_text().replace('"passes": false', '"passes": true ', 1)
+    assert len(edited) == len(path.read_text())
+    path.write_text(edited)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with shared_reads():
+        raw, parsed, error = file.read()
+    assert raw == edited and error is None and parsed is not None and parsed is not first
+    assert parsed.userStories[0].passes is True
+
+
 def test_unsafe_ids_name_the_story() -> None:
     problems = unsafe_ids(tasks(story("US-001"), story("US-001; rm -rf $HOME")))
     assert len(problems) == 1 and "'US-001; rm -rf $HOME' is not a valid story id" in problems[0]

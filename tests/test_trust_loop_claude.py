@@ -128,6 +128,26 @@ def test_other_story_criteria_rewritten_are_restored(ralph_project, scripted_mod
     assert "not this iteration's story" in requests_of(server, script, 1)
 
 
+def test_a_stop_answer_sees_the_agents_edit_since_the_last_stop(ralph_project, scripted_model, claude_binary, claude_agent_env) -> None:
+    ralph_project.write_stories([story("US-001"), story("US-002", priority=2, acceptanceCriteria=["exports CSV"])])
+    # the rewrite and its undo keep the file's size: the second Stop must compare the text itself
+    rewrite = edit_tasks("[s.update(acceptanceCriteria=['exports CSX']) for s in d['userStories'] if s['id']=='US-002']")
+    restore = edit_tasks("[s.update(acceptanceCriteria=['exports CSV']) for s in d['userStories'] if s['id']=='US-002']")
+    turns = implement("US-001", rewrite) + iteration(restore, commit("fix: restore US-002"), say="Restored US-002.")
+    script = IterationScript({1: turns})
+    server = scripted_model(script)
+    result = run_loop(ralph_project, server.url, claude_agent_env, "-n", "1")
+
+    assert result.returncode == 1, result.stderr
+    stops = [e["output"] for e in ralph_project.events("hook") if e.get("event") == "Stop"]
+    assert len(stops) == 1 and stops[0]["decision"] == "block", stops  # the first Stop only; the second allowed
+    assert "US-002" in stops[0]["reason"]
+    assert "not this iteration's story" in requests_of(server, script, 1)
+    assert ralph_project.events("task_list_restored") == []  # the loop found nothing left to undo
+    assert ralph_project.story("US-002")["acceptanceCriteria"] == ["exports CSV"]
+    assert ralph_project.story("US-001")["reviewStatus"] == "needs_review"
+
+
 def test_unsafe_story_id_refused_at_start(ralph_project) -> None:
     bad = "US-001; rm -rf $HOME"
     ralph_project.write_stories([story("US-000"), story(bad)])

@@ -129,10 +129,13 @@ class HookBridge:
         current = self.current
 
         def stop_checks() -> list[Violation]:
+            from ralph.loop.taskfile import shared_reads
+
             if current is None:
                 return []
             selection, before, _ = current
-            return self.stop_checks(selection, before)
+            with shared_reads():  # the checks only look: an unchanged file is not parsed again
+                return self.stop_checks(selection, before)
 
         context = HookContext(self.host, self.project_dir, session, self.run_dir, self.loop_view(), stop_checks)
         try:

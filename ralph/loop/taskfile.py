@@ -4,11 +4,18 @@
 that passed the loop's checks (repairs are rendered against it, so a store keeps the
 file's formatting) and the non-story fields taken when the run started, which are the
 only ones the gates and the checks use for the whole run (``verifyCommands`` included).
+
+Inside :func:`shared_reads` (the Stop hook's checks, which only look) a read whose text is
+exactly the text read last time there returns the same parse: the file is read from disk on
+every call and compared whole, so an edit by the agent between two Stop calls is always seen.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +25,19 @@ from ralph.fsutil import atomic_write_text
 from ralph.loop.listcheck import top_level
 from ralph.ralphfiles import story_id_problem
 from ralph.tasks import TaskList
+
+_SHARED = ContextVar("ralph_taskfile_shared_reads", default=False)
+
+
+@contextmanager
+def shared_reads() -> Iterator[None]:
+    """Within this block (this thread only), :meth:`TaskFile.read` may return the parse it returned
+    in an earlier shared read of the very same text; the caller promises not to change it."""
+    token = _SHARED.set(True)
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 class TaskFile:
@@ -30,9 +50,15 @@ class TaskFile:
         """The file's text as the loop last accepted or wrote it."""
         self.trusted: dict[str, Any] | None = None
         """The non-story fields (``verifyCommands`` ...) taken at run start (:meth:`trust`)."""
+        self._shared: tuple[str, TaskList] | None = None
+        # (text, its parse) of the last shared read; only ever handed to shared readers, so
+        # no caller that changes its list (gates, repairs) can hold it.
 
     def read(self) -> tuple[str | None, TaskList | None, str | None]:
-        """(raw text, parsed list or None, parse error or None)."""
+        """(raw text, parsed list or None, parse error or None) of the file on disk now.
+
+        Outside :func:`shared_reads` every call returns a fresh parse the caller may change.
+        """
         from ralph.tasks import read_task_text
 
         try:
@@ -41,10 +67,17 @@ class TaskFile:
             return None, None, f"{self.path} does not exist"
         except TaskListError as exc:  # a directory, unreadable, not UTF-8
             return None, None, str(exc)
+        shared = _SHARED.get()
+        cached = self._shared
+        if shared and cached is not None and cached[0] == raw:  # the whole text, not size or mtime
+            return raw, cached[1], None
         try:
-            return raw, self.store.parse(raw, self.path), None
+            tasks = self.store.parse(raw, self.path)
         except TaskListError as exc:
             return raw, None, str(exc)
+        if shared:
+            self._shared = (raw, tasks)
+        return raw, tasks, None
 
     def accept(self, raw: str | None) -> None:
         """``raw`` passed the loop's checks: later repairs are rendered against it."""
