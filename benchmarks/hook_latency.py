@@ -17,7 +17,7 @@ helper process) and analysing a 1 KB command (target under 2 ms).
     python benchmarks/hook_latency.py [--runs 30] [--stories 1000] [--loop-only]
 
 ``--loop-only`` skips the calls outside a loop.  The "in the loop's process" rows time the
-answer alone (what the guards add on the loop's side), without the hook process's start.
+answer alone (what the guards and the Stop checks add on the loop's side), without the hook process's start.
 "in loop" runs the client compiled into the run directory, as ``ralph run`` wires it for a runner
 without a hook command of its own; "in loop, source" runs ``client.py`` itself, as sandbox runners
 do.  "cpu ms" is the hook process's own CPU time (median), steadier than wall time on a busy machine.
