@@ -463,7 +463,9 @@ class ValidationContext:
     raw: str | None
     """The task file's text, or None when it is missing."""
     tasks: TaskList | None
-    """The parsed task list, or None when it does not parse."""
+    """The parsed task list, or None when it does not parse.  Read only: Stop checks share one
+    parse while the file's text is unchanged, so a validator that needs to change it works on a
+    copy (``tasks.model_copy(deep=True)``)."""
     parse_error: str | None
     policy: Policy
     mode: IterationMode | None
