@@ -264,3 +264,31 @@ def test_a_failure_while_the_run_sets_up_gives_back_the_lock_and_signal_handlers
         loop.run()
     assert not lock.is_held()
     assert signal.getsignal(signal.SIGINT) is handler
+
+
+def test_stop_checks_build_the_snapshot_once_and_hand_each_check_its_own_copy(project, tmp_path, monkeypatch) -> None:
+    """The pre-iteration snapshot is built once per iteration, not per Stop; a validator that changes the
+    snapshot it was handed changes no later Stop's (each gets a copy), so every Stop answers the same."""
+    from ralph.session import open_session
+
+    monkeypatch.setenv("RALPH_STATE_DIR", str(project.state_dir))
+    monkeypatch.setenv("RALPH_REPLAY_SCRIPT", replay(project, {1: IMPLEMENT}, tmp_path)["RALPH_REPLAY_SCRIPT"])
+    loop = open_session(project.path, {"runner": "direct", "agent": "replay"}).build_loop()
+    before = loop.preflight()
+    selection = loop.policy.select(before)
+    assert selection is not None and selection.mode == "implement"
+    project.write_stories([story("US-001", passes=True)], commit=False)  # illegal in an implement iteration
+    seen: list[dict[str, Any]] = []
+    validate = loop.host.validate
+
+    def validate_then_spoil(context: Any) -> Any:
+        seen.append(dict(context.snapshot))
+        found = validate(context)
+        context.snapshot.clear()
+        return found
+
+    monkeypatch.setattr(loop.host, "validate", validate_then_spoil)
+    answers = [[(v.check, v.message) for v in loop.stop_checks(selection, before)] for _ in range(2)]
+    assert seen == [before.snapshot()] * 2 and seen[0]
+    assert answers[0] == answers[1] and any(check == "transitions" for check, _ in answers[0])
+    assert loop._snapshot_of is not None and loop._snapshot_of[1] == before.snapshot()

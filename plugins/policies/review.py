@@ -165,7 +165,11 @@ def _changed(before: Snapshot, tasks: TaskList) -> list[tuple[Story, StoryState 
     changed = []
     for story in tasks.userStories:
         old = before.get(story.id)
-        if old is None or old != story.state():
+        # the comparison ``old != story.state()`` makes (a frozen dataclass compares its fields as a
+        # tuple), without building a StoryState for each of the list's stories on every Stop
+        if old is None or (old.passes, old.reviewStatus, old.reviewCount) != (
+            story.passes, story.reviewStatus, story.reviewCount
+        ):
             changed.append((story, old))
     return changed
 

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ralph.contracts import Agent, Check, LoopEvent, Policy, Runner, Selection, TaskStore, ValidationContext, Violation
+from ralph.contracts import (
+    Agent, Check, LoopEvent, Policy, Runner, Selection, Snapshot, TaskStore, ValidationContext, Violation,
+)
 from ralph.errors import RalphError, TaskListError, UsageError
 from ralph.gitutil import git_dir, head, untracked_files
 from ralph.loop.activestate import ActiveState
@@ -99,6 +101,8 @@ class Loop:
         self.checks: list[Check] = []
         """The pre-flight checks of this run (warnings among them are reported at the start)."""
         self.interrupt_signal: int | None = None
+        self._snapshot_of: tuple[TaskList, Snapshot] | None = None
+        """The current iteration's pre-iteration list and its snapshot (built on the first check, not on every Stop)."""
         self.opening = Opening()
         self.taskfile = TaskFile(store, self.tasks_path)
         """The task file: reads, the loop's writes, the last good text, the trusted non-story fields."""
@@ -197,7 +201,7 @@ class Loop:
             parse_error=parse_error,
             policy=self.policy,
             mode=mode,  # type: ignore[arg-type]
-            snapshot=before.snapshot() if before is not None else None,
+            snapshot=self._snapshot(before) if before is not None else None,
             review_cap=self.config.review_cap,
             skip_review=not self.policy.uses_review,
             check_git=check_git,
@@ -208,6 +212,17 @@ class Loop:
 
             violations += check_list(before, tasks, story_id, self.taskfile.trusted).violations
         return violations
+
+    def _snapshot(self, before: TaskList) -> Snapshot:
+        """``before.snapshot()``, built once per iteration (its pre-iteration list is never mutated) rather than per Stop.
+
+        Each call gets its own shallow copy of the cached dict, so a validator that changes its
+        snapshot changes no other call's; the values (:class:`StoryState`) are frozen.
+        """
+        cached = self._snapshot_of  # one read: hook threads and the loop thread may both replace it
+        if cached is None or cached[0] is not before:
+            cached = self._snapshot_of = (before, before.snapshot())
+        return dict(cached[1])
 
     def preflight_checks(self) -> list[Check]:
         """The runner's, the agent's and the plugins' pre-flight checks (none when turned off)."""
@@ -355,6 +370,7 @@ class Loop:
         """State file, prompt, the agent's session; then the loop's own reading (and repair) of what it left."""
         assert self.run_dir is not None and self.bridge is not None
         before, before_raw = tasks, self.taskfile.last_good  # never mutated: the post-iteration state is a fresh parse
+        self._snapshot_of = None  # built anew each iteration: ``tasks`` may be the last one's list, changed in place since
         self.bridge.current = (selection, before, checkpoint)
         self.state.write(self.run_dir, record, selection, before)
         prompt = self.render(record.number, selection, tasks, feedback)
