@@ -470,6 +470,8 @@ class ValidationContext:
     policy: Policy
     mode: IterationMode | None
     snapshot: Snapshot | None
+    """The pre-iteration review fields (None outside an iteration).  The loop builds them once per
+    iteration; each context holds its own copy of the dict, so changing it affects no other check."""
     review_cap: int
     skip_review: bool
     check_git: bool = True
