@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ralph.contracts import AUTO_APPROVED_PREFIX
 
 MODE_COLOURS = {"implement": "#2563eb", "review": "#d97706", "review-fix": "#7c3aed"}
 OTHER_COLOUR = "#6b7280"
@@ -218,22 +217,6 @@ def _story_state(story: dict[str, Any]) -> str:
     if story.get("failed"):
         return "failed"
     return str(story.get("reviewStatus") or "open")
-
-
-def stories_from_tasks(tasks: Any) -> list[dict[str, Any]]:
-    """The report's story dicts from a parsed TaskList (same shape as summary.json ``stories``)."""
-    return [
-        {
-            "id": s.id,
-            "title": s.title,
-            "passes": s.passes,
-            "reviewStatus": s.reviewStatus,
-            "reviewCount": s.reviewCount,
-            "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX),
-            "failed": bool(getattr(s, "failed", False)),
-        }
-        for s in tasks.userStories
-    ]
 
 
 def build_project_report(
@@ -565,10 +548,11 @@ def project_report(
     """
     from ralph.errors import UsageError
     from ralph.loop.rundir import latest_run, runs_dir
+    from ralph.loop.runreport import summary_stories
 
     parent = runs_dir(project_dir, state_dir)
     title = f"ralph report: {tasks.project if tasks is not None and tasks.project else project_dir.name}"
-    current = stories_from_tasks(tasks) if tasks is not None else None
+    current = summary_stories(tasks) if tasks is not None else None
     if all_runs:
         dirs = sorted((p for p in parent.iterdir() if p.is_dir()), key=lambda p: p.name) if parent.is_dir() else []
         if current is not None:

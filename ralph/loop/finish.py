@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ralph.contracts import AUTO_APPROVED_PREFIX
 from ralph.fsutil import atomic_write_text
 from ralph.loop.records import (
     EXIT_EXHAUSTED,
@@ -24,6 +23,7 @@ from ralph.loop.records import (
     RunResult,
     total_usage,
 )
+from ralph.loop.runreport import summary_stories
 
 if TYPE_CHECKING:
     from ralph.loop.gates import GateKeeper
@@ -55,19 +55,7 @@ def finish_run(
     if exit_code == EXIT_INTERRUPTED and interrupt_signal == signal.SIGTERM:
         exit_code, reason = EXIT_TERMINATED, f"{reason} (SIGTERM)"
     result = RunResult(exit_code, reason, run_dir, records, cost, tasks)
-    stories = [
-        {
-            "id": s.id,
-            "title": s.title,
-            "passes": s.passes,
-            "reviewStatus": s.reviewStatus,
-            "reviewCount": s.reviewCount,
-            "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX),
-            "failed": s.failed,
-            "failureReason": s.failureReason,
-        }
-        for s in tasks.userStories
-    ]
+    stories = summary_stories(tasks)
     summary: dict[str, Any] = {
         "exit_code": exit_code,
         "reason": reason,

@@ -6,9 +6,28 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ralph.contracts import AUTO_APPROVED_PREFIX
+
 if TYPE_CHECKING:
     from ralph.loop.gates import GateKeeper
     from ralph.tasks import TaskList
+
+
+def summary_stories(tasks: TaskList) -> list[dict[str, Any]]:
+    """Each story's state as ``summary.json`` holds it (``ralph report`` reads the same shape)."""
+    return [
+        {
+            "id": s.id,
+            "title": s.title,
+            "passes": s.passes,
+            "reviewStatus": s.reviewStatus,
+            "reviewCount": s.reviewCount,
+            "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX),
+            "failed": s.failed,
+            "failureReason": s.failureReason,
+        }
+        for s in tasks.userStories
+    ]
 
 
 def build_run_report(
