@@ -371,12 +371,9 @@ def _leftovers(table: dict[int, tuple[int, int]], root: int, shelters: set[int])
 
 
 def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
-        return data[data.rindex(b")") + 2 :].split()[0] == b"Z"
-    except OSError:
-        return True
+    """Dead and waiting to be reaped, or gone."""
+    fields = _stat(pid)
+    return fields is None or fields[0] == b"Z"
 
 
 def _reap(pids: set[int]) -> None:
