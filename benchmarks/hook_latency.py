@@ -139,7 +139,7 @@ def main(argv: list[str]) -> None:
         bridge = HookBridge(loop.settings, loop.host, loop.runner, run_dir, loop.state.marker,
                             emit=loop.emit, cancel=loop.cancel, stop_checks=loop.stop_checks)
         bridge.current = (selection, tasks, None)
-        loop.state.write(run_dir, IterationRecord(1, selection.mode, selection.story_id), selection, tasks)
+        loop.state.write(run_dir, IterationRecord(1, selection.mode, selection.story_id), selection, tasks.snapshot())
         bridge.start()
         command = hook_command()
         # A normal install caches bytecode; PYTHONDONTWRITEBYTECODE (set on some CI machines) makes

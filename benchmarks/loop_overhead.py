@@ -206,7 +206,7 @@ def components(project: Path, root: Path) -> dict[str, list[float]]:
         "policy.select": lambda: loop.policy.select(tasks),
         "policy.is_complete": lambda: loop.policy.is_complete(tasks),
         "prompt render": lambda: loop.render(1, selection, tasks, []),
-        "state.json + marker": lambda: loop.state.write(run_dir, record, selection, before),
+        "state.json + marker": lambda: loop.state.write(run_dir, record, selection, before.snapshot()),
     }
     if RUNNER[0] != "noop":  # the runner's own cost around a process that does nothing
         spec = ProcessSpec(["true"], {}, project)

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 from ralph.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
-    from ralph.contracts import Policy, Runner, Selection, TaskStore
+    from ralph.contracts import Policy, Runner, Selection, Snapshot, TaskStore
     from ralph.loop.records import IterationRecord
     from ralph.settings import Settings
-    from ralph.tasks import TaskList
 
 MARKER_NAME = ".ralph-active"
 STATE_FILE_ENV = "RALPH_STATE_FILE"
@@ -38,8 +37,8 @@ class ActiveState:
         self.tasks_path = tasks_path
         self.marker = self.project_dir / MARKER_NAME
 
-    def payload(self, record: IterationRecord, selection: Selection, before: TaskList) -> dict[str, Any]:
-        """What the marker shows of the iteration (the trusted copy adds the paths)."""
+    def payload(self, record: IterationRecord, selection: Selection, snapshot: Snapshot) -> dict[str, Any]:
+        """What the marker shows of the iteration (the trusted copy adds the paths); ``snapshot``: the pre-iteration list's."""
         return {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "pid": os.getpid(),
@@ -51,15 +50,15 @@ class ActiveState:
             "iteration": record.number,
             "iterationMode": selection.mode,
             "story": selection.story_id,
-            "preIterationSnapshot": {sid: state.as_dict() for sid, state in before.snapshot().items()},
+            "preIterationSnapshot": {sid: state.as_dict() for sid, state in snapshot.items()},
             "ralphDir": str(self.ralph_dir),
             "policy": self.policy.name,
             "store": self.store.name,
         }
 
-    def write(self, run_dir: Path, record: IterationRecord, selection: Selection, before: TaskList) -> None:
+    def write(self, run_dir: Path, record: IterationRecord, selection: Selection, snapshot: Snapshot) -> None:
         """Write ``state.json`` in ``run_dir`` and the marker in the project."""
-        payload = self.payload(record, selection, before)
+        payload = self.payload(record, selection, snapshot)
         trusted = {**payload, "projectDir": str(self.project_dir), "tasksPath": str(self.tasks_path), "runDir": str(run_dir)}
         # compact JSON: json's indenting encoder is pure Python and slow on large task lists
         atomic_write_text(run_dir / "state.json", json.dumps(trusted))

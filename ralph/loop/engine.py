@@ -370,9 +370,10 @@ class Loop:
         """State file, prompt, the agent's session; then the loop's own reading (and repair) of what it left."""
         assert self.run_dir is not None and self.bridge is not None
         before, before_raw = tasks, self.taskfile.last_good  # never mutated: the post-iteration state is a fresh parse
-        self._snapshot_of = None  # built anew each iteration: ``tasks`` may be the last one's list, changed in place since
+        # built anew each iteration (``tasks`` may be the last one's list, changed in place since); the marker shows it too
+        self._snapshot_of = (before, before.snapshot())
         self.bridge.current = (selection, before, checkpoint)
-        self.state.write(self.run_dir, record, selection, before)
+        self.state.write(self.run_dir, record, selection, self._snapshot_of[1])
         prompt = self.render(record.number, selection, tasks, feedback)
         (self.run_dir / f"iteration-{record.number:03d}.prompt.md").write_text(prompt, encoding="utf-8")
         self.emit(
