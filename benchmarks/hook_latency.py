@@ -18,9 +18,10 @@ helper process) and analysing a 1 KB command (target under 2 ms).
 
 ``--loop-only`` skips the calls outside a loop.  The "in the loop's process" rows time the
 answer alone (what the guards and the Stop checks add on the loop's side), without the hook process's start.
-"in loop" runs the client compiled into the run directory, as ``ralph run`` wires it for a runner
-without a hook command of its own; "in loop, source" runs ``client.py`` itself, as sandbox runners
-do.  "cpu ms" is the hook process's own CPU time (median), steadier than wall time on a busy machine.
+"in loop" runs the client compiled into the run directory inside the fail-closed ``/bin/sh`` wrapper
+(``ralph.hooks.wiring.fail_closed_command``), as ``ralph run`` wires it for a runner without a hook
+command of its own; "in loop, source" runs ``client.py`` itself (wrapped), as sandbox runners do; "in
+loop, no wrapper" is the compiled client alone, for the wrapper's cost.  "cpu ms" is the hook process's own CPU time (median), steadier than wall time on a busy machine.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import header, int_arg, ms, open_task_list, percentile, table  # noqa: E402
 
-from ralph.hooks.wiring import compiled_hook_command, hook_command  # noqa: E402
+from ralph.hooks.wiring import compiled_hook_command, fail_closed_command, hook_command  # noqa: E402
 
 EVENTS = {
     "SessionStart": {"source": "startup"},
@@ -155,16 +156,18 @@ def main(argv: list[str]) -> None:
             alone = {**base_env, "RALPH_HOOK_DAEMON": "0"}
             in_loop = {**base_env, **bridge.env()}
             setups: tuple[tuple[str, str, dict[str, str]], ...] = (
-                ("in loop", compiled_hook_command(run_dir), in_loop),
-                ("in loop, source", command, in_loop),
+                ("in loop", fail_closed_command(compiled_hook_command(run_dir)), in_loop),
+                ("in loop, source", fail_closed_command(command), in_loop),
+                ("in loop, no wrapper", compiled_hook_command(run_dir), in_loop),
                 ("no loop, helper", command, helper_env),
                 ("no loop, in-process", command, alone),
                 ("no loop, in-process, no .pyc", command,
                  {**alone, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(root / "nopyc")}),
             )
             if "--loop-only" in argv:
-                setups = setups[:2]
+                setups = setups[:3]
             rows.extend(answers_in_the_loop(bridge, project, runs))
+            rows.extend(answers_beside_a_stall(bridge, project, runs))
             for where, hook, env in setups:
                 for name, extra in EVENTS.items():
                     if name == "PreToolUse 1 KB":
@@ -188,6 +191,7 @@ def main(argv: list[str]) -> None:
         table(rows, left=(0, 1, 6))
         print("targets: PreToolUse in a loop median <= 25 ms, PreToolUse/PostToolUse < 30 ms, Stop < 60 ms")
         grammar_and_parse(runs, base_env)
+        bounded_work(base_env)
         bare, _, bare_cpu = time_calls(f"{shlex.quote(sys.executable)} -S -P -c pass", {}, base_env, project, runs)
         print(f"for scale: bare `python -S -P -c pass` median {ms(statistics.median(bare))} ms "
               f"(min {ms(min(bare))}, cpu {ms(statistics.median(bare_cpu))})")
@@ -248,6 +252,80 @@ def grammar_and_parse(runs: int, env: dict[str, str]) -> None:
     ]
     table(rows, left=(0,))
     print("target: analysing a 1 KB command median <= 2 ms (grammar loading happens once per loop/helper process)")
+
+
+# Inputs that made the analysis do unbounded work before it had budgets (data only: analysed, never run).
+HEAVY = {
+    "the issue's stall: 24 doublings, 200 chars": "a=x;" + "a=$a$a;" * 24 + "echo $a",
+    "40,000 references to a 16 KB value": "a=" + "x" * 16_384 + "; echo " + "$a" * 40_000,
+    "brace sequence {1..99999999}": "echo {1..99999999}",
+    "10 nested 8-value for loops": "for a in 1 2 3 4 5 6 7 8; do " * 10 + "echo $a" + "; done" * 10,
+    "eval of eval (4-way, 6 deep)": "a='eval $a;eval $a;eval $a;eval $a'; eval $a",
+    "8,000-pipe pipeline left open": "x|" * 8000 + "x && '",
+    "3,000 nested functions": "f(){ " * 3000 + "x" + "; }" * 3000,
+    "sed script of 30,000 delimiters": "sed '" + "".join("s" + chr(0x4E00 + i) for i in range(30_000)) + "'",
+    "awk: 16,000 prints": "awk '" + "print " * 16_000 + "'",
+    "90 KB heredoc (ordinary)": "cat > f.py <<'EOF'\n" + "VALUES = [1, 2, 3]  # a | b\n" * 3200 + "EOF\n",
+}
+_PROBE = """
+import json, resource, sys, time
+from ralph.shell import analyze
+analyze("true")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+command = sys.stdin.read()
+cpu, wall = time.process_time(), time.perf_counter()
+result = analyze(command, "/tmp", "/tmp")
+cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+verdict = "unparseable" if result.unparseable else "opaque" if result.opaque else "analysed"
+print(json.dumps([cpu, wall, (after - before) / 1024, before / 1024, result.steps, verdict]))
+"""
+
+
+def bounded_work(env: dict[str, str]) -> None:
+    """Each input that once stalled the guards, analysed in a fresh process: time, peak memory, verdict."""
+    rows = [("input", "chars", "cpu ms", "wall ms", "peak RSS +MB", "steps", "verdict")]
+    base = 0.0
+    for name, command in HEAVY.items():
+        out = subprocess.run([sys.executable, "-P", "-c", _PROBE], input=command, capture_output=True, text=True,
+                             env=env, check=True)
+        cpu, wall, grown, base, steps, verdict = json.loads(out.stdout)
+        rows.append((name, str(len(command)), ms(cpu), ms(wall), f"{grown:.1f}", str(steps), verdict))
+    table(rows, left=(0, 6))
+    print(f"(each in a fresh process whose peak RSS was {base:.0f} MB before the call; the budget is "
+          "ralph.shell.budget.MAX_STEPS work units; target: every one well under a second, memory bounded)")
+
+
+def answers_beside_a_stall(bridge: object, project: Path, runs: int) -> list[tuple[str, ...]]:
+    """An ordinary PreToolUse answered while another thread answers the issue's stalling command."""
+    import threading
+
+    def payload(command: str) -> dict[str, object]:
+        return {"payload": {"hook_event_name": "PreToolUse", "session_id": "bench", "cwd": str(project),
+                            "tool_name": "Bash", "tool_input": {"command": command}},
+                "env": {"CLAUDE_PROJECT_DIR": str(project), "HOME": os.environ.get("HOME", "")}}
+
+    stall = payload(next(iter(HEAVY.values())))
+    ordinary = payload("git status && pytest -q")
+    times, stalls = [], []
+    for _ in range(runs):
+        def answer_stall() -> None:
+            start = time.perf_counter()
+            bridge.answer(stall)  # type: ignore[attr-defined]
+            stalls.append(time.perf_counter() - start)
+
+        worker = threading.Thread(target=answer_stall)
+        worker.start()
+        start = time.perf_counter()
+        bridge.answer(ordinary)  # type: ignore[attr-defined]
+        times.append(time.perf_counter() - start)
+        worker.join()
+    return [
+        ("PreToolUse (stall)", "in the loop's process", ms(min(stalls)), ms(statistics.median(stalls)),
+         ms(percentile(stalls, 0.9)), "", "the issue's stalling command"),
+        ("PreToolUse beside it", "in the loop's process", ms(min(times)), ms(statistics.median(times)),
+         ms(percentile(times, 0.9)), "", "answered while the stall is checked"),
+    ]
 
 
 if __name__ == "__main__":

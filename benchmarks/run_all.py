@@ -27,12 +27,16 @@ HERE = Path(__file__).resolve().parent
 # Flags each known script understands, for --quick.
 QUICK_ARGS: dict[str, list[str]] = {
     "startup": ["--runs", "5"],
+    "codex_sandbox": ["--rounds", "1"],
     "loop_overhead": ["--sizes", "10,1000", "--iterations", "5"],
     "task_selection": ["--sizes", "10,1000,10000"],
     "hook_latency": ["--runs", "5"],
     "sandbox_overhead": ["--runs", "3"],
     "trust_overhead": ["--runs", "5"],
     "trust_checks": ["--sizes", "10,1000"],
+    "metering": ["--calls", "40", "--runs", "2"],
+    "containment_overhead": ["--runs", "5"],
+    "integrity_overhead": ["--runs", "3", "--files", "300"],
 }
 
 

@@ -1,11 +1,12 @@
-"""The per-iteration cost of the trusted-input checks (DESIGN.md, Trust boundary rule 1).
+"""The per-iteration cost of the trusted-input checks (docs/design.md, trust boundary rule 3).
 
 What the loop adds after every iteration, on task lists of 10 to 10,000 stories:
 
-* ``whole-list check``: ``check_list`` comparing the list after the iteration with the one
-  before it and the run's trusted non-story fields (stories, titles, descriptions, criteria,
-  ids, top-level fields), on an unchanged list (the common case) and on a list where the
-  iteration changed one story's review fields and another's priority (legal changes);
+* ``whole-list check``: ``check_list`` applying the review policy's whitelist: the list after the
+  iteration against the one before it and the run's trusted non-story fields (every field of
+  every story, the selected story's transition from the policy's table, top-level fields), on an
+  unchanged list (the common case) and on a list where the iteration submitted its story for
+  review and wrote its notes (legal changes);
 * ``trusted files``: comparing prd.md, prompt.md and the four agent settings files with the
   run's trusted copy (:meth:`TrustedFiles.changed`, nothing to restore);
 * ``trusted view``: the gates' view of the task list with the trusted ``verifyCommands``.
@@ -29,20 +30,24 @@ from _common import header, list_arg, mixed_task_list, ms, repeat, table  # noqa
 from ralph.loop.listcheck import check_list, top_level  # noqa: E402
 from ralph.loop.taskfile import TaskFile  # noqa: E402
 from ralph.loop.trustedfiles import TrustedFiles, protected_files  # noqa: E402
+from ralph.config import RalphConfig  # noqa: E402
+from ralph.settings import Settings  # noqa: E402
 from ralph.tasks import TaskList  # noqa: E402
+from ralph_plugins.policies.review import ReviewPolicy  # noqa: E402
 
 SIZES = [10, 1_000, 10_000]
+POLICY = ReviewPolicy(Settings(project_dir=Path("."), config=RalphConfig()))
 TARGET_MS = 50.0
 """The loop's whole overhead target per iteration at 1,000 stories (benchmarks/README.md)."""
 
 
-def _after(before: TaskList) -> TaskList:
-    """The list an iteration left: one story sent to review, another reprioritised."""
+def _after(before: TaskList) -> tuple[TaskList, str]:
+    """The list an implement iteration left, and its story: the story sent to review, with notes."""
     after = before.model_copy(deep=True)
-    open_stories = [s for s in after.userStories if not s.passes]
-    open_stories[0].reviewStatus = "needs_review"
-    open_stories[-1].priority = 999
-    return after
+    story = next(s for s in after.userStories if not s.passes and s.reviewStatus is None)
+    story.reviewStatus = "needs_review"
+    story.notes = "implemented"
+    return after, story.id
 
 
 def main(argv: list[str]) -> None:
@@ -63,14 +68,16 @@ def main(argv: list[str]) -> None:
         for size in sizes:
             before = TaskList.model_validate(mixed_task_list(size))
             trusted = top_level(before)
-            after = _after(before)
+            after, selected = _after(before)
             same = before.model_copy(deep=True)
             taskfile = TaskFile(None, project / "tasks.json")  # type: ignore[arg-type]
             taskfile.trust(before)
-            assert not check_list(before, after, after.userStories[0].id, trusted).violations
+            assert not check_list(before, after, selected, trusted, policy=POLICY, mode="implement").violations
             cases = [
-                ("whole-list check, unchanged", lambda: check_list(before, same, None, trusted)),
-                ("whole-list check, legal changes", lambda: check_list(before, after, None, trusted)),
+                ("whole-list check, unchanged",
+                 lambda: check_list(before, same, selected, trusted, policy=POLICY, mode="implement")),
+                ("whole-list check, legal changes",
+                 lambda: check_list(before, after, selected, trusted, policy=POLICY, mode="implement")),
                 ("trusted view (gates)", lambda: taskfile.trusted_view(after)),
             ]
             total = statistics.median(files_times)

@@ -4,7 +4,9 @@
   ``alternates``) that runs before every host git call of the loop, and the
   hardened git call itself against a plain one;
 - direct mode: the process sweep after an agent run (a /proc snapshot before,
-  the sweep after) and the agent's push-blocking git environment;
+  the sweep after), the agent's push-blocking git environment, the agent's
+  run-owned config home (made with the login linked in, removed after the
+  session with what the CLI wrote) and the check of the compiled hook client;
 - docker-sandbox: the in-container process sweep after each exec, and a gate
   command in the container against the same command on the host; for
   comparison, a fresh container per iteration (the alternative to the sweep).
@@ -84,23 +86,57 @@ def main() -> None:
         existing = descendants()
         sweep = timed(lambda: kill_new_descendants(existing), runs)
         push_env = timed(lambda: agent_environment(dict(os.environ), project), runs)
+        home, client = agent_config_parts(Path(tmp), runs)
         rows = [("direct mode", "runs", "min", "median", "p90"),
                 row("metadata check (before each loop git call)", check),
                 row("git status, plain (reference)", plain),
                 row("git status, hardened (incl. check)", hardened),
                 row("process sweep after the agent (per iteration)", sweep),
                 row("process snapshot (once per run)", snapshot),
-                row("agent git env, push block (once per run)", push_env)]
+                row("agent git env, push block (once per run)", push_env),
+                row("agent config home: made, login linked, removed with what the CLI wrote", home),
+                row("hook client: checked (put back if changed) before the agent", client)]
         print("times in ms")
         table(rows)
         git_extra = GIT_CALLS * statistics.median(check)
-        direct_total = git_extra + statistics.median(sweep)
+        agent_config = statistics.median(home) + statistics.median(client)
+        direct_total = git_extra + statistics.median(sweep) + agent_config
         print(f"\ndirect: {GIT_CALLS} git calls x {ms(statistics.median(check))} ms check + sweep "
-              f"{ms(statistics.median(sweep))} = {ms(direct_total)} ms per iteration (target <= "
+              f"{ms(statistics.median(sweep))} + config home and hook client {ms(agent_config)} = "
+              f"{ms(direct_total)} ms per iteration (target <= "
               f"{TARGET_DIRECT_MS:.0f} ms: {'met' if direct_total * 1000 <= TARGET_DIRECT_MS else 'NOT met'}); "
               f"hardened minus plain git status: {ms(statistics.median(hardened) - statistics.median(plain))} ms")
         sandbox_part(project, runs, git_extra)
         gitutil.unprotect(project)
+
+
+def agent_config_parts(root: Path, runs: int) -> tuple[list[float], list[float]]:
+    """The run-owned config home of one agent process (made with the person's login linked in, then
+    removed with what Claude Code writes into it in a short session), and the hook client's check."""
+    from ralph.hooks.wiring import CompiledClient
+    from ralph.loop.agenthome import remove_config_home, stable_config_home
+
+    run_dir = root / "run"
+    run_dir.mkdir()
+    login = root / "person" / ".claude" / ".credentials.json"
+    login.parent.mkdir(parents=True)
+    login.write_text('{"claudeAiOauth": {"accessToken": "x"}}')
+
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        home = stable_config_home(run_dir, "claude", {".credentials.json": login})
+        made = time.perf_counter() - started
+        for name, size in ((".claude.json", 2_000), ("projects/p/session.jsonl", 100_000), ("sessions/s.json", 500),
+                           ("shell-snapshots/snapshot.sh", 20_000), ("session-env/s/hook.sh", 0), ("backups/b.json", 2_000)):
+            path = home / name  # what the CLI writes during the session (not timed: it would write it anyway)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"x" * size)
+        started = time.perf_counter()
+        remove_config_home(home)
+        samples.append(made + time.perf_counter() - started)
+    client = CompiledClient(run_dir)
+    return samples, timed(client.restore, runs)
 
 
 def sandbox_part(project: Path, runs: int, git_extra: float) -> None:

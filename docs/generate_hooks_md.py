@@ -14,12 +14,15 @@ HEADER = """# Hook reference
 
 Generated from `ralph/plugin/hookspecs.py` by `docs/generate_hooks_md.py`; do not edit by hand.
 Implement a hook with `@hookimpl` (`from ralph.api import hookimpl`) in a module registered under
-the `ralph` entry-point group (see docs/plugins.md).
+the `ralph` entry-point group (see docs/plugins.md).  Every hook is called through pluggy and
+collects every implementation's answer; `@hookimpl(wrapper=True)` wraps the others except where a
+hook says "no wrappers".  `RALPH_TRACE_PLUGINS=1` prints each call on stderr.
 """
 
 
 def render() -> str:
     from ralph.plugin import hookspecs
+    from ralph.plugin.manager import NO_WRAPPERS
 
     parts = [HEADER]
     for name, func in inspect.getmembers(hookspecs, inspect.isfunction):
@@ -28,6 +31,7 @@ def render() -> str:
         signature = str(inspect.signature(func)).replace("'", "")
         opts = getattr(func, "ralph_spec", {}) or {}
         first = " (firstresult)" if opts.get("firstresult") else ""
+        first += " (no wrappers)" if name in NO_WRAPPERS else ""
         parts.append(f"## `{name}{signature}`{first}\n\n{inspect.cleandoc(func.__doc__ or '')}\n")
     return "\n".join(parts)
 

@@ -16,21 +16,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-__all__ = ["BINARY_ENV_VAR", "CLAUDE_CLI", "CODEX_CLI", "AgentCli", "bundled_binary", "locate_claude_cli", "resolve_binary"]
+__all__ = ["BINARY_ENV_VAR", "CLAUDE_CLI", "CODEX_CLI", "AgentCli", "bundled_binary", "inside_tree", "locate_claude_cli",
+           "path_outside", "resolve_binary"]
+
+
+def inside_tree(path: Path | str, tree: Path | str) -> bool:
+    """Is ``path`` (symlinks resolved) ``tree`` or inside it?"""
+    real, base = os.path.realpath(path), os.path.realpath(tree)
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def path_outside(value: str, tree: Path | str) -> str:
+    """A ``PATH`` value without the entries a program in ``tree`` could be found through: entries
+    inside ``tree`` (``node_modules/.bin``, a project venv) and relative ones (the current folder)."""
+    kept = [entry for entry in value.split(os.pathsep) if entry and os.path.isabs(entry) and not inside_tree(entry, tree)]
+    return os.pathsep.join(kept)
 
 
 def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def _lookup(value: str, base_dir: Path | None) -> Path | None:
-    """``value`` as a path (relative to ``base_dir``) when it has a separator, else a PATH lookup."""
+def _lookup(value: str, base_dir: Path | None, search: str | None = None) -> Path | None:
+    """``value`` as a path (relative to ``base_dir``) when it has a separator, else a lookup on ``search``
+    (a PATH value; None: the process's)."""
     if os.sep in value or (os.altsep and os.altsep in value):
         path = Path(value).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
         return path if _is_executable(path) else None
-    found = shutil.which(value)
+    found = shutil.which(value, path=search)
     return Path(found) if found else None
 
 
@@ -79,13 +94,13 @@ class AgentCli:
         falls back silently."""
         environ = os.environ if environ is None else environ
         if configured:
-            path = _lookup(configured, base_dir)
+            path = _lookup(configured, base_dir, environ.get("PATH"))
             if path is None:
                 return None, "config", f"[tool.ralph.{self.section}] binary = {configured!r} is not an executable file"
             return path, "config", ""
         from_env = environ.get(self.env_var, "")
         if from_env:
-            path = _lookup(from_env, base_dir)
+            path = _lookup(from_env, base_dir, environ.get("PATH"))
             if path is None:
                 return None, "env", f"{self.env_var}={from_env!r} is not an executable file"
             return path, "env", ""
@@ -98,6 +113,22 @@ class AgentCli:
         return None, "none", (
             f"{self.program} CLI not found: set [tool.ralph.{self.section}] binary, set {self.env_var}, "
             f"put {self.program} on PATH, or pip install {self.wheel_label} (it bundles the CLI)"
+        )
+
+
+    def refusal(self, path: Path, source: str, tree: Path) -> str | None:
+        """Why ``path`` (found from ``source``) must not run: it is inside ``tree``, the project the agent
+        writes; None when it is outside.  The wheel's copy inside the project is allowed only when ralph
+        itself is installed there too (the agent could change ralph's own code then: ``ralph doctor`` says so)."""
+        if not inside_tree(path, tree):
+            return None
+        if source == self.wheel_label and inside_tree(Path(__file__).parent, tree):
+            return None
+        where = {"config": f"[tool.ralph.{self.section}] binary", "env": self.env_var, "path": "PATH"}.get(source, source)
+        return (
+            f"the {self.program} CLI found at {path} (from {where}) is inside the project {tree}: ralph never runs a "
+            f"program from the project tree, which the agent can write; install {self.program} outside the project "
+            f"or set [tool.ralph.{self.section}] binary to an absolute path outside it"
         )
 
 

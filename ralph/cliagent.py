@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping
 
-from ralph.claude_cli import AgentCli
+from ralph.claude_cli import AgentCli, path_outside
 from ralph.contracts import Agent, Availability
 
 if TYPE_CHECKING:
@@ -51,10 +51,20 @@ class CliAgent(Agent):
         return self.cli.locate(configured, environ, base_dir)
 
     def resolution(self) -> tuple[Path | None, str, str]:
-        """:meth:`locate` for the configured ``binary`` (relative to the project), found once."""
+        """:meth:`locate` for the configured ``binary`` (relative to the project), found once.
+
+        Never a program inside the project (the agent writes it): PATH entries inside the project
+        (and relative ones) are skipped, and a configured or found executable inside it is refused
+        with the reason (``AgentCli.refusal``).
+        """
         if self._resolved is None:
             base_dir = getattr(self.settings, "project_dir", None)
-            self._resolved = self.locate(self.config_value("binary", None), os.environ, base_dir)
+            environ: Mapping[str, str] = os.environ
+            if base_dir is not None:
+                environ = {**os.environ, "PATH": path_outside(os.environ.get("PATH", os.defpath), base_dir)}
+            path, source, reason = self.locate(self.config_value("binary", None), environ, base_dir)
+            refused = self.cli.refusal(path, source, Path(base_dir)) if path is not None and base_dir is not None else None
+            self._resolved = (None, source, refused) if refused else (path, source, reason)
         return self._resolved
 
     def resolve_binary(self) -> tuple[Path | None, str]:

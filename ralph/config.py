@@ -9,17 +9,30 @@ the fix.
 from __future__ import annotations
 
 import os
-import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ralph.configfile import ENV_PREFIX, find_config_file, state_dir_setting, table_prefix  # noqa: F401 - kept importable here
 from ralph.errors import ConfigError
 
 DEFAULT_MAX_ITERATIONS = 15
 DEFAULT_ITERATION_LIMIT = 100
 DEFAULT_TIMEOUT_SECONDS = 3600.0
+
+
+class ModelPrice(BaseModel):
+    """``[tool.ralph.prices."<model glob>"]``: USD per million tokens (docs/metering.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0, description="uncached input tokens")
+    output: float = Field(ge=0, description="output tokens")
+    cache_read: float | None = Field(None, ge=0, description="cache reads (default: 0.1 x input)")
+    cache_write: float | None = Field(None, ge=0, description="5-minute cache writes (default: 1.25 x input)")
+    cache_write_1h: float | None = Field(None, ge=0, description="1-hour cache writes (default: 2 x input)")
 
 
 class RalphConfig(BaseModel):
@@ -57,7 +70,9 @@ class RalphConfig(BaseModel):
     global_soft_timeout: float | None = Field(None, gt=0, description="seconds of run time before a warning")
     global_hard_timeout: float | None = Field(None, gt=0, description="seconds of run time before the loop stops")
     timeout_multiplier: float = Field(1.0, gt=0, description="multiplies every timeout (complex tasks)")
-    max_cost: float | None = Field(None, gt=0, description="USD for the whole run, from the agent's cost reports")
+    max_cost: float | None = Field(
+        None, gt=0, description="USD for the whole run, from the metered model traffic (else the agent's cost reports)"
+    )
     story_max_cost: float | None = Field(None, gt=0, description="USD per story before it is flagged and skipped")
     on_usage_limit: Literal["wait", "exit"] = Field(
         "wait", description="when the agent hits its usage limit: wait for the reset, or exit with a resume hint"
@@ -66,13 +81,26 @@ class RalphConfig(BaseModel):
     usage_limit_max_wait: float = Field(6 * 3600.0, gt=0, description="longest wait for a reset before exiting")
     rate_limit_wait: float = Field(30.0, gt=0, description="first wait after a 429/overload rejection without retry-after")
     rate_limit_max_backoff: float = Field(900.0, gt=0, description="longest single wait of the doubling rate-limit backoff")
-    max_agent_failures: int = Field(3, ge=1, description="consecutive agent failures with the same error before the run stops")
+    max_agent_failures: int = Field(
+        3, ge=1, description="consecutive agent failures with the same error (or iterations whose commands all failed, "
+        "changing nothing) before the run stops"
+    )
+    metering: bool = Field(
+        True, description="route the agent's model traffic through the loop's meter: cost, tokens and limits from the API itself"
+    )
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict, description="USD per million tokens by model-name glob, before the built-in table"
+    )
     preflight: bool = Field(True, description="check the runner and agent (binary, credentials, files) before iteration 1")
     progress_keep_entries: int = Field(
         20, ge=0, description="progress log entries kept; older ones move to progress-archive.txt (0: keep all)"
     )
     prompt_progress_entries: int = Field(
         3, ge=0, description="progress log entries quoted in the prompt, with the Codebase Patterns section"
+    )
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="project-local plugin files (.py, relative to the project) `ralph run` loads at its start",
     )
 
 
@@ -89,42 +117,8 @@ class ConfigSection(BaseModel):
 
 CORE_KEYS = frozenset(RalphConfig.model_fields)
 # Environment variables that override config keys: RALPH_MAX_ITERATIONS, ...
-ENV_PREFIX = "RALPH_"
-ENV_KEYS = {f"{ENV_PREFIX}{key.upper()}": key for key in CORE_KEYS}
-
-
-def find_config_file(project_dir: Path) -> tuple[Path | None, dict[str, Any]]:
-    """Return the config file used and its ralph table (``{}`` when none).
-
-    ``ralph.toml`` wins over pyproject.toml when both exist, since it exists
-    for no other reason.
-    """
-    ralph_toml = project_dir / "ralph.toml"
-    if ralph_toml.is_file():
-        return ralph_toml, _read_toml(ralph_toml)
-    pyproject = project_dir / "pyproject.toml"
-    if pyproject.is_file():
-        table = _read_toml(pyproject).get("tool", {}).get("ralph", {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"{pyproject}: tool.ralph must be a table, e.g. [tool.ralph]")
-        return (pyproject if table else None), table
-    return None, {}
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-
-
-def table_prefix(source: Path | None) -> str:
-    """How a key is spelled in the source file: ``tool.ralph.`` in pyproject.toml."""
-    if source is not None and source.name == "pyproject.toml":
-        return "tool.ralph."
-    return ""
+ENV_KEYS = {f"{ENV_PREFIX}{key.upper()}": key for key in CORE_KEYS - {"plugins"}}
+"""(``plugins`` is read from the config file alone: ralph/plugin/local.py.)"""
 
 
 def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
@@ -152,8 +146,7 @@ def load_config(
     core_table = {k: v for k, v in table.items() if k in CORE_KEYS}
     for key, value in plugin_tables.items():
         if key not in sections:
-            known = ", ".join(sorted(CORE_KEYS | set(sections)))
-            raise ConfigError(f"{where}: unknown key `{prefix}{key}`; known keys: {known}")
+            raise ConfigError(f"{where}: {_unknown(prefix, key, CORE_KEYS | set(sections))}")
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: `{prefix}{key}` must be a table ([{prefix}{key}])")
 
@@ -171,35 +164,14 @@ def load_config(
         table_of_section = plugin_tables.get(name, {})
         unknown = _unknown_keys(model, table_of_section)
         if unknown:
-            raise ConfigError(
-                "\n".join(f"{where}: unknown key `{prefix}{name}.{key}`; remove it or check its spelling" for key in unknown)
-            )
+            raise ConfigError("\n".join(
+                f"{where}: {_unknown(f'{prefix}{name}.', key, _known_at(model, key))}" for key in unknown
+            ))
         try:
             plugin_config[name] = model.model_validate(table_of_section)
         except ValidationError as exc:
-            raise ConfigError(_explain(exc, where, f"{prefix}{name}.", {}, {})) from None
+            raise ConfigError(_explain(exc, where, f"{prefix}{name}.", {}, {}, model)) from None
     return config, plugin_config, source
-
-
-def state_dir_setting(project_dir: Path, environ: dict[str, str] | None = None) -> str | None:
-    """The ``state_dir`` a ``ralph run`` in ``project_dir`` uses: ``RALPH_STATE_DIR``, else the
-    config file's (None: the default state directory).
-
-    Read without validating the rest of the config or loading plugins, for the commands that
-    look at past runs (``ralph status``, ``restore``, ``archive``): they must find the runs
-    where ``ralph run`` put them.
-    """
-    environ = dict(os.environ) if environ is None else environ
-    from_env = environ.get(f"{ENV_PREFIX}STATE_DIR", "")
-    if from_env:
-        return from_env
-    source, table = find_config_file(project_dir)
-    value = table.get("state_dir")
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{source}: `{table_prefix(source)}state_dir` must be a string (a directory)")
-    return value
 
 
 def _unknown_keys(model: type[BaseModel], table: dict[str, Any], path: str = "") -> list[str]:
@@ -221,6 +193,25 @@ def _unknown_keys(model: type[BaseModel], table: dict[str, Any], path: str = "")
     return unknown
 
 
+def _unknown(prefix: str, key: str, known: Iterable[str]) -> str:
+    """``unknown key `PATH`; did you mean `KEY`?`` (the closest known key), else how to fix it."""
+    from ralph.spelling import closest
+
+    found = closest(key.rsplit(".", 1)[-1], known)
+    return f"unknown key `{prefix}{key}`; " + (f"did you mean `{found}`?" if found else "remove it or check its spelling")
+
+
+def _known_at(model: type[BaseModel], dotted: str) -> set[str]:
+    """The keys the table at ``dotted``'s parent accepts (``limits.cpu``: the fields of ``limits``'s model)."""
+    for part in dotted.split(".")[:-1]:
+        field = model.model_fields.get(part)
+        nested = _model_of(field.annotation) if field is not None else None
+        if nested is None:
+            return set()
+        model = nested
+    return {field.alias or name for name, field in model.model_fields.items()}
+
+
 def _model_of(annotation: Any) -> type[BaseModel] | None:
     """The pydantic model a field holds (``Limits`` for ``Limits`` or ``Limits | None``), or None."""
     from typing import get_args
@@ -232,7 +223,8 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 
 def _explain(
-    exc: ValidationError, where: str, prefix: str, env_values: dict[str, Any], cli: dict[str, Any]
+    exc: ValidationError, where: str, prefix: str, env_values: dict[str, Any], cli: dict[str, Any],
+    model: type[BaseModel] = RalphConfig,
 ) -> str:
     """One line per problem: ``file: `tool.ralph.review_cap` must be ... (got 0)``."""
     lines = []
@@ -240,7 +232,7 @@ def _explain(
         key = ".".join(str(part) for part in error["loc"])
         top = str(error["loc"][0]) if error["loc"] else ""
         if error["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key `{prefix}{key}`; remove it or check its spelling")
+            lines.append(f"{where}: {_unknown(prefix, key, _known_at(model, key))}")
             continue
         origin = where
         if cli.get(top) is not None:

@@ -11,14 +11,14 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Sequence
 
 from ralph.events import EventKind
 
 if TYPE_CHECKING:
     from ralph.plugin.manager import Registry
     from ralph.settings import Settings
-    from ralph.tasks import TaskList
+    from ralph.tasks import Story, TaskList
 
 IterationMode = Literal["implement", "review", "review-fix"]
 """The three iteration modes: implement a story, review it, fix what a review asked for."""
@@ -121,6 +121,76 @@ class AgentEvent:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+CHANNEL_ENV = ("RALPH_RUN_DIR", "RALPH_HOOK_SOCKET", "RALPH_HOOK_TOKEN", "RALPH_STATE_FILE", "RALPH_TASKS_FILE")
+"""The environment names :meth:`AgentChannel.env` gives the channel's fields (for scripts and older agents)."""
+
+
+@dataclass(frozen=True)
+class AgentChannel:
+    """The agent's way back to the loop, as data: what the hook client needs, where the agent runs.
+
+    The loop builds it for this machine; the runner remaps it through :meth:`Runner.agent_channel`
+    to where the agent really runs (paths in a container, a node's relay socket ...); the agent
+    renders it into its CLI's own format (Claude Code: a ``--settings`` file with ralph's hooks;
+    Codex: ``-c hooks.*`` overrides), as files on :attr:`ProcessSpec.files`.  No plugin parses
+    another plugin's format.
+    """
+
+    hook_socket: Path
+    """The Unix socket the hook client talks to (the loop's own, or a runner's relay)."""
+    token: str
+    """The run's token: every hook request carries it (a request without it is refused)."""
+    run_dir: Path
+    """The run directory as the agent sees it (outside the project; loop-owned files such as the
+    settings file an agent renders go here: see :attr:`ProcessSpec.files`)."""
+    state_file: Path
+    """The loop's ``state.json`` (the iteration's trusted snapshot), as the agent sees it."""
+    tasks_file: Path
+    """The task list the agent works on, as the agent sees it."""
+    hook_command: tuple[str, ...]
+    """The hook client's command line (argv) where the agent runs."""
+    model_endpoint: str | None = None
+    """A loop-owned model endpoint (base URL) the agent's CLI talks to, or None (the CLI's own)."""
+    config_home: Path | None = None
+    """A run-owned configuration directory for the agent's CLI (Claude Code's config dir,
+    ``CODEX_HOME``), or None (the CLI's own)."""
+    loader_env: Mapping[str, str] = field(default_factory=dict)
+    """Values pinned for the variables that could load code into the hook process (``PYTHONPATH``,
+    ``LD_PRELOAD`` ...): this machine's when the agent runs here, empty in a sandbox."""
+
+    def env(self) -> dict[str, str]:
+        """The channel as ``RALPH_*`` environment variables (:data:`CHANNEL_ENV`)."""
+        values = (self.run_dir, self.hook_socket, self.token, self.state_file, self.tasks_file)
+        return {name: str(value) for name, value in zip(CHANNEL_ENV, values)}
+
+    def hook_env(self) -> dict[str, str]:
+        """What the hook process must see whatever the agent sets: :meth:`env` and :attr:`loader_env`."""
+        return {**self.loader_env, **self.env()}
+
+    def hook_command_line(self) -> str:
+        """:attr:`hook_command` as one shell command line (what settings files and ``-c`` overrides hold)."""
+        import shlex
+
+        return shlex.join(self.hook_command)
+
+    def remap(self, old: Path, new: Path) -> AgentChannel:
+        """This channel with every path under ``old`` moved under ``new`` (a checkout or run
+        directory that lives elsewhere where the agent runs)."""
+        import dataclasses
+
+        def moved(path: Path) -> Path:
+            try:
+                return new / Path(path).relative_to(old)
+            except ValueError:
+                return path
+
+        return dataclasses.replace(
+            self, hook_socket=moved(self.hook_socket), run_dir=moved(self.run_dir), state_file=moved(self.state_file),
+            tasks_file=moved(self.tasks_file),
+            config_home=moved(self.config_home) if self.config_home is not None else None,
+        )
+
+
 @dataclass
 class AgentInvocation:
     """Everything an agent needs to build one iteration's process."""
@@ -131,9 +201,11 @@ class AgentInvocation:
     iteration: int
     model: str | None = None
     hook_settings: Path | None = None
-    """A Claude Code settings file (outside the project) wiring ralph's hooks."""
+    """A Claude Code settings file wiring ralph's hooks, as a path where the agent runs.  The loop
+    sets it only for agents without :attr:`Agent.uses_channel` (and writes the file for them);
+    channel-aware agents render :attr:`channel` themselves."""
     env: dict[str, str] = field(default_factory=dict)
-    """Extra environment the loop wants the agent to see (RALPH_* variables)."""
+    """Extra environment the loop wants the agent to see (the channel's ``RALPH_*`` variables)."""
     purpose: str = "iteration"
     """``iteration`` for a loop iteration; a gate's name for an extra call (``quality``)."""
     mode: str | None = None
@@ -145,6 +217,9 @@ class AgentInvocation:
     read_only: bool = False
     """The session must not change the project (a reviewer gate): agents that can enforce
     it (a read-only sandbox, disallowed edit tools) do; the loop undoes changes anyway."""
+    channel: AgentChannel | None = None
+    """The way back to the loop where the agent runs (None outside a loop): render it into the CLI's
+    own hook wiring (see :class:`AgentChannel`)."""
 
 
 @dataclass
@@ -163,6 +238,25 @@ class ProcessSpec:
     program: str | None = None
     """The logical program (``claude``) so a runner that does not share this
     machine's filesystem can substitute its own copy of ``argv[0]``."""
+    files: dict[Path, str] = field(default_factory=dict)
+    """Loop-owned files the process needs before it starts (a settings file), by their path where it
+    runs (under the channel's run directory): the runner writes them there (on this machine, into a
+    container's mount, shipped to a node) before it starts the process; ``run_process`` writes them
+    on this machine."""
+    channel: AgentChannel | None = None
+    """The channel the process was built for (the loop fills it in when the agent did not): a runner
+    reads the hook socket and run directory it must make reachable from here, never from ``env``."""
+
+    def write_files(self, root: Path | None = None) -> None:
+        """Write :attr:`files` on this machine (atomically, mode 0600, parents created); with ``root``,
+        each path is taken relative to ``/`` under ``root`` (a directory that is ``/`` elsewhere)."""
+        from ralph.fsutil import atomic_write_text
+
+        for path, text in self.files.items():
+            target = Path(path) if root is None else root / Path(path).relative_to("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(target, text)
+            os.chmod(target, 0o600)
 
 
 class Agent(ABC):
@@ -170,6 +264,10 @@ class Agent(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    uses_channel: ClassVar[bool] = False
+    """True when :meth:`process` renders ``invocation.channel`` itself.  For an agent that does not
+    (written before the channel existed), the loop still passes a Claude Code settings file as
+    ``invocation.hook_settings`` and writes it where the agent runs."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -186,6 +284,19 @@ class Agent(ABC):
     def parse_line(self, line: str) -> list[AgentEvent]:
         """Turn one line of the agent's stdout into zero or more events."""
 
+    def login_files(self, view: AgentView) -> dict[str, Path | bytes] | None:
+        """The person's login this agent's CLI needs in a run-owned config home, or None (no home).
+
+        An agent whose CLI reads settings, hooks or MCP servers from a user-scope config directory
+        (``~/.claude``, ``~/.codex``) returns a dict, empty or not: the loop then makes a fresh, private
+        directory for every process of it (in the run directory, outside the project) with these
+        entries in it, name in the home -> the person's file as ``view`` shows where the agent runs
+        (or its bytes, for a login kept elsewhere), and passes it (the agent points its CLI at it:
+        ``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``).  Nothing else of the person's configuration is
+        copied: what the agent writes there never reaches another session.  Default: None.
+        """
+        return None
+
     def preflight(self, context: PreflightContext) -> list[Check]:
         """Checks run once before iteration 1 (and by ``ralph doctor``).
 
@@ -197,6 +308,27 @@ class Agent(ABC):
         quick: seconds, not minutes.
         """
         return []
+
+    def credential_check(self, view: AgentView) -> Check | None:
+        """Whether the agent has credentials where ``view`` shows it (passed or failed, with the fix),
+        or None when it needs none or cannot tell (the default).
+
+        ``--runner auto`` asks before it chooses a sandbox: when the agent can log in on this
+        machine but not in the sandbox (a subscription login kept in the host's config directory or
+        keychain, which a container does not see), ``auto`` runs the agent directly instead and says
+        why, with the failed check's fix (how to give the sandbox a credential of its own).
+        """
+        return None
+
+    def model_upstream(self) -> str | None:
+        """The model API base URL this agent's CLI would talk to, when the CLI can be pointed at another.
+
+        Return it, and render the invocation's model endpoint (the loop's meter, which forwards
+        there) as the CLI's base URL: then the loop's cost, tokens, rate and usage limits come from
+        the model traffic itself (docs/metering.md).  None (the default): the agent is not metered
+        and the loop takes its own cost reports (sanitized: a report never lowers the cost).
+        """
+        return None
 
 
 # -- runners --------------------------------------------------------------------
@@ -215,7 +347,8 @@ class ProcessOutcome:
     stderr: str = ""
     """The end of its stderr (``run_process`` keeps the last 200 lines)."""
     swept: list[int] = field(default_factory=list)
-    """Processes the run left behind, killed after it ended (pids; ``run_process`` fills it)."""
+    """Processes the run left behind, killed when it ended (pids; ``run_process`` fills it: in a pid
+    namespace, as the namespace numbers them)."""
 
 
 @dataclass
@@ -280,6 +413,12 @@ class Runner(ABC):
         home = os.environ.get("HOME")
         return AgentView(env=dict(os.environ), home=Path(home) if home else Path.home())
 
+    def model_endpoint_host(self) -> str | None:
+        """The address on this machine where the loop's model meter must listen for this runner's
+        agents to reach it (``127.0.0.1`` for a process here; a container network's gateway), or
+        None (the default): the agent cannot reach a loop-owned endpoint, and is not metered."""
+        return None
+
     def preflight(self, context: PreflightContext) -> list[Check]:
         """Checks of this runner run once before iteration 1 (and by ``ralph doctor``).
 
@@ -306,18 +445,53 @@ class Runner(ABC):
     """Set on the runner ``auto`` fell back to: why the preferred one was not used."""
 
     def hook_command(self) -> str | None:
-        """The command the agent runs for ralph's hooks where this runner runs it.
+        """The command the agent runs for ralph's hooks where this runner runs it (older form of
+        :meth:`agent_channel`, which the default applies).
 
-        None means the host's own (``<python> -S -P .../ralph/hooks/client.py``).  A
+        None means the host's own (``<python> -I -S .../ralph/hooks/client.py``).  A
         container or remote runner returns what works inside its environment; the
-        hook reaches the loop over the socket named by ``RALPH_HOOK_SOCKET``, which
-        the runner must make reachable.
+        hook reaches the loop over the channel's socket, which the runner must make reachable.
         """
         return None
+
+    def agent_channel(self, channel: AgentChannel) -> AgentChannel:
+        """The loop's channel (as this machine sees it) remapped to where this runner runs the agent.
+
+        The one place a runner translates the channel: paths in a container or on a node, the hook
+        client that works there, a relay's socket instead of the loop's, a model endpoint reachable
+        from there.  Called for every agent process, after :meth:`prepare`; the process's
+        :class:`ProcessSpec` then carries the result (``spec.channel``) and the files rendered from
+        it (``spec.files``).  The default returns ``channel`` with :meth:`hook_command`'s command
+        when it gives one.
+        """
+        import dataclasses
+        import shlex
+
+        command = self.hook_command()
+        if command:
+            return dataclasses.replace(channel, hook_command=tuple(shlex.split(command)))
+        return channel
+
+    def bring_back(self) -> None:  # noqa: B027 - optional hook
+        """Make the project show the agent's work so far, while the agent still runs.
+
+        Called (from the hook server's thread) before the loop's Stop checks read the project.
+        A runner whose agent works on the project itself does nothing (the default); one whose
+        agent works on its own checkout ships that work back here, checked as after the run.
+        Raising makes the Stop hook block with the error.
+        """
 
     def resolve(self, registry: Registry) -> Runner:
         """The runner that will really run; ``auto`` returns its choice from ``registry``."""
         return self
+
+    def resolve_for(self, registry: Registry, agents: Sequence[Agent]) -> Runner:
+        """The runner that will really run ``agents`` (the run's agent and review agent).
+
+        The default is :meth:`resolve`'s choice; ``auto`` also asks each agent whether it has
+        credentials in the sandbox it would choose (:meth:`Agent.credential_check`).
+        """
+        return self.resolve(registry)
 
 
 # -- fleet engines --------------------------------------------------------------
@@ -395,19 +569,136 @@ class Violation:
         return self.severity == "error"
 
 
+@dataclass(frozen=True)
+class Transition:
+    """One legal change of the selected story's state fields in a mode, and how the prompt teaches it.
+
+    ``allows(old, new)`` says whether the selected story may go from ``old`` (before the iteration:
+    the story itself in a loop; outside one, a :class:`StoryState`, which holds only ``passes``,
+    ``reviewStatus`` and ``reviewCount``) to ``new`` (the story after it).  ``prompt`` lists phrases
+    the rendered prompt of that mode must contain (compared with whitespace collapsed).
+    """
+
+    name: str
+    allows: Callable[[Any, Any], bool]
+    prompt: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModeRules:
+    """What an iteration of one mode may change in the task list: the policy's whitelist for the mode.
+
+    Only the iteration's (selected) story may change.  Its state fields (``Policy.state_fields``)
+    change only as one of ``transitions`` allows; when none of them allows leaving them unchanged,
+    the mode must decide (a review gives a verdict).  ``fields`` are its other fields the mode may
+    set freely; with ``split`` the story may be split: it keeps some of its acceptance criteria and
+    new stories take the others, word for word.  Every other change is undone by the loop, logged
+    and told to the next iteration, and the fields only the loop or only a person sets
+    (``ralph.tasks.LOOP_FIELDS``, ``PERSON_FIELDS``) are never the mode's, whatever ``fields`` says.
+    """
+
+    transitions: tuple[Transition, ...]
+    fields: frozenset[str] = frozenset({"notes"})
+    split: bool = False
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """A story whose state fields an iteration changed (or had to change), judged by the mode's table.
+
+    ``kind``: ``selected`` (the iteration's story: ``legal`` when ``transition`` allows it),
+    ``undecided`` (the selected story unchanged where the mode must decide), ``other`` (another
+    story: never legal; ``transition`` names what would have allowed it on the selected story),
+    ``new`` (an added story whose state is not the policy's initial state).  ``selected`` is the
+    iteration's story, None when it is not known (the Stop hook without a loop).
+    """
+
+    story_id: str | None
+    kind: Literal["selected", "undecided", "other", "new"]
+    diffs: tuple[tuple[str, Any, Any], ...]
+    """``(field, before, after)`` per changed state field (``before`` is the initial value for ``new``)."""
+    legal: bool = False
+    transition: str | None = None
+    selected: str | None = None
+    old: Any = None
+    new: Any = None
+
+
+@dataclass(frozen=True)
+class GateAttempt:
+    """One failed attempt of a story at a gate, as the loop recorded it."""
+
+    gate: str
+    exit_code: int | None
+    timed_out: bool
+    error_hash: str
+
+
+@dataclass(frozen=True)
+class StoryHistory:
+    """What the loop knows of a story's past when a policy selects (``Policy.select_next``)."""
+
+    story_id: str
+    iterations: Mapping[str, int] = field(default_factory=dict)
+    """This run's iterations on the story, per mode."""
+    failures: int = 0
+    """Failed gate attempts recorded for the story (this run and earlier runs, until it is approved)."""
+    stuck: int = 0
+    """How many failed attempts in a row ended with the same error."""
+    attempts: tuple[GateAttempt, ...] = ()
+    """The last failed attempts (at most three), oldest first."""
+
+
+def _no_history(story_id: str) -> StoryHistory:
+    return StoryHistory(story_id)
+
+
+_UNSET = object()
+
+REVIEW_STATE: Mapping[str, Any] = {"passes": False, "reviewStatus": None, "reviewCount": 0, "reviewFeedback": ""}
+"""The task model's review fields and the values a new story starts with."""
+
+
 class Policy(ABC):
-    """Chooses iteration modes and stories, and says which transitions are legal."""
+    """Chooses iteration modes and stories, and declares what each mode may change in the task list.
+
+    The declaration is data: ``state_fields`` (the story fields that hold the policy's state of a
+    story), ``initial_state`` (their values on a new story) and ``table`` (a :class:`ModeRules` per
+    mode).  The loop derives every check from it (``ralph.transitions``, ``ralph/loop/listcheck.py``):
+    the selected story's legal transitions, the other stories left alone, splits that move criteria
+    verbatim.  A policy without a ``table`` (written before it existed) is asked through
+    :meth:`transition_violations` instead.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     uses_review: ClassVar[bool] = True
+    """False for a policy without a review cycle (the prompt's ``skip-review`` sections apply)."""
+    state_fields: ClassVar[tuple[str, ...]] = tuple(REVIEW_STATE)
+    """The story fields that hold this policy's state of a story (the task model's review fields by
+    default; a policy may use its own fields, kept as extra keys of the story)."""
+    initial_state: ClassVar[Mapping[str, Any]] = REVIEW_STATE
+    """The value of each state field on a story that was just added."""
+    table: ClassVar[Mapping[str, ModeRules] | None] = None
+    """The whitelist per iteration mode (None: the policy checks transitions itself)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
+    def rules(self, mode: str) -> ModeRules | None:
+        """The mode's rules from :attr:`table` (None: the policy declares none for ``mode``)."""
+        return (self.table or {}).get(mode)
+
     @abstractmethod
     def select(self, tasks: TaskList) -> Selection | None:
         """The next iteration's mode and story, or None when nothing is left."""
+
+    def select_next(self, tasks: TaskList, history: Callable[[str], StoryHistory] = _no_history) -> Selection | None:
+        """What the loop calls: :meth:`select`, with each story's past at hand (``history(story_id)``).
+
+        Override this instead of :meth:`select` to choose by attempts and gate results.
+        """
+        return self.select(tasks)
 
     @abstractmethod
     def is_complete(self, tasks: TaskList) -> bool:
@@ -417,11 +708,65 @@ class Policy(ABC):
     def prompt_section(self, selection: Selection, tasks: TaskList) -> str:
         """Markdown appended to the prompt telling the agent this iteration's job."""
 
-    @abstractmethod
-    def transition_violations(
-        self, mode: IterationMode, before: Snapshot, tasks: TaskList
-    ) -> list[Violation]:
-        """Illegal changes to review fields between ``before`` and ``tasks``."""
+    def transition_violations(self, mode: IterationMode, before: Snapshot, tasks: TaskList) -> list[Violation]:
+        """Illegal changes of state fields between ``before`` and ``tasks`` (the iteration's story not known).
+
+        Derived from :attr:`table`; the Stop hook asks it outside a loop.  In a loop the loop applies
+        the whole whitelist itself, with the selected story known.
+        """
+        from ralph.transitions import state_violations
+
+        return state_violations(self, mode, before, tasks.userStories, None)
+
+    def describe_changes(self, mode: str, changes: list[StateChange]) -> list[Violation]:
+        """The violations, in words the agent can act on, for the illegal ones of ``changes``.
+
+        Wording only: whether a change is legal was decided by the table.  The default names the
+        fields, their values and the mode's legal transitions.
+        """
+        from ralph.transitions import describe
+
+        return describe(self, mode, changes)
+
+    def invariant_violations(self, tasks: TaskList, review_cap: int) -> list[Violation]:
+        """What must hold for every story in any state of this policy (the ``invariants`` validator asks)."""
+        return []
+
+    def restore_state(self, story: Any, old: Any | None) -> None:
+        """Put ``story``'s state fields back as they were in ``old`` (None: a new story, to the initial state)."""
+        for name in self.state_fields:
+            value = self.initial_state.get(name) if old is None else getattr(old, name, _UNSET)
+            if value is not _UNSET:
+                setattr(story, name, value)
+            elif name in (getattr(story, "__pydantic_extra__", None) or {}):
+                delattr(story, name)  # a key of the policy's own that the story did not have
+
+    def send_back(self, story: Any, mode: str, gate: str, old: Any | None) -> list[str]:
+        """A hard gate failed on ``story`` after a ``mode`` iteration: undo its verdict; what changed, in words.
+
+        ``old`` is the story before the iteration.  The default puts the state fields back as they were.
+        """
+        from ralph.transitions import fmt
+
+        changed = []
+        for name in self.state_fields:
+            was = self.initial_state.get(name) if old is None else getattr(old, name, None)
+            now = getattr(story, name, None)
+            if was != now:
+                setattr(story, name, was)
+                changed.append(f"{name} {fmt(now)} → {fmt(was)}")
+        return changed
+
+    def unselectable_reason(self, tasks: TaskList) -> str:
+        """Why this policy selects no story of ``tasks`` although it is not complete, for a person."""
+        from ralph.tasks import blocked_reason
+
+        waiting = [s for s in tasks.userStories if not s.passes and not s.failed]
+        if waiting:
+            return blocked_reason(tasks, waiting)
+        if not tasks.userStories:
+            return "the task list has no stories"
+        return "the policy selects none of the stories in their current state"
 
 
 # -- task stores ----------------------------------------------------------------
@@ -473,8 +818,21 @@ class ValidationContext:
     """The pre-iteration review fields (None outside an iteration).  The loop builds them once per
     iteration; each context holds its own copy of the dict, so changing it affects no other check."""
     review_cap: int
-    skip_review: bool
+    skip_review: bool | None = None
+    """The seeds' ``skipReview`` flag: Checks 2 and 2.5 off.  None (the default): from the policy
+    (``not policy.uses_review``), one fact in one place."""
     check_git: bool = True
+    story_id: str | None = None
+    """The iteration's story (None outside an iteration)."""
+    before: TaskList | None = None
+    """The task list before the iteration, when the loop checks it: the loop then applies the policy's
+    whole whitelist itself (``ralph/loop/listcheck.py``) and the ``transitions`` validator leaves it
+    to the loop.  None outside a loop (the Stop hook without one), where the validator judges the
+    :attr:`snapshot`.  Read only, like :attr:`tasks`."""
+
+    def __post_init__(self) -> None:
+        if self.skip_review is None:
+            self.skip_review = not self.policy.uses_review
 
 
 # -- loop events ----------------------------------------------------------------
@@ -612,6 +970,17 @@ class GateContext:
     """Run a shell command where the agent runs (the runner's :meth:`Runner.run_command`)."""
     where: str = "host"
     """Where the runner runs the agent and ``run_command``: ``host`` or ``sandbox``."""
+    run_command_in: Callable[[str, Path, float | None], CommandResult] | None = None
+    """``run_command_in(command, cwd, timeout)``: like :attr:`run_command`, in ``cwd``: the project or a
+    directory the loop made outside it (the trusted tests' tree)."""
+    trusted_story: Story | None = None
+    """The selected story as the task list held it when the run started (None: added during the run).
+    Person-only fields (``allowTestChanges``) are read from it, never from the list the agent can write."""
+    iteration_started: float | None = None
+    """When the iteration's agent started (``CLOCK_REALTIME_COARSE`` seconds, the clock of file times)."""
+    final: bool = False
+    """True for the run of the ``on_final_tree`` gates on the final tree, before a run may end
+    "complete" (``mode`` and ``story_id`` are then the last iteration's)."""
 
 
 @dataclass
@@ -630,6 +999,8 @@ class GateResult:
     """Structured details for the event log and the report (a reviewer's verdict ...)."""
     where: str = "host"
     """Where the gate's commands ran: ``host`` or ``sandbox``."""
+    skipped: bool = False
+    """The gate had nothing to check after this iteration (it passed; no ``gate`` event is emitted)."""
 
 
 class Gate(ABC):
@@ -641,6 +1012,9 @@ class Gate(ABC):
     order: ClassVar[int] = 100
     default_soft_timeout: ClassVar[float | None] = None
     default_hard_timeout: ClassVar[float | None] = None
+    on_final_tree: ClassVar[bool] = False
+    """Also run once more on the final tree before a run may end "complete" (``GateContext.final``):
+    for gates that check the whole tree deterministically (the ``tests`` gate), not a story's diff."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

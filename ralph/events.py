@@ -82,7 +82,8 @@ class EventKind(str, Enum):
         "The run ended, however it ended. Payload: exit_code, reason, iterations, max_iterations, "
         "cost_usd, elapsed, stories (id, title, passes, reviewStatus, reviewCount, autoApproved), "
         "records (one dict per iteration), report (the end-of-run report), stash (when work was "
-        "stashed).",
+        "stashed), usage (tokens), metering (metered_iterations, reported_cost_usd: what the agents' "
+        "output claimed, model_requests, quota: the subscription windows the API last reported).",
     )
     RUN_STOPPED = (
         "run_stopped",
@@ -141,18 +142,54 @@ class EventKind(str, Enum):
     )
     USAGE_LIMIT = (
         "usage_limit",
-        "The agent reported its usage limit. Payload: iteration, message, resume_at, wait (seconds).",
+        "The iteration ended on the usage limit (from the metered model traffic; for an agent that "
+        "is not metered, from its own report). Payload: iteration, message, resume_at, wait (seconds), "
+        "counted (whether the iteration counts: it does unless the meter saw the model answer nothing "
+        "and the tree and task list are unchanged).",
     )
     RATE_LIMIT = (
         "rate_limit",
-        "The model API rejected a call (rate limit, overload); the loop waits and retries, the "
-        "iteration does not count. Payload: iteration, message, wait (seconds), retry_at, basis "
-        "(retry-after or backoff), attempt.",
+        "The model API rejected a call (rate limit, overload) and the agent gave up; the loop waits "
+        "and goes on. Payload: iteration, message, wait (seconds), retry_at, basis (retry-after or "
+        "backoff), attempt, counted (as for usage_limit).",
+    )
+    MODEL_REQUEST = (
+        "model_request",
+        "The loop's meter forwarded one model call (ralph/metering). Payload: iteration, session, path, "
+        "model, status, usage (input, cache_read, cache_write, output), cost (USD at the price table's "
+        "rate, null when the model has none), answered, complete, seconds, first_byte, bytes, and when "
+        "present limit (usage_limit, rate_limit, context_overflow), retry_after, resets_at, error, "
+        "error_type, quota (the subscription windows: status, reset, windows {5h, 7d ...: utilization, "
+        "reset, status}).",
+    )
+    METERING_STARTED = (
+        "metering_started",
+        "The run's model meter listens (the first metered agent is about to run). Payload: url.",
+    )
+    MODEL_REQUESTS_REFUSED = (
+        "model_requests_refused",
+        "The meter refused model calls that came for an agent session after it had ended (a process "
+        "that outlived its iteration). Payload: session, refused (count).",
+    )
+    METERING_ERROR = ("metering_error", "The meter failed inside itself (reported at the end of the run). Payload: error.")
+    EXTRA_SESSION_COST = (
+        "extra_session_cost",
+        "A gate's extra agent session ended; its cost counts toward the run's budget. Payload: label, "
+        "cost, usage, metered, reported_cost (what the agent's output claimed), cost_so_far.",
     )
     AGENT_FAILING = (
         "agent_failing",
-        "The agent failed the same way several iterations in a row; the run stops (exit 7). Payload: "
-        "iteration, times, reason.",
+        "The agent failed the same way several iterations in a row, or every command it ran failed and "
+        "nothing changed in as many iterations in a row; the run stops (exit 7). Payload: iteration, times, "
+        "reason (the error; for commands, the first one's output), cause (exit: the agent's process; "
+        "commands: its tool calls).",
+    )
+    COMMANDS_FAILED = (
+        "commands_failed",
+        "Every tool call of the iteration failed (calls the guards denied apart) and the project is as "
+        "the iteration found it: a broken environment, such as a sandbox that cannot start a command. "
+        "Payload: iteration, calls, errors, denied (results of calls the guards denied), first_error (the "
+        "first failed call's output, at most 1000 characters).",
     )
     USAGE_LIMIT_WAIT = (
         "usage_limit_wait",
@@ -170,23 +207,35 @@ class EventKind(str, Enum):
     HOOK_ERROR = ("hook_error", "The hook server failed to answer a call. Payload: error.")
     VIOLATION = (
         "violation",
-        "A validator found a broken rule after the iteration. Payload: iteration, check, story, "
-        "message, severity (error or warning).",
+        "A validator found a broken rule after the iteration (or a gate did: its result's "
+        "data['violations'], check = the gate's name, e.g. test-integrity naming file and line). "
+        "Payload: iteration, check, story, message, severity (error or warning).",
     )
     TRANSITION_UNDONE = (
         "transition_undone",
-        "The loop restored illegal review-field changes. Payload: iteration, stories, reasons.",
+        "The loop restored illegal review-field (state-field) changes: the policy's transition table did not "
+        "allow them. Payload: iteration, stories, reasons.",
     )
     TASK_LIST_RESTORED = (
         "task_list_restored",
-        "The loop undid changes to the task list an iteration may not make (deleted stories, other "
-        "stories' text, trusted fields). Payload: iteration, fields, reinserted, reverted, dropped.",
+        "The loop undid changes to the task list outside the policy's whitelist (deleted stories, other "
+        "stories' fields, loop-only fields, stories added outside a legal split, trusted fields). Payload: "
+        "iteration, fields, reinserted, reverted, reverted_fields (story id -> fields), dropped, reordered, reasons.",
     )
     PROTECTED_FILE_RESTORED = (
         "protected_file_restored",
-        "A file the agent must not change (prd.md, prompt.md, .claude/settings*, .codex config, ralph.toml, "
+        "A file the agent must not change (prd.md, prompt.md, .claude/settings*, .mcp.json, .codex config, ralph.toml, "
         "pyproject.toml's [tool.ralph]) was restored from the run's trusted copy (how: changed, deleted, created, "
-        "replaced), or reported without a restore (how: reported). Payload: iteration, path, how, message.",
+        "replaced; part: [tool.ralph] when only the table went back, the agent's other edits of the file kept), or "
+        "reported without a restore (how: reported; ralph's own loop no longer emits it). Payload: iteration, path, "
+        "how, message, part.",
+    )
+    LOOP_FILE_REPLACED = (
+        "loop_file_replaced",
+        "After an iteration a file the loop reads and writes in the project (the task file, the progress log "
+        "or its archive, the .ralph-active marker) was a symlink, a hard link or a special file, or a folder on "
+        "the way was a symlink: the loop removed it (never following it) and put back its own copy. Payload: "
+        "iteration, path (the offending path), what (a symlink ...), restored (what was put back), message.",
     )
     PROGRESS_TRIMMED = (
         "progress_trimmed",
@@ -208,6 +257,12 @@ class EventKind(str, Enum):
         "timed_out, seconds, cost, cost_so_far, promise (the agent printed the completion tag), "
         "violations (count), undone (story ids).",
     )
+    STORY_STATES = (
+        "story_states",
+        "The stories as the loop last read and checked the task list (`ralph serve` shows them while the run "
+        "goes on): after run_started and after every iteration that changed them. Payload: stories (id, title, "
+        "passes, reviewStatus, reviewCount, autoApproved, failed, failureReason: as in summary.json), done (count).",
+    )
     FALSE_COMPLETION = (
         "false_completion",
         "The agent claimed completion but stories are open. Payload: iteration.",
@@ -220,8 +275,9 @@ class EventKind(str, Enum):
     # -- gates and escalation -------------------------------------------------------------------
     GATE = (
         "gate",
-        "A gate ran. Payload: iteration, story, gate, passed, hard, exit_code, timed_out, "
-        "seconds, soft_timeout_exceeded, output (at most 40 lines).",
+        "A gate ran (one that had nothing to check, GateResult.skipped, emits none). Payload: "
+        "iteration, story, gate, passed, hard, exit_code, timed_out, seconds, soft_timeout_exceeded, "
+        "output (at most 40 lines), log (where a failed or warning gate's whole output is kept, else null).",
     )
     GATE_SOFT_TIMEOUT = (
         "gate_soft_timeout",
@@ -240,11 +296,12 @@ class EventKind(str, Enum):
     GATE_FAILED = (
         "gate_failed",
         "A hard gate failed; the story goes back. Payload: iteration, story, gate, exit_code, "
-        "timed_out, sent_back (the fields the loop changed).",
+        "timed_out, sent_back (the fields the loop changed), excerpt (the output's first and last lines, "
+        "verbatim), left_out (lines not in the excerpt), log (the whole output's file in the run directory).",
     )
     QUALITY_WARNING = (
         "quality_warning",
-        "A soft gate logged a warning. Payload: iteration, story, gate, warning.",
+        "A soft gate logged a warning. Payload: iteration, story, gate, warning, log (the gate's whole output).",
     )
     ROLLBACK = (
         "rollback",
@@ -254,7 +311,37 @@ class EventKind(str, Enum):
     WORK_SAVED = (
         "work_saved",
         "The loop copied the tree's changes into the run directory before discarding them (a "
-        "rollback). Payload: iteration, what, where.",
+        "rollback, HEAD moved back, a review's code change undone). Payload: iteration, what, where.",
+    )
+    REVIEW_CHANGES_UNDONE = (
+        "review_changes_undone",
+        "An iteration of a mode the gates do not follow (a review) changed files other than the task list and "
+        "the progress log: the loop undid them (its commits dropped, a copy saved) and did not accept its "
+        "verdict. Payload: iteration, story, paths, saved.",
+    )
+    FINAL_GATE = (
+        "final_gate",
+        "One gate's result on the final tree, before the run may end complete (the gates with "
+        "on_final_tree: the tests gate). Payload: as `gate`.",
+    )
+    FINAL_CHECK_FAILED = (
+        "final_check_failed",
+        "A gate failed on the final tree: the run does not end complete, the last iteration's story goes "
+        "back (gate_failed follows). Payload: iteration, story, gate.",
+    )
+    REFS_RESTORED = (
+        "refs_restored",
+        "An iteration (or a gate's session) moved or deleted refs that are the person's (branches, tags, the "
+        "stash; not the run's branch, remote-tracking refs or branches of other worktrees): the loop put them "
+        "back from its mirror outside the project. Payload: iteration, refs (each: ref, was, moved_to (null: "
+        "deleted), kept_as (where the mirror keeps moved_to)), mirror, failed.",
+    )
+    HEAD_RESTORED = (
+        "head_restored",
+        "HEAD left the run's branch, or the run's branch lost the iteration's starting commit: the loop "
+        "moved HEAD back (the tree reset to the branch, a copy saved), put the branch back (deleted) or "
+        "committed the agent's tree on top of the starting commit (rewritten). Payload: iteration, branch, "
+        "how (moved, deleted, rewritten), was, now, saved.",
     )
     ATTEMPT_FAILED = (
         "attempt_failed",
@@ -270,4 +357,36 @@ class EventKind(str, Enum):
         "story_failed",
         "Tier 3: a story was stopped and its work kept on a branch. Payload: iteration, story, "
         "branch, tip, reset, stuck, error.",
+    )
+
+    # -- the person in the loop (ralph ask / ralph answer) ----------------------------------------
+    QUESTION_ASKED = (
+        "question_asked",
+        "The iteration's agent asked a person a question (`ralph ask`). Payload: iteration, story, mode, "
+        "id, question (the agent's words), title (the story's), tools (the agent's last tool calls, one "
+        "line each), answer_with (the command that answers).",
+    )
+    STORY_PARKED = (
+        "story_parked",
+        "After the iteration that asked, the story waits for a person's answer (its `waiting` set; no "
+        "policy selects it). Payload: iteration, story, ids (the questions).",
+    )
+    QUESTION_ANSWERED = (
+        "question_answered",
+        "A person answered during the run (`ralph answer` on the loop's person channel). Payload: story, "
+        "ids, by (how the answer came).",
+    )
+    STORY_RELEASED = (
+        "story_released",
+        "Before the loop selects: a waiting story's questions are answered; it goes on. Payload: story.",
+    )
+    ANSWER_REFUSED = (
+        "answer_refused",
+        "A process that is not the person's (an agent's command, a container's) tried to answer on the "
+        "person channel; nothing was recorded. Payload: reason.",
+    )
+    PERSON_CHANNEL_UNAVAILABLE = (
+        "person_channel_unavailable",
+        "The loop could not open its person channel (not Linux, or the name taken): `ralph answer` reaches "
+        "the next run only. Payload: error, message.",
     )

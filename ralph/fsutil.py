@@ -1,48 +1,32 @@
 """Small filesystem helpers shared by the CLI, ``ralph init`` and the loop.
 
-Stdlib only, cheap to import.
+Stdlib only, cheap to import.  Files under the project go through :mod:`ralph.safeio`
+(no symlink followed anywhere below the project); these helpers protect the last component.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-import stat
 from pathlib import Path
 
 __all__ = ["atomic_write_text", "atomic_write_bytes"]
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temp file in the same directory, then ``os.replace``.
+    """Write ``data`` to ``path`` atomically: a temp file in the same directory, then a rename.
 
     A reader sees either the old content or the new one, never a half-written file, and a
     crash leaves the old file untouched (at worst a stray ``.<name>.*.tmp`` is removed on the
     way out). An existing file keeps its permission bits; a new one gets the usual
-    ``0o666 & ~umask``. If ``path`` is a symlink, the file it points to is replaced, not the
-    link. The parent directory must exist.
+    ``0o666 & ~umask``. If ``path`` is a symlink (or a hard link), the link itself is replaced:
+    the file it points to is never written (the path is never resolved). The parent directory
+    must exist; it is used as given (for no symlink anywhere below a root, use
+    :func:`ralph.safeio.write_bytes`).
     """
-    target = Path(os.path.realpath(path))
-    try:
-        mode: int | None = stat.S_IMODE(target.stat().st_mode)
-    except FileNotFoundError:
-        mode = None
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    from ralph.safeio import write_bytes
+
+    path = os.path.abspath(path)
+    write_bytes(path, os.path.dirname(path), data)
 
 
 def atomic_write_text(path: Path | str, text: str, encoding: str = "utf-8") -> None:

@@ -14,12 +14,16 @@ import hashlib
 import os
 import shutil
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 WATCHED_FILES = ("config", "config.worktree", "commondir", "gitdir", "objects/info/alternates",
                  "objects/info/http-alternates")
 WATCHED_DIRS = ("hooks", "info")
+UNWATCHED = ("info/refs",)
+"""Written by git itself in a watched directory and deciding nothing git runs or reads as config:
+``info/refs`` (``git update-server-info``, which ``git gc`` and ``git repack`` run)."""
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
 
@@ -101,10 +105,12 @@ class GitMetadata:
             entry = _entry(root, previous.get(root))
             entries[root] = entry
             if entry.kind == "dir" and root.name in WATCHED_DIRS:
+                skipped = {root.parent / name for name in UNWATCHED}
                 for dirpath, dirnames, filenames in os.walk(root):
                     for name in dirnames + filenames:
                         path = Path(dirpath) / name
-                        entries[path] = _entry(path, previous.get(path))
+                        if path not in skipped:
+                            entries[path] = _entry(path, previous.get(path))
         return entries
 
     @staticmethod
@@ -179,3 +185,125 @@ class GitMetadata:
             return str(path.relative_to(self.project_dir))
         except ValueError:
             return str(path)
+
+
+# -- the layout: nothing in the git directory that git would write (or read) through ------------------
+
+LAYOUT_SKIPPED = ("hooks", "modules", "lfs")
+"""Not looked into: ``hooks/`` (fingerprinted above, and never run by the loop's git), submodules' and
+Git LFS's stores (the loop's git writes neither)."""
+RACY_NS = 2_000_000_000
+"""A directory changed this recently is listed again on the next check (timestamps are coarse)."""
+
+
+def discover(project_dir: Path) -> list[Path]:
+    """The git directories git uses from ``project_dir`` (its git dir, and the common dir of a worktree).
+
+    Found the way git finds them (``.git`` in the folder or a parent: a directory, or a ``gitdir:``
+    file; then ``commondir``), without running git; empty when there is none.
+    """
+    start = Path(os.path.realpath(project_dir))
+    for directory in (start, *start.parents):
+        candidate = directory / ".git"
+        try:
+            info = os.stat(candidate)  # git follows a symlinked .git (the fingerprint watches .git itself)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            gitdir = Path(os.path.realpath(candidate))
+        elif stat.S_ISREG(info.st_mode):
+            try:
+                line = candidate.read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                return []
+            if not line.startswith("gitdir:"):
+                return []
+            gitdir = Path(os.path.realpath(directory / line[len("gitdir:"):].strip()))
+        else:
+            return []
+        common = gitdir
+        try:
+            text = (gitdir / "commondir").read_text(encoding="utf-8", errors="replace").strip()
+            common = Path(os.path.realpath(gitdir / text)) if text else gitdir
+        except OSError:
+            pass
+        if common == gitdir or common in gitdir.parents:
+            return [common]
+        return [gitdir, common]
+    return []
+
+
+def _classify(rel: str, info: os.stat_result) -> str | None:
+    """Why git must not meet this entry, or None."""
+    mode = info.st_mode
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISFIFO(mode):
+        return "a fifo"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISREG(mode) and info.st_nlink > 1 and not rel.startswith("objects/"):
+        return f"a file with {info.st_nlink} hard links"  # (clone --local hard-links objects: git never writes them)
+    return None  # a regular file, a directory, a socket (the fsmonitor daemon's)
+
+
+def _descend(rel: str) -> bool:
+    parts = rel.split("/")
+    if parts[0] in LAYOUT_SKIPPED:
+        return False
+    # loose objects: git writes a new one under a random name and never into an existing one
+    return not (len(parts) == 2 and parts[0] == "objects" and len(parts[1]) == 2)
+
+
+class GitLayout:
+    """Symlinks, fifos, devices and hard links in git directories: git writes reflogs, ``COMMIT_EDITMSG``,
+    ``FETCH_HEAD`` ... in place, following such an entry to a file outside the repository, and reads refs
+    and the index through them.
+
+    Every check stats each directory; a directory is listed again only when it changed (inode, mtime,
+    ctime) or changed within the last seconds.
+    """
+
+    def __init__(self, roots: list[Path]) -> None:
+        self.roots = roots
+        self._listed: dict[str, tuple[tuple[int, int, int], list[tuple[str, str]], list[tuple[str, str]]]] = {}
+
+    def problems(self) -> list[tuple[Path, str]]:
+        """``(path, what it is)`` of every entry git must not meet, outermost first."""
+        found: list[tuple[str, str]] = []
+        for root in self.roots:
+            self._scan(str(root), "", found)
+        return [(Path(path), what) for path, what in found]
+
+    def _scan(self, path: str, rel: str, found: list[tuple[str, str]]) -> None:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            return
+        key = (info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+        listed = self._listed.get(path)
+        if listed is None or listed[0] != key:
+            subdirs: list[tuple[str, str]] = []
+            bad: list[tuple[str, str]] = []
+            try:
+                with os.scandir(path) as entries:
+                    for entry in entries:
+                        entry_rel = f"{rel}/{entry.name}" if rel else entry.name
+                        if not rel and entry.name in LAYOUT_SKIPPED:
+                            continue
+                        entry_info = entry.stat(follow_symlinks=False)
+                        what = _classify(entry_rel, entry_info)
+                        if what is not None:
+                            bad.append((entry.path, what))
+                        elif stat.S_ISDIR(entry_info.st_mode) and _descend(entry_rel):
+                            subdirs.append((entry.path, entry_rel))
+            except OSError:
+                return
+            listed = (key, subdirs, bad)
+            if time.time_ns() - max(info.st_mtime_ns, info.st_ctime_ns) > RACY_NS:
+                self._listed[path] = listed
+        found += listed[2]
+        for sub, sub_rel in listed[1]:
+            self._scan(sub, sub_rel, found)

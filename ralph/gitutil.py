@@ -22,7 +22,6 @@ from __future__ import annotations
 import atexit
 import os
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
@@ -66,6 +65,8 @@ _guards: dict[Path, object] = {}
 _lock = threading.RLock()
 _tampered: list[str] = []
 _identity_file: Path | None = None
+_layouts: dict[tuple[Path, ...], object] = {}
+_git_programs: dict[tuple[str, str], str] = {}
 
 
 # -- the hardened invocation -----------------------------------------------------------------
@@ -78,7 +79,7 @@ def _global_identity() -> tuple[str, str]:
     values = []
     for key in ("user.name", "user.email"):
         try:
-            out = subprocess.run(["git", "config", "--global", "--get", key], cwd="/", env=env,
+            out = subprocess.run([git_program(), "config", "--global", "--get", key], cwd="/", env=env,
                                  capture_output=True, text=True, timeout=10)
             values.append(out.stdout.strip())
         except (OSError, subprocess.SubprocessError):
@@ -94,6 +95,8 @@ def identity_file() -> Path:
     with _lock:
         if _identity_file is None or not _identity_file.is_file():
             name, email = _global_identity()
+            import tempfile
+
             fd, path = tempfile.mkstemp(prefix="ralph-git-identity-", suffix=".gitconfig")
             quoted = [value.replace("\\", "\\\\").replace('"', '\\"') for value in (name, email)]
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -110,15 +113,24 @@ def _remove_identity_file(path: Path) -> None:
         pass
 
 
-def hardened_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of every loop git call (see the module docstring)."""
+READ_ONLY_COMMANDS = frozenset(
+    {"rev-parse", "rev-list", "ls-files", "ls-tree", "cat-file", "for-each-ref", "show-ref", "merge-base"}
+)
+"""Commands that write nothing a name or email goes into: their global config is empty (``/dev/null``)
+instead of the identity file, whose first use asks ``git config --global`` twice (read-only commands
+such as ``ralph status`` start faster)."""
+
+
+def hardened_env(extra: dict[str, str] | None = None, identity: bool = True) -> dict[str, str]:
+    """The environment of every loop git call (see the module docstring); ``identity=False``: a
+    command that records no name or email (its global config is empty)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in KEPT_GIT_ENV}
     for name in DROPPED_ENV:
         env.pop(name, None)
     env.update(
         {
             "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": str(identity_file()),
+            "GIT_CONFIG_GLOBAL": str(identity_file()) if identity else os.devnull,
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_PAGER": "cat",
             "GIT_EDITOR": "true",
@@ -130,9 +142,29 @@ def hardened_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def git_argv(*args: str) -> list[str]:
+def git_program(project_dir: Path | str | None = None) -> str:
+    """The git executable, found on PATH without its relative entries or entries inside ``project_dir``
+    (an agent-written ``git`` in ``node_modules/.bin`` or a project venv never runs); ``FileNotFoundError``
+    when there is none."""
+    import shutil
+
+    from ralph.claude_cli import path_outside
+
+    tree = os.path.abspath(project_dir) if project_dir is not None else "/nonexistent-ralph-tree"
+    search = os.environ.get("PATH", os.defpath)
+    key = (search, tree)
+    found = _git_programs.get(key)
+    if found is None:
+        found = shutil.which("git", path=path_outside(search, tree))
+        if found is None:
+            raise FileNotFoundError(2, "git was not found on PATH (ralph skips entries inside the project and relative ones)")
+        _git_programs[key] = found
+    return found
+
+
+def git_argv(*args: str, program: str = "git") -> list[str]:
     """``git --no-pager -c ... ARGS`` (diff-family commands also get --no-ext-diff --no-textconv)."""
-    argv = ["git", "--no-pager"]
+    argv = [program, "--no-pager"]
     for key, value in HARDENING:
         argv += ["-c", f"{key}={value}"]
     args_list = list(args)
@@ -156,13 +188,14 @@ def git(
     ``env`` adds variables (e.g. ``GIT_INDEX_FILE``); ``binary`` returns bytes; ``input`` is stdin.
     """
     check_metadata()
+    check_layout(project_dir)
     return subprocess.run(
-        git_argv(*args),
+        git_argv(*args, program=git_program(project_dir)),
         cwd=project_dir,
         capture_output=True,
         text=not binary,
         check=check,
-        env=hardened_env(env),
+        env=hardened_env(env, identity=not args or args[0] not in READ_ONLY_COMMANDS),
         **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
     )
 
@@ -212,6 +245,79 @@ def check_metadata() -> None:
             raise GitMetadataChanged(_tampered[0])
 
 
+def check_layout(project_dir: Path) -> None:
+    """Raise GitMetadataChanged when the git directory of ``project_dir`` holds a symlink, a fifo, a device or
+    a hard-linked file (outside ``hooks/`` and the object store): git would write a reflog or ``COMMIT_EDITMSG``
+    through it to a file outside the repository.  In a protected repository (a run) the entries are removed
+    (the link itself, never its target) and every later call stops too; otherwise nothing is changed."""
+    from ralph.gitmeta import GitLayout, discover
+
+    roots = discover(project_dir)
+    if not roots:
+        return
+    with _lock:
+        layout = _layouts.get(tuple(roots))
+        if layout is None:
+            layout = _layouts[tuple(roots)] = GitLayout(roots)
+        problems = layout.problems()  # type: ignore[attr-defined]
+        if not problems:
+            return
+        protected = any(set(roots) & set(guard.bases) for guard in _guards.values())  # type: ignore[attr-defined]
+        names = ", ".join(f"{_shown(path, project_dir)} is {what}" for path, what in problems[:3])
+        names += " ..." if len(problems) > 3 else ""
+        if not protected:
+            first = _shown(problems[0][0], project_dir)
+            raise GitMetadataChanged(
+                f"{names}: git would write through it (a reflog, COMMIT_EDITMSG ...) to a file outside the "
+                f"repository, so ralph runs no git command here; remove it (`rm {first}`; a ref: restore it with "
+                "`git update-ref`) and run again"
+            )
+        failed = []
+        for path, _ in problems:
+            try:
+                os.unlink(path)  # the link (or fifo, device, extra hard link) itself, never its target
+            except OSError:
+                failed.append(_shown(path, project_dir))
+        how = "removed them" if not failed else f"could not remove {', '.join(failed)}: remove it by hand"
+        hints = [hint for path, _ in problems if (hint := _ref_hint(path, roots))]
+        if hints:
+            how += "; put the branch back with " + ", ".join(f"`{hint}`" for hint in hints[:3])
+        _tampered.append(
+            f"git metadata changed during the run: {names} ({how}); the run stopped because git writes through "
+            "such entries to files outside the repository"
+        )
+        raise GitMetadataChanged(_tampered[0])
+
+
+def _ref_hint(path: Path, roots: list[Path]) -> str | None:
+    """``git update-ref REF SHA`` for a removed ref, SHA from its reflog's last line (None: no reflog)."""
+    from ralph import safeio
+
+    for root in roots:
+        try:
+            ref = Path(path).relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if not ref.startswith("refs/"):
+            return None
+        try:
+            lines = safeio.read_text(root / "logs" / ref, root).splitlines()
+        except (OSError, UnicodeDecodeError):
+            return None
+        fields = lines[-1].split() if lines else []
+        if len(fields) > 1 and all(c in "0123456789abcdef" for c in fields[1]):
+            return f"git update-ref {ref} {fields[1]}"
+    return None
+
+
+def _shown(path: Path, project_dir: Path) -> str:
+    """``path`` relative to the project when inside it."""
+    try:
+        return str(Path(path).relative_to(Path(project_dir).resolve()))
+    except ValueError:
+        return str(path)
+
+
 # -- repository facts ------------------------------------------------------------------------------
 
 
@@ -238,14 +344,19 @@ def exclude_path(project_dir: Path) -> Path:
 
 def ensure_excluded(project_dir: Path, name: str) -> None:
     """Add ``/name`` to ``info/exclude`` once: never a second line, whatever form the first took."""
-    exclude = exclude_path(project_dir)
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    existing = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+    from ralph import safeio
+
+    root = common_dir(project_dir)
+    exclude = root / "info" / "exclude"
+    safeio.make_dirs(exclude.parent, root)
+    try:
+        existing = safeio.read_text(exclude, root)
+    except FileNotFoundError:
+        existing = ""
     forms = {name, f"/{name}"}
     if forms & {line.strip() for line in existing.splitlines()}:
         return
-    with exclude.open("a", encoding="utf-8") as handle:
-        handle.write(("" if existing.endswith("\n") or not existing else "\n") + f"/{name}\n")
+    safeio.append_text(exclude, root, ("" if existing.endswith("\n") or not existing else "\n") + f"/{name}\n")
 
 
 def head(project_dir: Path) -> str | None:
@@ -278,7 +389,14 @@ def untracked_files(project_dir: Path) -> set[str]:
 
 
 def commit_paths(project_dir: Path, paths: list[Path], message: str) -> str | None:
-    """Commit exactly ``paths`` (the loop's own repairs); returns an error text or None."""
+    """Commit exactly ``paths`` (the loop's own repairs); returns an error text or None.
+
+    The message is made one line without control characters (it may quote the agent, and ``git log``
+    prints it to a terminal as it is).
+    """
+    from ralph.agenttext import one_line
+
+    message = one_line(message)
     rel = [
         str(p.relative_to(project_dir)) if p.is_absolute() else str(p)
         for p in paths
@@ -301,6 +419,8 @@ def work_patch(project_dir: Path, base: str) -> bytes:
     Uses a temporary index, so the repository's own index and stash are untouched.  It is
     restored with ``git apply --3way PATCH`` (what ``ralph restore`` runs).
     """
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="ralph-save-") as tmp:
         index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         git(project_dir, "read-tree", base, env=index)
@@ -328,11 +448,13 @@ def rollback(project_dir: Path, commit: str, keep_untracked: set[str]) -> list[s
     """
     git(project_dir, "reset", "-q", "--hard", commit)
     removed = []
+    from ralph import safeio
+
     for path in sorted(untracked_files(project_dir) - keep_untracked):
-        target = project_dir / path
-        try:
-            target.unlink()
-            removed.append(path)
+        try:  # the name itself, never through a symlinked folder on the way
+            if safeio.kind(project_dir / path, project_dir) not in ("absent", "dir", "unsafe"):
+                safeio.remove(project_dir / path, project_dir)
+                removed.append(path)
         except OSError:
             continue
     _prune_empty_dirs(project_dir, removed)
@@ -340,10 +462,11 @@ def rollback(project_dir: Path, commit: str, keep_untracked: set[str]) -> list[s
 
 
 def _prune_empty_dirs(project_dir: Path, removed: list[str]) -> None:
+    from ralph import safeio
+
     for path in removed:
         parent = (project_dir / path).parent
-        while parent != project_dir and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
+        while parent != project_dir and safeio.remove_empty_dir(parent, project_dir):
             parent = parent.parent
 
 
@@ -356,7 +479,13 @@ def changed_files(project_dir: Path, since: str | None) -> list[str]:
 
 
 def branch_failed_work(project_dir: Path, branch: str, message: str) -> str:
-    """Commit everything (even uncommitted work) on a new ``branch``; come back; return its head."""
+    """Commit everything (even uncommitted work) on a new ``branch``; come back; return its head.
+
+    ``message`` may quote gate output: its lines stay, its control characters go.
+    """
+    from ralph.agenttext import strip_controls
+
+    message = strip_controls(message)
     working = current_branch(project_dir) or head(project_dir)
     git(project_dir, "checkout", "-q", "-b", branch)
     git(project_dir, "add", "-A")
@@ -370,6 +499,19 @@ def show_file(project_dir: Path, commit: str, path: Path) -> str | None:
     rel = path.relative_to(project_dir) if path.is_absolute() else path
     result = git(project_dir, "show", f"{commit}:{rel.as_posix()}", check=False)
     return result.stdout if result.returncode == 0 else None
+
+
+def committed_file(project_dir: Path, commit: str | None, path: Path) -> bytes | None:
+    """The bytes of ``path`` as a regular file in ``commit`` (None: absent there, or a symlink or submodule)."""
+    if not commit:
+        return None
+    rel = (path.relative_to(project_dir) if path.is_absolute() else path).as_posix()
+    listed = git(project_dir, "ls-tree", "-z", commit, "--", rel, check=False).stdout
+    mode = listed.split(" ", 1)[0] if listed else ""
+    if mode not in ("100644", "100755"):
+        return None
+    shown = git(project_dir, "cat-file", "blob", f"{commit}:./{rel}", check=False, binary=True)  # ./: from the cwd
+    return shown.stdout if shown.returncode == 0 else None
 
 
 def remote_urls(project_dir: Path) -> list[str]:

@@ -1,17 +1,30 @@
 """Host processes: run one to completion with no survivors (:func:`run_process`, :func:`run_shell`).
 
 Every process ralph starts on this machine for the agent or a gate ends through
-this module, the same way (DESIGN.md, trust boundary rule 4: no agent process
-outlives its iteration):
+this module, the same way (docs/design.md, trust boundary rule 1: contain, don't
+clean up):
 
-1. the child starts a new session (``setsid``): no controlling terminal, its
-   own process group; this process first makes itself a child subreaper
-   (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``), so every orphan below it
-   (``setsid``, ``nohup``, double forks) is re-parented to it, not to init;
-2. on timeout, on cancel or when ``on_line`` raises, the process group gets
-   SIGTERM, then SIGKILL after ``kill_grace`` seconds;
-3. when the child has ended, however it ended, the **sweep** SIGKILLs every
-   process that is the run's leftover, repeated until none is left, and reaps them.
+1. **on Linux the command runs in a pid namespace of its own**
+   (:mod:`ralph.containment`, ``ralph/nsinit.py``): its own session inside it,
+   and when the command ends, times out or is cancelled, the kernel kills every
+   process left in the namespace before the loop goes on.  No process of the
+   namespace can leave it or be re-parented outside it, so a fork chain, a
+   double-forked daemon, a process ignoring SIGTERM or one that made itself a
+   subreaper dies with the command; nothing races a sweep, and the loop
+   searches nothing (``spare`` is not needed then).  No sweep is kept as a
+   second line: nothing of the namespace can be outside it, and a sweep would
+   kill processes the loop's other threads started (it knows processes by
+   ancestry only).  Pids the command's processes see are the namespace's;
+2. on timeout, on cancel or when ``on_line`` raises, SIGTERM reaches every
+   process of the namespace (without one: the process group), then SIGKILL
+   after ``kill_grace`` seconds ends all of it;
+3. **without a namespace** (not Linux, user namespaces forbidden to this user,
+   ``unshare`` blocked by a seccomp filter: ``ralph doctor`` and the direct
+   runner's first lines say so, with the fix) the child starts a new session,
+   this process is a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), and
+   when the child has ended the **sweep** SIGKILLs every process that is the
+   run's leftover, repeated until none is left, and reaps them.  A sweep is a
+   race a fast fork chain can win; it is the fallback, not the boundary.
 
 What the sweep counts as the run's leftover.  A live process whose chain of
 parents reaches this process *without passing through* a spared process (one
@@ -25,32 +38,12 @@ init).  Every process of a run descends from its child, a direct child of this
 process, which is a subreaper; so the ancestors of a run's process are the
 run's own processes and this process, never a spared process, and an orphan of
 the run lands at the latest on this process, where the sweep sees it.  A
-process of the run that makes itself a subreaper only keeps its orphans under
-itself, still inside the run's tree; a spared process that is a subreaper
-keeps *its* orphans, which are not the run's.  ``CLONE_PARENT`` only makes a
-process a sibling of its parent, again inside the run's tree or a child of
-this process; ptrace does not change the parent ``/proc`` reports.  A spared
-pid is honoured only if that process started no later than the run's child
-(start times from ``/proc/<pid>/stat``): a spared process that dies during the
-run cannot lend its pid, and its shelter, to a process of the run.
-
-Why the descendant sweep and not an environment marker.  ralph had both: this
-helper marked its child with a random ``RALPH_PROCESS_TOKEN`` and killed every
-process whose ``/proc/<pid>/environ`` held it, while the direct runner and gate
-commands used the sweep.  A marker is lost by any process that clears or
-rebuilds its environment (``env -i``, ``sudo``, a daemon that sanitises its
-environment), which an agent can do on purpose; descent under a subreaper
-cannot be shed (an agent that becomes a subreaper itself only keeps its
-orphans, still our descendants), and reading every process's ``stat`` costs
-less than reading its ``environ``.  The price, stated:
-
-- the sweep knows processes by ancestry, not by run: an orphan of a spared
-  process or of another in-flight run (re-parented to this process) cannot be
-  told apart from the run's own and is killed by whichever run ends first, and
-  so is any other process this process started from another thread during the
-  run that is still alive when it ends;
-- the subreaper is a property of the whole process, kept once set;
-- without ``/proc`` and ``prctl`` (not Linux) only the process group is stopped.
+spared pid is honoured only if that process started no later than the run's
+child (start times from ``/proc/<pid>/stat``).  The price, stated: an orphan of
+a spared process or of another in-flight run cannot be told apart from the
+run's own and is killed by whichever run ends first; the subreaper is a
+property of the whole process, kept once set; without ``/proc`` and ``prctl``
+(not Linux) only the process group is stopped.
 
 The semantics every runner built on :func:`run_process` gets:
 
@@ -70,8 +63,9 @@ The semantics every runner built on :func:`run_process` gets:
   ``/dev/null``.
 - **Timeout and cancel**: after ``timeout`` seconds (``timed_out``) or when
   ``cancel`` is set (``interrupted``) the process is stopped as in 2. above.
-- **No survivors**: the sweep (3. above); the killed pids are in
-  ``ProcessOutcome.swept``.
+- **No survivors**: 1. (or 3.) above; ``ProcessOutcome.swept`` holds the pids
+  of the processes still there when the command ended, all killed (in a
+  namespace: as the namespace numbers them, which is what the processes saw).
 """
 
 from __future__ import annotations
@@ -122,27 +116,35 @@ def run_process(
     """Run ``spec`` to completion with the semantics in this module's docstring.
 
     ``env``: the child's whole environment (default: ``os.environ`` with
-    ``spec.env`` over it).  ``spare``: descendants of this process the sweep
-    leaves alone (default: those alive now; a runner may snapshot once per run
-    with :func:`descendants`).  ``merge_stderr``: stderr goes to ``on_line``
-    with stdout.  Raises ``FileNotFoundError`` when ``spec.argv[0]`` cannot be
-    started.
+    ``spec.env`` over it).  ``spare``: for the sweep without a namespace,
+    descendants of this process it leaves alone (default: those alive now; a
+    runner may snapshot once per run with :func:`descendants`).
+    ``merge_stderr``: stderr goes to ``on_line`` with stdout.  ``spec.files``
+    are written first.  Raises ``FileNotFoundError`` when ``spec.argv[0]``
+    cannot be started.
     """
+    from ralph.containment import Unit, containment
+
     cancel = cancel or threading.Event()
-    spare = descendants() if spare is None else spare
-    become_subreaper()
-    process = subprocess.Popen(
-        spec.argv,
-        cwd=spec.cwd,
-        env=dict(env) if env is not None else {**os.environ, **spec.env},
-        stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-        start_new_session=True,
-    )
-    started = _start_time(process.pid)  # not reaped before our wait: readable, if only as a zombie
-    with _in_flight_lock:
-        _in_flight[process.pid] = started
+    spec.write_files()  # the loop-owned files it needs (a settings file), on this machine
+    child_env = dict(env) if env is not None else {**os.environ, **spec.env}
+    stdin = subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL
+    stderr = subprocess.STDOUT if merge_stderr else subprocess.PIPE
+    contained = containment()
+    unit: Unit | None = None
+    started = 0
+    if contained.namespace:
+        unit = Unit.start(spec.argv, spec.cwd, child_env, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr,
+                          private_proc=contained.private_proc)
+        process = unit.process
+    else:
+        spare = descendants() if spare is None else spare
+        become_subreaper()
+        process = subprocess.Popen(spec.argv, cwd=spec.cwd, env=child_env, stdin=stdin, stdout=subprocess.PIPE,
+                                   stderr=stderr, start_new_session=True)
+        started = _start_time(process.pid)  # not reaped before our wait: readable, if only as a zombie
+        with _in_flight_lock:
+            _in_flight[process.pid] = started
     stderr_tail: deque[str] = deque(maxlen=STDERR_LINES)
     failure: list[BaseException] = []
     done = threading.Event()
@@ -160,6 +162,8 @@ def run_process(
     threading.Thread(target=_wait, args=(process, exited), name="ralph-run-wait", daemon=True).start()
     deadline = None if timeout is None else time.monotonic() + timeout
     timed_out = interrupted = False
+    exit_code = -signal.SIGKILL
+    swept: list[int] = []
     try:
         while not exited.wait(_POLL if deadline is None else max(0.0, min(_POLL, deadline - time.monotonic()))):
             if cancel.is_set():
@@ -171,13 +175,19 @@ def run_process(
                 timed_out = True
                 break
         if process.poll() is None:
-            _stop_group(process, kill_grace)
+            if unit is not None:
+                unit.stop(kill_grace)
+            else:
+                _stop_group(process, kill_grace)
         exit_code = process.wait()
     finally:
-        with _in_flight_lock:
-            _in_flight.pop(process.pid, None)
-        swept = kill_new_descendants(spare, since=started or None)
-        for reader in readers:  # the sweep closed every pipe's other end but a spared process's
+        if unit is not None:  # the namespace's end: nothing of it is left once this returns
+            exit_code, swept = unit.finish()
+        else:
+            with _in_flight_lock:
+                _in_flight.pop(process.pid, None)
+            swept = kill_new_descendants(spare or set(), since=started or None)
+        for reader in readers:  # every pipe's other end is closed now (but a spared process's, without a namespace)
             reader.join(timeout=kill_grace)
         done.set()
     if failure:
@@ -189,8 +199,9 @@ def run_shell(command: str, cwd: Path, timeout: float | None, existing: set[int]
     """Run ``command`` with ``/bin/sh`` through :func:`run_process`; (exit code, merged output, timed out).
 
     The output is its lines joined with ``\\n``.  Waits for the shell itself, not
-    for the end of its output: a background process that keeps the pipe open is
-    killed by the sweep.  ``existing``: descendants to spare (default: those alive now).
+    for the end of its output: a background process that keeps the pipe open dies
+    with the shell's namespace (or is swept).  ``existing``: descendants the sweep
+    spares when there is no namespace (default: those alive now).
     """
     lines: list[str] = []
     outcome = run_process(ProcessSpec(["/bin/sh", "-c", command], {}, cwd), lines.append, timeout,

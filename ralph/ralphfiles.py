@@ -9,7 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["KNOWN_LOOP_DIRS", "STORY_ID_PATTERN", "TASK_LIST_FILES", "holds_loop", "progress_log", "story_id_problem"]
+__all__ = [
+    "FRANKBRIA", "KNOWN_LOOP_DIRS", "ORCHESTRATOR", "STORY_ID_PATTERN", "TASK_LIST_FILES", "find_project", "holds_loop",
+    "loop_folders", "other_tool_loop", "progress_log", "repository_top", "story_id_problem",
+]
 
 STORY_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,47}-[0-9]{1,9}")
 """A letter, then letters, digits, ``_`` or ``-``, then ``-`` and a number: ``US-001``,
@@ -49,3 +52,63 @@ def holds_loop(directory: Path) -> bool:
 
 #: Where other Ralph tools keep their loop (snarktank/ralph: scripts/ralph/); `ralph init` and `ralph run` look there.
 KNOWN_LOOP_DIRS = ("scripts/ralph", "ralph", ".ralph")
+
+
+def loop_folders(directory: Path) -> list[str]:
+    """The loop folders ``directory`` holds (as relative paths): the known ones
+    (:data:`KNOWN_LOOP_DIRS`) and ``.ralph/PRD-N/`` folders that hold a loop."""
+    found = [name for name in KNOWN_LOOP_DIRS if holds_loop(directory / name)]
+    prds = directory / ".ralph"
+    if ".ralph" not in found and prds.is_dir():
+        try:
+            found += sorted(f".ralph/{p.name}" for p in prds.glob("PRD-*") if holds_loop(p))
+        except OSError:
+            pass
+    return found
+
+
+def repository_top(start: Path) -> Path | None:
+    """The top level of the git repository ``start`` is in (the nearest directory upwards with a
+    ``.git`` directory or file), or None outside any repository."""
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return None
+
+
+def find_project(start: Path) -> Path:
+    """The project around ``start``, found as git finds its repository: the nearest directory from
+    ``start`` up to the repository's top level that holds a loop folder (:func:`loop_folders`), else
+    the top level itself; ``start`` outside a repository.  Nothing above the top level counts."""
+    start = Path(start).absolute()
+    top = repository_top(start)
+    if top is None:
+        return start
+    for directory in (start, *start.parents):
+        if loop_folders(directory) or directory == top:
+            return directory
+    return top
+
+
+FRANKBRIA = "ralph-claude-code"
+ORCHESTRATOR = "ralph-orchestrator"
+
+
+def other_tool_loop(project_dir: Path) -> str | None:
+    """The other Ralph tool whose loop ``project_dir`` holds, which ``ralph init`` takes over
+    (``ralph/lifecycle/adopt.py``): ``ralph-claude-code`` (``.ralph/fix_plan.md``, ``.ralph/PROMPT.md``)
+    or ``ralph-orchestrator`` (``ralph.yml`` at the root); None."""
+    names = _file_names(project_dir / ".ralph")
+    if "fix_plan.md" in names or ("PROMPT.md" in names and "prompt.md" not in names):
+        return FRANKBRIA
+    if "ralph.yml" in _file_names(project_dir):
+        return ORCHESTRATOR
+    return None
+
+
+def _file_names(directory: Path) -> set[str]:
+    """The exact file names in ``directory`` (a case-insensitive file system answers ``is_file`` for any case)."""
+    try:
+        return {entry.name for entry in directory.iterdir() if entry.is_file()}
+    except OSError:
+        return set()

@@ -17,6 +17,15 @@ ReviewStatus = Literal["needs_review", "changes_requested", "approved"]
 """The values of ``reviewStatus`` besides null (not yet submitted for review)."""
 REVIEW_FIELDS = ("passes", "reviewStatus", "reviewCount", "reviewFeedback")
 """The story fields only the review cycle may change (the loop guards them)."""
+TEXT_FIELDS = ("title", "description", "acceptanceCriteria")
+"""A story's scope, the person's: an iteration narrows it only by splitting its own story."""
+LOOP_FIELDS: tuple[str, ...] = ("failed", "failureReason", "waiting")
+"""Story fields only the loop sets (it stops a story that keeps failing): no iteration may change
+them, whatever a policy's table says, and a story an iteration adds starts without them."""
+PERSON_FIELDS: tuple[str, ...] = ("allowTestChanges",)
+"""Story fields only a person sets, between runs (the loop trusts their value from the run's
+start): no iteration may change them and a story an iteration adds may not carry them.  Making
+a field person-only is adding its name here."""
 
 class Story(BaseModel):
     """One user story.  Required fields follow seed 000 §5b Check 1."""
@@ -37,6 +46,12 @@ class Story(BaseModel):
     failed: StrictBool = False
     """Set by the loop when the story was stopped (tier 3); it is skipped until a person resets it."""
     failureReason: StrictStr = ""
+    waiting: StrictBool = False
+    """Set by the loop when the agent asked a person a question about the story (``ralph ask``): the story is
+    parked, not failed and not retried, until a person answers (``ralph answer``); the loop clears it."""
+    allowTestChanges: list[StrictStr] = Field(default_factory=list)
+    """Person-only: existing tests this story may change (paths or patterns, docs/tests.md).  The loop
+    reads it from the task list as the run started; the agent's edits to it are undone (``PERSON_FIELDS``)."""
 
     def state(self) -> StoryState:
         """The review-critical fields, as the loop snapshots them."""
@@ -71,21 +86,25 @@ class TaskList(BaseModel):
         return {story.id: story.state() for story in self.userStories}
 
 
-def read_task_text(path: Path) -> str:
+def read_task_text(path: Path, root: Path | None = None) -> str:
     """The text of a task-list file.
 
     Raises ``FileNotFoundError`` when it is missing (callers word that themselves) and
     :class:`ralph.errors.TaskListError` naming the file and the fix when it is a directory,
-    unreadable, or not UTF-8 text; the file is never touched.
+    a symlink (anywhere below ``root``, default: the file's folder), a special file or a file
+    with other hard links, unreadable, or not UTF-8 text; the file is never touched.
     """
+    from ralph import safeio
     from ralph.errors import TaskListError
 
     try:
-        return path.read_text(encoding="utf-8")
+        return safeio.read_text(path, path.parent if root is None else root)
     except FileNotFoundError:
         raise
-    except IsADirectoryError:
-        raise TaskListError(f"{path} is a directory, not a task-list file: remove or rename it") from None
+    except safeio.UnsafePath as exc:
+        if safeio.kind(path, path.parent if root is None else root) == "dir":
+            raise TaskListError(f"{path} is a directory, not a task-list file: remove or rename it") from None
+        raise TaskListError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise TaskListError(
             f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}): save it as UTF-8"
@@ -109,7 +128,7 @@ def explain_errors(exc: ValidationError, data: Any, source: str) -> str:
     lines: list[str] = []
     for error in exc.errors():
         loc = list(error["loc"])
-        line = f"{source}: {_location(loc, data)}: {_message(error)}"
+        line = f"{source}: {_location(loc, data)}: {_message(error)}{_misspelt_instead(error, data)}"
         if line not in lines:  # a union (priority: int | float) reports once per member
             lines.append(line)
     return "\n".join(lines)
@@ -134,6 +153,25 @@ def _location(loc: list[Any], data: Any) -> str:
             parts.append(("." if parts else "") + str(part))
             node = node.get(part) if isinstance(node, dict) else None
     return "".join(parts)
+
+
+def _misspelt_instead(error: Any, data: Any) -> str:
+    """For a missing field: `` (`prority` is there: a misspelling?)`` when the object has a key like it."""
+    from ralph.spelling import closest
+
+    loc = list(error["loc"])
+    if error["type"] != "missing" or not loc or not isinstance(loc[-1], str):
+        return ""
+    node = data
+    for part in loc[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return ""
+    if not isinstance(node, dict):
+        return ""
+    typos = [key for key in node if isinstance(key, str) and closest(key, [loc[-1]]) == loc[-1]]
+    return f" (`{typos[0]}` is there: a misspelling of `{loc[-1]}`?)" if typos else ""
 
 
 def _message(error: Any) -> str:
@@ -180,11 +218,13 @@ def structural_problems(tasks: TaskList) -> list[tuple[str | None, str]]:
 def ready_stories(tasks: TaskList, candidates: Iterable[Story]) -> list[Story]:
     """Candidates whose ``dependsOn`` stories are all done, best priority first.
 
-    Ties keep file order.  Unknown dependencies count as unmet; failed stories are never ready.
+    Ties keep file order.  Unknown dependencies count as unmet; failed stories and stories waiting for a
+    person's answer are never ready.
     """
     done = {story.id for story in tasks.userStories if story.done}
     ready = [
-        story for story in candidates if not story.failed and all(dep in done for dep in story.dependsOn)
+        story for story in candidates
+        if not story.failed and not story.waiting and all(dep in done for dep in story.dependsOn)
     ]
     order = {id(story): index for index, story in enumerate(tasks.userStories)}
     ready.sort(key=lambda story: (story.priority, order.get(id(story), 0)))
@@ -229,3 +269,30 @@ def find_cycles(graph: dict[str, list[str]]) -> list[list[str]]:
         if node not in state:
             visit(node)
     return cycles
+
+
+def misspelt_keys(tasks: TaskList, story_fields: Iterable[str] = ()) -> list[str]:
+    """Keys ralph does not read that look like a misspelt one it does, one line each:
+    ``userStories[1] (US-002).depends_on: not a key ralph reads; did you mean `dependsOn`?``.
+
+    Other keys ralph does not know are the person's own and pass silently (they are kept as they
+    are); a typo of a known key would otherwise be ignored without a word (``depends_on`` leaves
+    the story without dependencies, ``prority`` without its priority).  ``story_fields``: story
+    keys a plugin reads besides ralph's (a policy's own state fields), never reported.
+    """
+    from ralph.spelling import closest
+
+    def check(where: str, extra: dict[str, Any] | None, known: Iterable[str]) -> list[str]:
+        lines = []
+        for key in extra or {}:
+            found = closest(key, known)
+            if found is not None:
+                lines.append(f"{where}{key}: not a key ralph reads (kept, ignored); did you mean `{found}`?")
+        return lines
+
+    own = set(story_fields)
+    found = check("", tasks.model_extra, TaskList.model_fields)
+    for index, story in enumerate(tasks.userStories):
+        extra = {key: value for key, value in (story.model_extra or {}).items() if key not in own}
+        found += check(f"userStories[{index}] ({story.id}).", extra, [*Story.model_fields, *own])
+    return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -40,3 +40,46 @@ def _fresh_plugin_commands() -> Iterator[None]:
     cli.forget_plugin_commands()
     yield
     cli.forget_plugin_commands()
+
+
+# -- a real browser (the dashboard's tests) -------------------------------------------------------
+
+
+def _chromium() -> str | None:
+    import shutil
+
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium_browser() -> Iterator[Any]:
+    """The system's Chromium, headless, driven by Playwright (skips without them; CI=true fails instead)."""
+    from ralph.testing.requirements import require
+
+    chromium = _chromium()
+    require(chromium is not None, "a headless Chromium is needed (apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        require(False, "Playwright is needed to drive Chromium (pip install -e '.[test]')")
+        raise
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def chromium_page(chromium_browser: Any) -> Iterator[Any]:
+    """A fresh page; ``page.dialogs`` collects every alert/confirm/prompt (each dismissed)."""
+    # without the pages' script policy: escaping alone must keep agent text inert (the policy is a second line)
+    context = chromium_browser.new_context(bypass_csp=True)
+    page = context.new_page()
+    page.dialogs = []
+    page.on("dialog", lambda dialog: (page.dialogs.append(dialog.message), dialog.dismiss()))
+    yield page
+    context.close()

@@ -59,9 +59,11 @@ class FakeDists:
         name: str = "fake_dist",
         version: str = "1.0",
         commands: dict[str, str] | None = None,
+        declared: dict[str, dict[str, str]] | None = None,
     ) -> Path:
         """``entry_points``: plugin name -> module; ``modules``: module name -> source;
-        ``commands``: ``ralph.commands`` entry-point name (``<plugin>.<command>``) -> ``module:attr``."""
+        ``commands``: ``ralph.commands`` entry-point name (``<plugin>.<command>``) -> ``module:attr``;
+        ``declared``: a group of registered names (``ralph.runners`` ...) -> ``<plugin>.<name>`` -> ``module:Class``."""
         info = self.root / f"{name}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(
@@ -71,6 +73,8 @@ class FakeDists:
         lines += [f"{ep} = {module}" for ep, module in entry_points.items()]
         if commands:
             lines += ["", "[ralph.commands]", *(f"{ep} = {target}" for ep, target in commands.items())]
+        for group, entries in (declared or {}).items():
+            lines += ["", f"[{group}]", *(f"{ep} = {target}" for ep, target in entries.items())]
         (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         for module, source in modules.items():
             (self.root / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")

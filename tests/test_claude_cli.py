@@ -173,7 +173,8 @@ def test_non_json_lines_and_blank_lines() -> None:
 
 
 def _settings(tmp_path: Path, **claude: Any) -> Settings:
-    return Settings(project_dir=tmp_path, config=RalphConfig(), plugin_config={"claude": ClaudeConfig(**claude)})
+    # the fake binaries live in tmp_path, outside the project: ralph never runs a program from the project tree
+    return Settings(project_dir=tmp_path / "project", config=RalphConfig(), plugin_config={"claude": ClaudeConfig(**claude)})
 
 
 def _fake_binary(path: Path) -> Path:
@@ -199,7 +200,9 @@ def test_process_builds_the_command_line(tmp_path: Path, monkeypatch: pytest.Mon
     spec = agent.process(invocation)
     assert spec.argv == [
         str(binary), "-p", "do it", "--output-format", "stream-json", "--verbose",
-        "--dangerously-skip-permissions", "--model", "opus", "--settings", str(hooks), "--max-turns", "7",
+        "--dangerously-skip-permissions", "--model", "opus", "--settings", str(hooks),
+        "--setting-sources", "project,local", "--strict-mcp-config", "--mcp-config", '{"mcpServers":{}}',
+        "--max-turns", "7",
     ]  # fmt: skip
     assert spec.env == {"IS_SANDBOX": "1", "SOME_TOKEN": "secret", "RALPH_ITERATION": "3"}
     assert spec.cwd == tmp_path
@@ -214,6 +217,34 @@ def test_minimal_command_line(tmp_path: Path) -> None:
     )
     assert "--model" not in spec.argv and "--settings" not in spec.argv
     assert spec.argv[-1] == "--dangerously-skip-permissions"
+
+
+def test_a_loop_session_reads_only_the_configuration_the_loop_gives(tmp_path: Path) -> None:
+    """--setting-sources never names the person's user settings; only the configured MCP servers start."""
+    import json
+
+    binary = _fake_binary(tmp_path / "claude")
+    servers = {"docs": {"command": "/usr/bin/docs-server", "args": ["--stdio"]}}
+    agent = ClaudeAgent(_settings(tmp_path, binary=str(binary), setting_sources=["local"], mcp_servers=servers))
+    invocation = AgentInvocation(prompt="p", project_dir=tmp_path, run_dir=tmp_path, iteration=1,
+                                 hook_settings=tmp_path / "s.json")
+    argv = agent.process(invocation).argv
+    assert argv[argv.index("--setting-sources") + 1] == "local"
+    assert "--strict-mcp-config" in argv
+    assert json.loads(argv[argv.index("--mcp-config") + 1]) == {"mcpServers": servers}
+    none = ClaudeAgent(_settings(tmp_path, binary=str(binary), setting_sources=[])).process(invocation).argv
+    assert none[none.index("--setting-sources") + 1] == ""
+
+
+def test_user_settings_cannot_be_configured_back(tmp_path: Path) -> None:
+    from ralph.config import load_config
+    from ralph.errors import ConfigError
+    from ralph.plugin.manager import PluginHost
+
+    (tmp_path / "pyproject.toml").write_text('[tool.ralph.claude]\nsetting_sources = ["project", "user"]\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, sections=PluginHost(environ={}).config_sections(), environ={})
+    assert "tool.ralph.claude.setting_sources" in str(info.value) and '"user" is not allowed' in str(info.value)
 
 
 def test_binary_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -371,3 +402,17 @@ def test_real_cli_stop_hook_reason_reaches_the_model(tmp_path: Path) -> None:
     feedback = [e for e in events if e.kind == "system" and "MARKER-123" in e.text]
     assert feedback and feedback[0].data["source"] == "user"
     assert not (project / ".claude").exists()
+
+
+def test_doctor_says_what_claude_reads_in_a_loop(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from ralph.contracts import AgentView
+
+    binary = _fake_binary(tmp_path / "bin" / "claude")
+    agent = ClaudeAgent(_settings(tmp_path / "p", binary=str(binary), setting_sources=["local"],
+                                  mcp_servers={"docs": {"command": "d"}}))
+    here = SimpleNamespace(runner=SimpleNamespace(isolates=False), view=AgentView(env={}, home=tmp_path))
+    check = agent.scope_check(here)  # type: ignore[arg-type]
+    assert check.ok is True and "run-owned config dir per session" in check.what
+    assert "ralph's + local" in check.what and "MCP servers: docs" in check.what

@@ -445,6 +445,7 @@ def test_stopped_engine_is_a_clear_error(sandbox_project: RalphProject, tmp_path
 
 
 def test_doctor_reports_each_check(sandbox_project: RalphProject, claude_binary: Path) -> None:
+    sandbox_project.write_stories([story("US-001")])  # `ralph doctor` checks the task list too, as `ralph run` does
     env = {**os.environ, "ANTHROPIC_API_KEY": "x"}
     doctor = [*SANDBOX_CLI, "doctor", "--runner", "docker-sandbox", "--agent", "claude"]
     result = subprocess.run(doctor, cwd=sandbox_project.path, capture_output=True, text=True, env=env)

@@ -193,7 +193,8 @@ def test_the_plugin_guide_names_every_public_name_of_ralph_testing() -> None:
 
 DOC_FILES = ["README.md", "CONTRIBUTING.md", *(f"docs/{p.name}" for p in sorted(DOCS.glob("*.md"))),
              "examples/ralph-nice/README.md", "benchmarks/README.md"]
-NOT_CODE = {"ralph.toml", "ralph.commands", "ralph.sh", "ralph.recipe", "ralph.sandbox", "ralph.project",
+NOT_CODE = {"ralph.toml", "ralph.yml", "ralph.commands", "ralph.runners", "ralph.agents", "ralph.policies", "ralph.task_stores",
+            "ralph.gates", "ralph.fleet_engines", "ralph.sh", "ralph.recipe", "ralph.sandbox", "ralph.project",
             "ralph.role", "ralph.owner"}
 """Dotted names in the docs that are a file, an entry-point group or a container label, not a module."""
 
@@ -324,3 +325,79 @@ def test_the_docs_name_public_names_through_ralph_api() -> None:
         if name.rsplit(".", 1)[-1] in public
     ]
     assert internal == [], "plugins import ralph only through ralph.api: " + "; ".join(internal)
+
+
+def _readme_test_command() -> str:
+    import re
+
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    lines = [line for block in re.findall(r"```sh\n(.*?)```", readme, re.S) for line in block.splitlines()]
+    found = [line.split("  #")[0].strip() for line in lines if "tox" in line]
+    assert len(found) == 1, f"the README should give one test command (with tox): {found}"
+    return found[0]
+
+
+def test_the_readme_test_command_leaves_the_working_venv_alone() -> None:
+    """The example plugin and Ray go into tox's own environment, never into the person's ``.venv``;
+    pytest reports why tests were skipped (``-rs``)."""
+    command = _readme_test_command()
+    assert "examples/ralph-nice" not in command and "ray" not in command.replace("-ray", "")
+    assert ".venv/" not in command  # another env than the one the README's first line makes
+    tox = (DOCS.parent / "tox.ini").read_text(encoding="utf-8")
+    assert "examples/ralph-nice" in tox and "ray" in tox  # ... because tox installs them itself
+    assert "pytest {posargs:-q -rs}" in tox
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    """``.ci/run`` runs the README's test command (in its order), so what CI proves is what a
+    person gets; it may build the sandbox image between its steps."""
+    steps = [step.strip() for step in _readme_test_command().split("&&")]
+    ci = [line.strip() for line in (DOCS.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    positions = []
+    for step in steps:
+        assert step in ci, f".ci/run does not run the README's test step `{step}`"
+        positions.append(ci.index(step))
+    assert positions == sorted(positions)
+    assert ci[positions[-1]:] == [steps[-1]] or all(not line or line.startswith("#") for line in ci[positions[-1] + 1:])
+
+
+def test_the_own_project_page_runs_as_written(ralph_project, tmp_path) -> None:
+    """docs/own-project.md ("Run ralph on your own project without credentials"): its task list and
+    replay script, as written, through ``ralph run --agent replay`` as the page types it; the README
+    links the page."""
+    import json
+    import re
+
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    assert "](docs/own-project.md)" in readme and "Run ralph on your own project without credentials" in readme
+    page = (DOCS / "own-project.md").read_text(encoding="utf-8")
+    tasks, script = (json.loads(block) for block in re.findall(r"```json\n(.*?)```", page, re.S))
+    ralph_project.tasks_path.write_text(json.dumps(tasks, indent=2))
+    ralph_project.commit_all("try ralph")
+    (tmp_path / "ralph-try.json").write_text(json.dumps(script))
+    env = {"RALPH_REPLAY_SCRIPT": str(tmp_path / "ralph-try.json")}
+    commands = re.findall(r"^RALPH_REPLAY_SCRIPT=\S+ ralph (run [^#\n]*?)\s*(?:#.*)?$", page, re.M)
+    assert len(commands) == 2 and "--dry-run" in commands[0]
+    dry = ralph_project.run(*commands[0].split(), env=env)
+    assert dry.returncode == 0, dry.stderr
+    result = ralph_project.run(*commands[1].split(), env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ralph_project.story("US-001")["passes"] is True
+    assert (ralph_project.path / "hello.txt").read_text() == "hello\n"
+    assert any(e["gate"] == "tests" and e["passed"] for e in ralph_project.events("gate"))
+
+
+def test_the_full_configuration_example_is_valid(tmp_path) -> None:
+    """docs/usage.md's configuration block (every core key the README's short one leaves out) loads."""
+    import re
+
+    from ralph.config import load_config
+    from ralph.plugin.manager import PluginHost
+
+    usage = (DOCS / "usage.md").read_text(encoding="utf-8")
+    block = re.search(r"## Configuration\n.*?```toml\n(.*?)```", usage, re.S)
+    assert block, "docs/usage.md has no configuration example"
+    (tmp_path / "pyproject.toml").write_text(block.group(1))
+    config, sections, _ = load_config(tmp_path, {}, PluginHost(environ={}).config_sections(), environ={})
+    assert config.review_agent == "codex" and config.max_attempts == 5
+    assert sections["claude"].setting_sources == ["project", "local"]

@@ -6,6 +6,7 @@ guards (``ralph_pre_tool_use``) and the resulting denials are checked.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -404,3 +405,159 @@ def test_a_third_party_guard_is_collected_with_the_builtin_ones(project: Path) -
     host = PluginHost(extra_plugins=[NoNpmPublish()], environ={})
     rules = bash(host, project, "bash -c 'npm publish' && git push")
     assert sorted(rules) == ["git-push", "npm-publish"]
+
+
+# -- aliases and the push block (issue 21) -------------------------------------------------------------
+
+
+def test_aliases_expand_where_they_are_used() -> None:
+    a = analyze("shopt -s expand_aliases\nalias g='env -u GIT_CONFIG_COUNT git'\ng push origin main")
+    assert ["git", "push", "origin", "main"] in a.commands
+    assert a.push_block == ["`env -u GIT_CONFIG_COUNT` changes `GIT_CONFIG_COUNT`"]
+    assert ["git", "push"] in analyze("alias g=git h=g\nh push").commands  # an alias naming an alias
+    assert ["git", "push"] in analyze("alias n='nice ' g=git; n g push").commands  # a trailing blank
+    assert ["g", "push"] in analyze("alias g=git; 'g' push").commands  # a quoted name is no alias
+    # a value that is more than one command is read as code, with the rest of the command after it
+    assert ["rm", "-rf", "x"] in analyze("alias p='cd /; rm -rf'; p x").commands
+    (finding,) = analyze('alias g="$GIT"; g push').opaque[1:]
+    assert "alias `g` is set to text only known at run time" in finding.construct
+
+
+def test_clearing_the_push_block_is_a_push_in_direct_mode_only(host: PluginHost, project: Path) -> None:
+    command = "env -u GIT_CONFIG_COUNT python3 deploy.py"
+    (denial,) = call(host, project, "Bash", {"command": command})
+    assert denial.rule == "git-push" and "block on pushes" in denial.reason and "GIT_CONFIG_COUNT" in denial.reason
+    assert bash(host, project, command, loop=make_loop(project, runner="docker-sandbox")) == []
+    assert analyze("env FOO=1 make && unset TMP && export PATH=$PWD/bin:$PATH").push_block == []
+
+
+# -- the file tools and links lead where they lead (issue 21) ------------------------------------------
+
+FILE_TOOLS = [("Write", "file_path"), ("Edit", "file_path"), ("MultiEdit", "file_path"),
+              ("NotebookEdit", "notebook_path")]
+
+
+@pytest.mark.parametrize("tool,field", FILE_TOOLS)
+@pytest.mark.parametrize("path", ["~/.bashrc", f"{HOME}/.claude/settings.json", f"{HOME}/.config/git/config",
+                                  "/etc/cron.d/ralph", "/usr/local/bin/git"])
+def test_file_tools_cannot_write_system_files(host: PluginHost, project: Path, tool: str, field: str,
+                                              path: str) -> None:
+    for loop in (None, make_loop(project), make_loop(project, runner="docker-sandbox")):
+        rules = [d.rule for d in call(host, project, tool, {field: path}, loop=loop)]
+        assert "write-system-files" in rules, (tool, path, loop)
+
+
+@pytest.mark.parametrize("tool,field", FILE_TOOLS)
+def test_file_tools_follow_links_out_of_the_project(host: PluginHost, project: Path, tmp_path: Path, tool: str,
+                                                    field: str) -> None:
+    (project / "rc").symlink_to(f"{HOME}/.bashrc")  # the fictional home: the target need not exist
+    (project / "cron").symlink_to("/etc/cron.d")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("theirs\n")
+    (project / "notes").symlink_to(outside / "notes.txt")
+    session = MemorySession()
+    for name in ("rc", "cron/ralph", "notes"):  # read first: read-before-edit is not what is tested here
+        call(host, project, "Read", {"file_path": str(project / name)}, session=session)
+    assert "write-system-files" in [d.rule for d in call(host, project, tool, {field: str(project / "rc")})]
+    assert "write-system-files" in [d.rule for d in call(host, project, tool, {field: "cron/ralph"})]
+    assert "delete-outside-project" in [d.rule for d in call(host, project, tool, {field: str(project / "notes")})]
+    (project / "src" / "app.py").write_text("x = 1\n")
+    allowed = call(host, project, tool, {field: str(project / "src" / "app.py")}, session=session)
+    assert [d.rule for d in allowed if d.rule != "read-before-edit"] == []
+
+
+def test_writing_a_file_outside_the_project_follows_the_bash_rules(host: PluginHost, project: Path,
+                                                                   tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "old.txt").write_text("theirs\n")
+    session = MemorySession()
+    call(host, project, "Read", {"file_path": str(outside / "old.txt")}, session=session)
+    assert call(host, project, "Write", {"file_path": str(outside / "new.txt"), "content": "x"}) == []
+    (denial,) = call(host, project, "Write", {"file_path": str(outside / "old.txt"), "content": "x"}, session=session)
+    assert denial.rule == "delete-outside-project" and "outside the project" in denial.reason
+    (denial,) = call(host, project, "Edit", {"file_path": str(outside / "old.txt"), "old_string": "t",
+                                             "new_string": "u"}, session=session)
+    assert denial.rule == "delete-outside-project"
+    assert bash(host, project, f"echo x > {outside}/new.txt") == []  # the same as the Write tool
+    assert bash(host, project, f"echo x > {outside}/old.txt") == ["delete-outside-project"]
+
+
+def test_bash_writes_follow_links_too(host: PluginHost, project: Path, tmp_path: Path) -> None:
+    (project / "rc").symlink_to(f"{HOME}/.bashrc")
+    assert bash(host, project, "echo 'alias ls=rm' >> rc") == ["write-system-files"]
+    assert bash(host, project, "cp build/x rc") == ["write-system-files"]
+    # links made on the same line do not exist when the guard looks: what they point to is read from `ln`
+    assert bash(host, project, "ln -s ~/.bashrc r2 && echo x >> r2") == ["write-system-files"]
+    assert bash(host, project, "ln -s ../../../../../home/agent/.profile p && tee -a p <<< x") == ["write-system-files"]
+    assert bash(host, project, "mkdir -p d && ln -s /etc/cron.d d/c && echo x > d/c/job") == ["write-system-files"]
+    assert bash(host, project, "ln -s ~/.bashrc r3") == []  # making the link writes nothing
+    assert bash(host, project, "ln -s src/app.py a && echo x >> a") == []
+
+
+def test_a_hard_linked_file_is_not_written_in_direct_mode(host: PluginHost, project: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "profile").write_text("theirs\n")
+    os.link(outside / "profile", project / "src" / "profile")
+    target = str(project / "src" / "profile")
+    session = MemorySession()
+    call(host, project, "Read", {"file_path": target}, session=session)
+    (denial,) = call(host, project, "Write", {"file_path": target, "content": "x"}, session=session)
+    assert denial.rule == "delete-outside-project" and "2 hard links" in denial.reason
+    assert bash(host, project, "echo x > src/profile") == ["delete-outside-project"]
+    assert call(host, project, "Write", {"file_path": target, "content": "x"}, session=session,
+                loop=make_loop(project, runner="docker-sandbox")) == []
+
+
+# -- containers (issue 21): symlinked and relative mount sources are resolved -------------------------------
+
+
+def test_mount_sources_are_resolved(host: PluginHost, project: Path) -> None:
+    (project / "data").mkdir()
+    (project / "root").symlink_to("/")
+    (project / "data" / "up").symlink_to("../..")
+    for command in ("docker run -v ./root:/h alpine", "docker run -v \"$PWD/root/etc\":/h alpine",
+                    "docker run --mount type=bind,src=./data/up,dst=/h alpine", "podman run -v data/up:/h alpine",
+                    "docker run -v ./not-yet:/h alpine", "ln -s / later && docker run -v ./later:/h alpine"):
+        assert "privilege" in bash(host, project, command), command
+    for command in ("docker run --rm -v ./data:/data alpine ls /data", "docker run -v \"$PWD\":/work -w /work alpine",
+                    "docker run -v $(pwd):/work alpine", "docker run -v cache:/root/.cache alpine"):
+        assert bash(host, project, command) == [], command
+
+
+def test_paths_through_a_link_and_up_are_where_the_kernel_goes(host: PluginHost, project: Path,
+                                                               tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "victim").write_text("theirs\n")
+    (project / "lnk").symlink_to(outside / "sub")  # lnk/.. is `elsewhere`, not the project
+    for command in ("echo x > lnk/../victim", "cp build/x lnk/../victim", "rm lnk/../victim", "rm -rf lnk/..",
+                    "docker run -v ./lnk/..:/h alpine"):
+        assert bash(host, project, command), command
+    session = MemorySession()
+    call(host, project, "Read", {"file_path": str(project / "lnk/../victim")}, session=session)
+    (denial,) = call(host, project, "Write", {"file_path": str(project / "lnk/../victim"), "content": "x"},
+                     session=session)
+    assert denial.rule == "delete-outside-project" and str(outside / "victim") in denial.reason
+    assert bash(host, project, "echo x > src/../build/ok.txt") == []
+
+
+def test_writing_git_config_by_hand_is_a_push_in_direct_mode(host: PluginHost, project: Path) -> None:
+    config = str(project / ".git" / "config")
+    (project / ".git" / "config").write_text("[core]\n")
+    session = MemorySession()
+    call(host, project, "Read", {"file_path": config}, session=session)
+    for tool, field in FILE_TOOLS[:2]:
+        rules = [d.rule for d in call(host, project, tool, {field: config, "content": "x"}, session=session)]
+        assert rules == ["git-push"], (tool, rules)
+    assert call(host, project, "Write", {"file_path": config, "content": "x"}, session=session,
+                loop=make_loop(project, runner="docker-sandbox")) == []
+
+
+def test_a_link_made_on_the_line_to_a_protected_file_is_protected(host: PluginHost, project: Path) -> None:
+    loop = make_loop(project)
+    assert bash(host, project, "ln -s .ralph-active m && echo '{}' > m", loop=loop) == ["protected-file"]
+    assert bash(host, project, "ln -s ralph/prd.md p; tee p < /dev/null", loop=loop) == ["protected-file"]
+    assert bash(host, project, "ln -s src/app.py a && echo x > a", loop=loop) == []

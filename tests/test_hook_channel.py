@@ -184,7 +184,7 @@ def test_the_compiled_client_answers_as_the_source_does(tmp_path: Path) -> None:
 
     command = compiled_hook_command(tmp_path)
     assert (tmp_path / "hook_client.pyc").is_file()
-    assert shlex.split(command) == [sys.executable, "-S", "-P", str(tmp_path / "hook_client.pyc")]
+    assert shlex.split(command) == [sys.executable, "-I", "-S", str(tmp_path / "hook_client.pyc")]
     server = HookServer(lambda request: {"systemMessage": "answered"}, token="right").start()
     payload = json.dumps({"hook_event_name": "Stop", "stop_hook_active": False})
     try:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -114,7 +116,7 @@ def test_additional_context_reaches_the_model_and_failures_the_next_prompt(
 
 
 def test_a_hook_that_crashes_in_a_loop_denies_the_tool(project, scripted_model, claude_binary, claude_agent_env, tmp_path) -> None:
-    """Fail-closed during a loop (DESIGN.md trust boundary rule 3): a crashing guard denies, with the error."""
+    """Fail-closed during a loop (docs/design.md, trust boundary rule 7): a crashing guard denies, with the error."""
     site = tmp_path / "site"
     (site / "crashy_guard-1.0.dist-info").mkdir(parents=True)
     (site / "crashy_guard-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: crashy-guard\nVersion: 1.0\n")
@@ -151,6 +153,8 @@ def test_exported_bundle_guards_an_interactive_session(tmp_path, scripted_model,
     server = scripted_model(script)
     env = {**os.environ, **claude_agent_env(server.url)}
     env.pop("RALPH_HOOK_SOCKET", None)
+    # the bundle's hooks find ralph's Python through the `ralph` on PATH, as on a person's machine
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     result = subprocess.run(
         [str(claude_binary), "-p", "push it", "--output-format", "stream-json", "--verbose",
          "--dangerously-skip-permissions", "--plugin-dir", str(tmp_path / "bundle" / "ralph")],

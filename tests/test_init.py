@@ -92,14 +92,14 @@ def test_atomic_write_text_new_file_follows_umask(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "n.txt").stat().st_mode) == 0o644
 
 
-def test_atomic_write_text_writes_through_symlink(tmp_path: Path) -> None:
+def test_atomic_write_text_replaces_a_symlink_never_its_target(tmp_path: Path) -> None:
     real = tmp_path / "real.txt"
     real.write_text("old")
     link = tmp_path / "link.txt"
     link.symlink_to(real)
     atomic_write_text(link, "new")
-    assert link.is_symlink()
-    assert real.read_text() == "new"
+    assert not link.is_symlink() and link.read_text() == "new"
+    assert real.read_text() == "old"
 
 
 def test_atomic_write_text_failure_leaves_old_content(tmp_path: Path) -> None:
@@ -569,3 +569,18 @@ def test_force_overwrites_the_four_files_and_keeps_others(project: Path) -> None
     assert (rdir / "archive" / "old.json").read_text() == "{}"
     leftovers = [p.name for p in rdir.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+@pytest.mark.parametrize("where", [".gitignore", "ralph/prd.md", "ralph"])
+def test_init_never_writes_through_a_symlink(tmp_path: Path, where: str) -> None:
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    project.mkdir()
+    outside.mkdir()
+    canary = outside / "rc"
+    canary.write_text("host\n")
+    link = project / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside if where == "ralph" else canary)
+    with pytest.raises(UsageError, match=f"{re.escape(where)} is a symlink: `ralph init` never writes through one"):
+        init_project(project, force=True)
+    assert sorted(p.name for p in outside.iterdir()) == ["rc"] and canary.read_text() == "host\n"

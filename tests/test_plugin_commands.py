@@ -67,7 +67,9 @@ def test_the_installed_entry_points_are_the_ones_in_pyproject(project: Path) -> 
     """An editable install copies entry points at install time: a venv installed before one was
     added (``ralph sandbox``, ``ralph nice``) lacks it until ``pip install -e`` runs again."""
     metadata = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    groups = [ENTRY_POINT_GROUP, COMMANDS_GROUP]
+    from ralph.plugin.declared import KIND_GROUPS
+
+    groups = [ENTRY_POINT_GROUP, COMMANDS_GROUP, *KIND_GROUPS.values()]
     declared = {group: metadata["entry-points"].get(group, {}) for group in groups}
     found = entry_point_groups(groups)
     installed = {group: {ep.name: ep.value for ep in found[group] if ep.dist == normalize(metadata["name"])} for group in groups}
@@ -247,7 +249,8 @@ result = CliRunner().invoke(cli, sys.argv[1:], catch_exceptions=False)
 print(json.dumps({"exit": result.exit_code, "output": result.output, "modules": sorted(sys.modules)}))
 """
 
-HEAVY = ["pydantic", "pluggy", "ralph.plugin.manager", "ralph.contracts", "ralph.api", "ralph.config", "ralph.settings"]
+HEAVY = ["pydantic", "pluggy", "ralph.plugin.manager", "ralph.contracts", "ralph.api", "ralph.config", "ralph.settings",
+         "ralph.dashboard", "starlette", "uvicorn", "jinja2", "sse_starlette", "httpx"]
 
 
 def probe(fake_dists: FakeDists, *args: str) -> dict[str, Any]:

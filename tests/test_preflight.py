@@ -61,6 +61,7 @@ def test_no_credentials_stop_before_iteration_one(ralph_project: RalphProject, c
 
 @pytest.mark.real_claude
 def test_logged_in_credentials_file_or_key_passes(ralph_project: RalphProject, claude_binary: Path, bare_env) -> None:
+    ralph_project.write_stories([story("US-001")])  # `ralph doctor` checks the task list too, as `ralph run` does
     credentials = Path(bare_env["HOME"]) / ".claude" / ".credentials.json"
     credentials.parent.mkdir()
     credentials.write_text(json.dumps({"claudeAiOauth": {"accessToken": "x"}}))
@@ -156,6 +157,7 @@ def test_codex_without_key_or_login(ralph_project: RalphProject, codex_binary: P
 
 def test_doctor_gives_the_runners_own_remedy(ralph_project: RalphProject, tmp_path: Path) -> None:
     """The core knows no runner's remedy: the docker plugin's reason carries it (issue 11)."""
+    ralph_project.write_stories([story("US-001")])
     script = tmp_path / "script.json"
     script.write_text('{"iterations": {}}')
     env = {"DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}", "RALPH_REPLAY_SCRIPT": str(script)}

@@ -1,10 +1,10 @@
 """Mode-specific prompts: each mode's prompt carries its own rules, and every rule its checks enforce.
 
 The meta-tests are driven from the review policy's transition table
-(``ralph_plugins.policies.review.TRANSITIONS``): the table must agree exactly with the
-checks (Check 2.5) over a whole space of story states, and every phrase a transition
-lists must be in the prompt rendered for its mode.  Dropping a rule from the template,
-or changing a check without the table, fails here.
+(``ralph_plugins.policies.review.TRANSITIONS``), from which the loop derives its checks
+(Check 2.5, ``ralph.transitions``): the derived checks must agree exactly with the table over
+a whole space of story states, and every phrase a transition lists must be in the prompt
+rendered for its mode.  Dropping a rule from the template fails here.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 from ralph.config import RalphConfig
 from ralph.contracts import Selection
 from ralph.errors import UsageError
+from ralph.loop.listcheck import check_list
 from ralph.loop.prompt import render_prompt, select_sections
 from ralph.settings import Settings
 from ralph.tasks import TaskList
@@ -68,16 +69,21 @@ STATES = list(itertools.product([False, True], [None, "needs_review", "changes_r
 
 @pytest.mark.parametrize("mode", MODES)
 def test_transition_table_is_exactly_what_the_checks_allow(mode: str) -> None:
+    """The checks are derived from the table: in the loop (the selected story known) and in the Stop
+    hook outside one (the snapshot, which does not record reviewFeedback)."""
     policy = _policy()
     before = _tasks(**START[mode])
-    old = before.story("US-001").state()
+    old = before.story("US-001")
     for passes, status, count, feedback in STATES:
         after = _tasks(passes=passes, reviewStatus=status, reviewCount=count, reviewFeedback=feedback,
                        notes="n" if passes else "")  # fmt: skip
         new = after.story("US-001")
-        legal = not policy.transition_violations(mode, before.snapshot(), after)
         in_table = [t.name for t in TRANSITIONS[mode] if t.allows(old, new)]
-        assert legal == bool(in_table), (mode, (passes, status, count, feedback), in_table)
+        in_loop = not check_list(before, after, "US-001", policy=policy, mode=mode).violations
+        assert in_loop == bool(in_table), (mode, (passes, status, count, feedback), in_table)
+        if feedback == old.reviewFeedback:
+            outside = not policy.transition_violations(mode, before.snapshot(), after)
+            assert outside == bool(in_table), (mode, (passes, status, count, feedback), in_table)
 
 
 @pytest.mark.parametrize("mode", MODES)

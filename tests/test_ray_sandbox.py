@@ -126,7 +126,7 @@ def test_guard_denial_from_inside_the_node_container_reaches_the_model(
     hooks = [e for e in project.events("hook") if e.get("event") == "PreToolUse"]
     assert hooks, "the loop answered no PreToolUse call"
     placed = [p for p in placements(project) if p["event"] == "iteration_placed"]
-    assert placed[0]["hook_command"].startswith("python3 -S -P /opt/ralph/lib/")  # the in-container client
+    assert placed[0]["hook_command"].startswith("python3 -I -S /opt/ralph/lib/")  # the in-container client
     assert sandbox_containers(docker_client, placed[0]["workspace"]) == []
 
 

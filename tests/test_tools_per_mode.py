@@ -27,7 +27,8 @@ def _agent(tmp_path: Path, **claude: Any) -> ClaudeAgent:
     binary.write_text("#!/bin/sh\nexit 0\n")
     binary.chmod(0o755)
     config = ClaudeConfig(binary=str(binary), **claude)
-    return ClaudeAgent(Settings(project_dir=tmp_path, config=RalphConfig(), plugin_config={"claude": config}))
+    # the binary is outside the project (tmp_path/project): ralph never runs a program from the project tree
+    return ClaudeAgent(Settings(project_dir=tmp_path / "project", config=RalphConfig(), plugin_config={"claude": config}))
 
 
 def _argv(agent: ClaudeAgent, tmp_path: Path, mode: str | None = None, purpose: str = "iteration") -> list[str]:

@@ -1,5 +1,5 @@
 """Trusted run inputs, unit level: the whole-list check, the task file's trusted fields,
-the protected files' restore, and the hook wiring's pins (DESIGN.md, Trust boundary rule 1).
+the protected files' restore, and the hook wiring's pins (docs/design.md, trust boundary rule 3).
 
 The same rules through the real Claude Code CLI: tests/test_trust_loop_claude.py.
 """
@@ -48,8 +48,8 @@ def edited(**changes: dict) -> TaskList:
 
 def test_unchanged_list_and_allowed_changes_pass() -> None:
     assert not check_list(BEFORE, BEFORE, "US-001").needed
-    # another story's priority and dependsOn may change; the selected story may gain criteria
-    after = edited(US_002={"priority": 9, "dependsOn": ["US-001"]}, US_001={"acceptanceCriteria": ["parses dates", "rejects empty input", "handles UTC"]})
+    # the selected story's notes may change (its state fields are the policy's: tests/test_whitelist.py)
+    after = edited(US_001={"notes": "parser in dates.py"})
     result = check_list(BEFORE, after, "US-001")
     assert result.violations == [] and not result.needed
 
@@ -64,20 +64,22 @@ def test_deleted_story_is_a_violation_and_is_put_back_in_place() -> None:
     assert repaired.story("US-002").acceptanceCriteria == ["exports CSV with a header row"]
 
 
-def test_other_story_text_edited_is_reverted_but_its_review_fields_stay() -> None:
-    after = edited(US_002={"acceptanceCriteria": ["file exists"], "title": "trivial", "notes": "looked at it"})
+def test_any_field_of_another_story_is_reverted() -> None:
+    after = edited(US_002={"acceptanceCriteria": ["file exists"], "title": "trivial", "notes": "looked at it",
+                           "priority": 9, "dependsOn": ["US-001"]})  # fmt: skip
     result = check_list(BEFORE, after, "US-001")
     assert [v.story_id for v in result.violations] == ["US-002"]
-    assert "acceptanceCriteria" in result.violations[0].message and "title" in result.violations[0].message
-    repaired = result.apply(BEFORE, after).story("US-002")
-    assert repaired.acceptanceCriteria == ["exports CSV with a header row"] and repaired.title == "Story US-002"
-    assert repaired.notes == "looked at it"  # not scope: kept
+    message = result.violations[0].message
+    assert all(name in message for name in ("acceptanceCriteria", "title", "notes", "priority", "dependsOn"))
+    assert "not this iteration's story" in message
+    repaired = result.apply(BEFORE, after)
+    assert repaired.model_dump() == BEFORE.model_dump()
 
 
 def test_split_moves_dropped_criteria_to_new_stories() -> None:
     after = edited(
         US_001={"acceptanceCriteria": ["parses dates"], "title": "Parse dates (slice 1)"},
-        added=[story("US-001-2", acceptanceCriteria=["Rejects  empty input"], priority=1)],
+        added=[story("US-001-2", acceptanceCriteria=["rejects   empty\ninput"], priority=1, dependsOn=["US-001"])],
     )
     result = check_list(BEFORE, after, "US-001")
     assert result.violations == [] and not result.needed
@@ -91,12 +93,25 @@ def test_narrowed_without_split_is_reverted() -> None:
     assert result.apply(BEFORE, after).story("US-001").acceptanceCriteria == ["parses dates", "rejects empty input"]
 
 
-def test_split_that_loses_a_criterion_is_reverted() -> None:
+@pytest.mark.parametrize(
+    "moved",
+    [
+        pytest.param("something else", id="another-criterion"),
+        pytest.param("out of scope: rejects empty input", id="negated"),
+        pytest.param("Rejects empty input", id="other-case"),
+        pytest.param("rejects empty input (optional)", id="weakened"),
+    ],
+)
+def test_split_must_move_the_criterion_word_for_word(moved: str) -> None:
     after = edited(
         US_001={"acceptanceCriteria": ["parses dates"]},
-        added=[story("US-001-2", acceptanceCriteria=["something else"])],
+        added=[story("US-001-2", acceptanceCriteria=[moved])],
     )
-    assert [v.story_id for v in check_list(BEFORE, after, "US-001").violations] == ["US-001"]
+    result = check_list(BEFORE, after, "US-001")
+    assert sorted(v.story_id for v in result.violations) == ["US-001", "US-001-2"]
+    assert result.drop == ["US-001-2"]
+    repaired = result.apply(BEFORE, after)
+    assert repaired.model_dump() == BEFORE.model_dump()
 
 
 def test_selected_title_rewritten_without_split_is_reverted() -> None:
@@ -107,10 +122,13 @@ def test_selected_title_rewritten_without_split_is_reverted() -> None:
 
 @pytest.mark.parametrize("bad", ["US-001; rm -rf $HOME", "US 7", "../US-1", "US-1`id`", "7-US"])
 def test_new_story_with_unsafe_id_is_removed(bad: str) -> None:
-    after = edited(added=[story(bad), story("US-004")])
+    after = edited(US_001={"acceptanceCriteria": ["parses dates"]},
+                   added=[story(bad, acceptanceCriteria=["rejects empty input"]),
+                          story("US-001-2", acceptanceCriteria=["rejects empty input"])])  # fmt: skip
     result = check_list(BEFORE, after, "US-001")
     assert result.drop == [bad] and [v.story_id for v in result.violations] == [bad]
-    assert [s.id for s in result.apply(BEFORE, after).userStories] == ["US-001", "US-002", "US-003", "US-004"]
+    assert "unsafe id" in result.violations[0].message
+    assert [s.id for s in result.apply(BEFORE, after).userStories] == ["US-001", "US-002", "US-003", "US-001-2"]
 
 
 def test_non_story_fields_are_trusted_from_run_start() -> None:
@@ -273,6 +291,14 @@ def test_weakening_project_settings_are_named(tmp_path: Path) -> None:
     assert "disableAllHooks = true would switch off ralph's hooks" in found
     assert "env sets RALPH_HOOK_SOCKET" in found and "defines its own hooks (PreToolUse)" in found
     assert set(PINNED) == {"disableAllHooks", "allowManagedHooksOnly"}
+
+
+def test_the_projects_mcp_servers_are_named_as_not_started(tmp_path: Path) -> None:
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {}}))
+    assert weakening_settings(tmp_path) == []
+    (tmp_path / ".mcp.json").write_text(json.dumps({"mcpServers": {"web": {"command": "x"}, "db": {"command": "y"}}}))
+    [line] = weakening_settings(tmp_path)
+    assert "(db, web) are not started during a loop" in line and "[tool.ralph.claude] mcp_servers" in line
 
 
 # -- every task-list layout, through the loop (replay agent: scripted file edits, no model) -----------------

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import test_docker_sandbox as _docker
 
+from ralph.contracts import AgentChannel
 from ralph.testing.project import RalphProject
 
 docker_client, sandbox_image, sandbox_project = _docker.docker_client, _docker.sandbox_image, _docker.sandbox_project
@@ -130,13 +131,19 @@ def test_processes_left_by_an_exec_are_killed(any_user_runner: Any, sandbox_proj
     assert sorted(lines) == ["docker-init", "ps", "sh", "sh", "sleep", "timeout"]
 
 
-def test_hook_socket_directory_is_read_only_and_still_answers(runner: Any, sandbox_project: RalphProject) -> None:
+def test_hook_socket_directory_is_read_only_and_still_answers(runner: Any, sandbox_project: RalphProject,
+                                                             tmp_path: Path) -> None:
     from ralph.hooks.server import HookServer
 
     hook = runner.hook_command()  # the runner's own command: python3 -S, no site-packages
     server = HookServer(lambda request: {"systemMessage": "loop answered"}, token="sekrit").start()
     try:
-        env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": "sekrit"}
+        # the runner mounts what the channel names (never what RALPH_* strings in the env say)
+        channel = runner.agent_channel(AgentChannel(
+            hook_socket=Path(server.path), token="sekrit", run_dir=tmp_path, state_file=tmp_path / "state.json",
+            tasks_file=sandbox_project.ralph_dir / "tasks.json", hook_command=(),
+        ))
+        env = channel.env()
         payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}})
         script = (
             f"echo '{payload}' | {hook}; echo; "
@@ -146,7 +153,7 @@ def test_hook_socket_directory_is_read_only_and_still_answers(runner: Any, sandb
             # a loop that does not answer: the client fails closed, without site-packages or ralph
             f"echo '{payload}' | RALPH_HOOK_SOCKET=/tmp/no-loop.sock {hook} 2>/dev/null"
         )
-        outcome, lines = run_in(runner, sandbox_project.path, ["sh", "-c", script], env=env)
+        outcome, lines = run_in(runner, sandbox_project.path, ["sh", "-c", script], env=env, channel=channel)
     finally:
         server.stop()
     assert json.loads(lines[0]) == {"systemMessage": "loop answered"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import Field, field_validator
 
 from ralph.api import ConfigSection
@@ -24,6 +26,11 @@ read-only call (``--tools``): the CLI refuses every other built-in tool.  A call
 the CLI's own set."""
 
 
+SettingSource = Literal["project", "local"]
+DEFAULT_SETTING_SOURCES: tuple[SettingSource, ...] = ("project", "local")
+"""What Claude Code reads besides ralph's settings by default (``--setting-sources``); never ``user``."""
+
+
 class ClaudeConfig(ConfigSection):
     """Settings of the ``claude`` agent."""
 
@@ -44,6 +51,30 @@ class ClaudeConfig(ConfigSection):
         default_factory=list,
         description='permission rules the CLI denies in every mode (--disallowedTools), e.g. "Bash(git push:*)"',
     )
+
+    setting_sources: list[SettingSource] = Field(
+        default_factory=lambda: list(DEFAULT_SETTING_SOURCES),
+        description=(
+            "the settings Claude Code reads besides ralph's own (--setting-sources): project (.claude/settings.json, "
+            "CLAUDE.md, skills, agents), local (.claude/settings.local.json); the person's user settings are never "
+            "read during a loop; [] reads none"
+        ),
+    )
+    mcp_servers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description=(
+            "the MCP servers the agent gets (as in .mcp.json's mcpServers); no other is started during a loop "
+            "(--strict-mcp-config: the project's .mcp.json and the user's servers are ignored)"
+        ),
+    )
+
+    @field_validator("setting_sources", mode="before")
+    @classmethod
+    def _no_user_settings(cls, value: Any) -> Any:
+        if isinstance(value, list) and "user" in value:
+            raise ValueError('"user" is not allowed: during a loop the agent reads only the configuration ralph '
+                             'gives it (use "project" and "local", or put what the agent needs into the project)')
+        return value
 
     @field_validator("tools")
     @classmethod

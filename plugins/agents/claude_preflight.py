@@ -5,7 +5,6 @@ Imported only when a run (or ``ralph doctor``) starts, never by ``ralph --help``
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Iterable
 
 from ralph.api import AgentView, Check
 
-__all__ = ["CREDENTIAL_VARS", "binary_check", "credential_checks"]
+__all__ = ["CREDENTIAL_VARS", "binary_check", "credential_checks", "login_check"]
 
 CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN")
 CLOUD_VARS = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY")
@@ -44,20 +43,9 @@ def _reinstall_fix() -> str:
     return "reinstall it (pip install --force-reinstall claude-agent-sdk) or set [tool.ralph.claude] binary"
 
 
-def _settings_have_key_helper(home: Path) -> bool:
-    try:
-        data = json.loads((home / ".claude" / "settings.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and bool(data.get("apiKeyHelper"))
-
-
 def credential_checks(view: AgentView, passthrough: Iterable[str] = ()) -> list[Check]:
     """Credentials the agent will see, and the model endpoint when ``ANTHROPIC_BASE_URL`` is set."""
-    env = dict(view.env)
-    for name in passthrough:
-        if name in os.environ:
-            env[name] = os.environ[name]
+    env = _env(view, passthrough)
     where = view.where
     checks: list[Check] = []
     base_url = env.get("ANTHROPIC_BASE_URL", "")
@@ -71,37 +59,58 @@ def credential_checks(view: AgentView, passthrough: Iterable[str] = ()) -> list[
                 'set [tool.ralph.docker-sandbox] network = "allowlist" (only the model API gets through)',
             )
         )
+    return [*checks, login_check(view, passthrough, endpoint_answers=bool(base_url) and bool(checks[0].ok))]
+
+
+def _env(view: AgentView, passthrough: Iterable[str]) -> dict[str, str]:
+    env = dict(view.env)
+    for name in passthrough:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def login_check(view: AgentView, passthrough: Iterable[str] = (), endpoint_answers: bool = False) -> Check:
+    """Whether Claude Code can log in where ``view`` shows it: a key or token in its environment,
+    cloud-provider mode, a logged-in credentials file (or on macOS the keychain item) in the home it
+    sees, an ``apiKeyHelper``; with ``endpoint_answers`` (``ANTHROPIC_BASE_URL`` set and answering)
+    no key is only a warning."""
+    env = _env(view, passthrough)
+    where = view.where
     found = [name for name in CREDENTIAL_VARS if env.get(name)]
     cloud = [name for name in CLOUD_VARS if env.get(name, "") not in ("", "0", "false")]
-    credentials = view.home / ".claude" / ".credentials.json" if view.home is not None else None
+    from .claude_home import CREDENTIALS_FILE, KEYCHAIN_SERVICE, key_helper, login_dir, login_files
+
+    directory = login_dir(view)  # $CLAUDE_CONFIG_DIR or ~/.claude where the agent runs: the loop links it in
+    credentials = directory / CREDENTIALS_FILE if directory is not None else None
     if found:
-        checks.append(Check(True, f"credentials the agent sees on {where}: {', '.join(found)}"))
-    elif cloud:
-        checks.append(Check(True, f"cloud provider mode on {where}: {', '.join(cloud)} (credentials from its SDK)"))
-    elif credentials is not None and credentials.is_file():
-        checks.append(Check(True, f"logged-in credentials the agent sees: {credentials}"))
-    elif view.home is not None and _settings_have_key_helper(view.home):
-        checks.append(Check(True, f"apiKeyHelper set in {view.home / '.claude' / 'settings.json'}"))
-    elif base_url and checks[0].ok:
-        checks.append(Check(None, f"no API key on {where}; relying on the endpoint ANTHROPIC_BASE_URL={base_url}"))
-    else:
-        home = f"no logged-in credentials in {credentials}" if credentials else "a fresh home without credentials"
-        checks.append(
-            Check(
-                False,
-                f"no credentials the agent can use on {where}: none of {', '.join(CREDENTIAL_VARS)} is set "
-                f"and {home} (Claude Code would answer 'Not logged in')",
-                _credential_fix(view),
-            )
-        )
-    return checks
+        return Check(True, f"credentials the agent sees on {where}: {', '.join(found)}")
+    if cloud:
+        return Check(True, f"cloud provider mode on {where}: {', '.join(cloud)} (credentials from its SDK)")
+    if credentials is not None and credentials.is_file():
+        return Check(True, f"logged-in credentials the agent sees: {credentials}")
+    if isinstance(login_files(view).get(CREDENTIALS_FILE), bytes):
+        return Check(True, f"logged-in credentials the agent sees: the macOS keychain item {KEYCHAIN_SERVICE!r}")
+    if directory is not None and key_helper(view):
+        return Check(True, f"apiKeyHelper set in {directory / 'settings.json'} (the one key of your user "
+                           "settings a loop uses)")
+    if endpoint_answers:
+        return Check(None, f"no API key on {where}; relying on the endpoint ANTHROPIC_BASE_URL={env['ANTHROPIC_BASE_URL']}")
+    home = f"no logged-in credentials in {credentials}" if credentials else "a fresh home without credentials"
+    return Check(
+        False,
+        f"no credentials the agent can use on {where}: none of {', '.join(CREDENTIAL_VARS)} is set "
+        f"and {home} (Claude Code would answer 'Not logged in')",
+        _credential_fix(view),
+    )
 
 
 def _credential_fix(view: AgentView) -> str:
     if view.where == "this machine":
         return "export ANTHROPIC_API_KEY=... (or CLAUDE_CODE_OAUTH_TOKEN from `claude setup-token`), or run `claude` once and /login"
     return (
-        "export ANTHROPIC_API_KEY=... (or CLAUDE_CODE_OAUTH_TOKEN); it is passed into the sandbox; or set "
+        "export ANTHROPIC_API_KEY=..., or with a Claude subscription make a token with `claude setup-token` and "
+        "export CLAUDE_CODE_OAUTH_TOKEN=<it> (it is passed into the sandbox); or set "
         '[tool.ralph.docker-sandbox] state_dir = "~/.dclaude_state" and log in once there'
     )
 

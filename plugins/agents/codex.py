@@ -2,18 +2,21 @@
 
 What ralph passes, all from outside the project (the agent cannot edit it):
 
-* ``CODEX_HOME`` = a private directory in the run directory (inside ralph's
-  container: a directory on the container's tmpfs, since the run directory is
-  mounted read-only there and Codex writes its session files into its home);
-  a user's ``auth.json`` is copied in so a ``codex login`` keeps working;
+* ``CODEX_HOME`` = a fresh private directory the loop makes in the run directory
+  for every process (inside ralph's container: a directory on the container's
+  tmpfs, since the run directory is mounted read-only there and Codex writes its
+  session files into its home); a user's ``auth.json`` is linked in so a
+  ``codex login`` keeps working, nothing else of theirs;
 * ralph's hooks on every event it answers, as ``-c hooks.<Event>=[...]``
   overrides, with ``--dangerously-bypass-hook-trust`` (Codex skips hooks it was
   not told to trust, and ralph wrote these itself);
 * a model provider for ``[tool.ralph.codex] base_url`` (or ``$RALPH_CODEX_BASE_URL``)
   speaking the Responses API;
 * Codex's own ``workspace-write`` sandbox in direct mode, with the repository's
-  git directory added as a writable root (the agent commits); inside ralph's
-  container Codex's sandbox is off and the container is the boundary.
+  git directory added as a writable root (the agent commits), and Codex's sandbox
+  helper kept where no sandboxed command can write it
+  (:mod:`ralph_plugins.agents.codex_sandbox`); inside ralph's container Codex's
+  sandbox is off and the container is the boundary.
 
 The prompt goes on stdin (``codex exec ... -``).  Output parsing lives in
 :mod:`ralph_plugins.agents.codex_events`.
@@ -29,10 +32,12 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ralph.api import CODEX_CLI, AgentEvent, AgentInvocation, CliAgent, ProcessSpec, hookimpl
 
-if TYPE_CHECKING:
-    from ralph.api import Agent
+from .codex_sandbox import helper_placement
 
-__all__ = ["BASE_URL_ENV", "BINARY_ENV_VAR", "CodexAgent", "bundled_binary", "resolve_binary", "toml_value"]
+if TYPE_CHECKING:
+    from ralph.api import Agent, AgentView
+
+__all__ = ["BASE_URL_ENV", "BINARY_ENV_VAR", "CodexAgent", "bundled_binary", "channel_hooks", "resolve_binary", "toml_value"]
 
 BINARY_ENV_VAR = CODEX_CLI.env_var
 BASE_URL_ENV = "RALPH_CODEX_BASE_URL"
@@ -82,8 +87,20 @@ def _toml_key(key: str) -> str:
     return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
 
 
+def channel_hooks(invocation: AgentInvocation) -> dict[str, str]:
+    """Event -> command: the channel's hook client (wrapped to fail closed) on every event Codex runs
+    hooks for (an older caller's Claude Code settings file when there is no channel)."""
+    channel = getattr(invocation, "channel", None)
+    if channel is not None:
+        from ralph.api.hooks import hook_command_for
+
+        command = hook_command_for(channel)
+        return {event: command for event in HOOK_EVENTS}
+    return hook_commands(invocation.hook_settings)
+
+
 def hook_commands(settings_file: Path | None) -> dict[str, str]:
-    """Event -> command from ralph's hook wiring file (the same one Claude Code gets)."""
+    """Event -> command from a Claude Code settings file wiring ralph's hooks (without a channel)."""
     if settings_file is None:
         return {}
     try:
@@ -118,25 +135,40 @@ class CodexAgent(CliAgent):
     name = "codex"
     description = "OpenAI Codex CLI (codex exec --json)"
     cli = CODEX_CLI
+    uses_channel = True
 
     def preflight(self, context: Any) -> list[Any]:
-        """The binary runs, a key or a ``codex login`` exists, a configured endpoint answers."""
-        from ralph_plugins.agents.codex_preflight import codex_checks
+        """The binary runs, a key or a ``codex login`` exists, a configured endpoint answers, and (on
+        this machine, where Codex's own sandbox is used) that sandbox starts a command."""
+        from ralph_plugins.agents.codex_preflight import codex_checks, sandbox_check
 
         path, source = self.resolve_binary()
         if path is None:
             return []
         base_url = self.config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
         key_env = self.config_value("api_key_env", "OPENAI_API_KEY")
-        return codex_checks(path, source, key_env, base_url, context.view)
+        checks = codex_checks(path, source, key_env, base_url, context.view)
+        if checks[0].ok and not getattr(context.runner, "isolates", False):
+            check = sandbox_check(path, str(self.config_value("sandbox", "workspace-write")), context.project_dir)
+            if check is not None:
+                checks.append(check)
+        return checks
 
     def default_model(self) -> str | None:
         """``[tool.ralph.codex] model``: used when no per-mode model or ``--model`` applies."""
         return self.config_value("model", None)
 
+    def model_upstream(self) -> str | None:
+        """The configured Responses endpoint (``base_url`` / ``$RALPH_CODEX_BASE_URL``), which the loop's
+        meter can stand in front of; None (not metered) when Codex uses its own provider and login."""
+        return self.config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
+
     def _overrides(self, invocation: AgentInvocation, sandboxed: bool) -> list[tuple[str, Any]]:
+        from .claude import model_endpoint
+
         overrides: list[tuple[str, Any]] = []
-        base_url = self.config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
+        # the loop's meter when it runs (it forwards to the configured endpoint), else that endpoint
+        base_url = model_endpoint(invocation) or self.model_upstream()
         if base_url:
             retries = int(self.config_value("retries", 1))
             overrides.append(("model_provider", PROVIDER_ID))
@@ -151,7 +183,7 @@ class CodexAgent(CliAgent):
                     "stream_max_retries": retries,
                 },
             ))
-        for event, command in hook_commands(invocation.hook_settings).items():
+        for event, command in channel_hooks(invocation).items():
             overrides.append((f"hooks.{event}", [{"hooks": [{"type": "command", "command": command, "timeout": 60}]}]))
         writable = not sandboxed and not getattr(invocation, "read_only", False)
         if writable and self.config_value("sandbox", "workspace-write") == "workspace-write":
@@ -159,17 +191,21 @@ class CodexAgent(CliAgent):
         overrides.extend((str(k), v) for k, v in dict(self.config_value("config", {})).items())
         return overrides
 
+    def _sandbox_mode(self, invocation: AgentInvocation) -> str:
+        """Codex's ``--sandbox`` in direct mode: ``read-only`` for a reviewer, else ``[tool.ralph.codex] sandbox``."""
+        if getattr(invocation, "read_only", False):
+            return "read-only"
+        return str(self.config_value("sandbox", "workspace-write"))
+
     def process(self, invocation: AgentInvocation) -> ProcessSpec:
         """``codex exec --json [sandbox flags] [-m MODEL] -c ... -`` with the prompt on stdin."""
         sandboxed = bool(getattr(invocation, "sandboxed", False))
         argv = [str(self.executable()), "exec", "--json", "--color", "never", "-C", str(invocation.project_dir)]
         if sandboxed:
             argv.append("--dangerously-bypass-approvals-and-sandbox")
-        elif getattr(invocation, "read_only", False):
-            argv += ["-s", "read-only"]  # a reviewer: Codex's own sandbox stops every write
-        else:
-            argv += ["-s", str(self.config_value("sandbox", "workspace-write"))]
-        hooks = hook_commands(invocation.hook_settings)
+        else:  # a reviewer gets read-only: Codex's own sandbox stops every write
+            argv += ["-s", self._sandbox_mode(invocation)]
+        hooks = channel_hooks(invocation)
         if hooks:
             argv.append("--dangerously-bypass-hook-trust")
         model = invocation.model or self.default_model()
@@ -177,18 +213,37 @@ class CodexAgent(CliAgent):
             argv += ["-m", model]
         for key, value in self._overrides(invocation, sandboxed):
             argv += ["-c", f"{key}={toml_value(value)}"]
-        argv += [str(arg) for arg in self.config_value("extra_args", [])]
-        argv.append("-")  # the prompt comes on stdin: no argv length limit, not visible in ps
-
         env = {DIALECT_ENV: "codex"}
-        if not sandboxed:
+        home = getattr(getattr(invocation, "channel", None), "config_home", None)
+        if home:
+            env["CODEX_HOME"] = str(home)  # the loop's fresh home for this process (login_files)
+        elif not sandboxed:
             env["CODEX_HOME"] = str(self._private_home(invocation.run_dir))
         # in ralph's container Codex keeps its state in ~/.codex on the container's tmpfs home
         # (the run directory is mounted read-only there)
         env.update(self.passthrough_env(("OPENAI_API_KEY", self.config_value("api_key_env", "OPENAI_API_KEY"), BASE_URL_ENV)))
         env.update(self.passthrough_env(self.config_value("env_passthrough", [])))
         env.update(invocation.env)
-        return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir, stdin=invocation.prompt, program="codex")
+        argv += [str(arg) for arg in self.config_value("extra_args", [])]
+        if not sandboxed and "CODEX_HOME" in env and Path(env["CODEX_HOME"]).is_dir():
+            # after the person's overrides: Codex's sandbox helper must stay out of the sandbox's reach
+            placement = helper_placement(Path(env["CODEX_HOME"]), {**os.environ, **env}, self._sandbox_mode(invocation))
+            env.update(placement.env)
+            for key, value in placement.overrides:
+                argv += ["-c", f"{key}={toml_value(value)}"]
+        argv.append("-")  # the prompt comes on stdin: no argv length limit, not visible in ps
+        return ProcessSpec(argv=argv, env=env, cwd=invocation.project_dir, stdin=invocation.prompt, program="codex",
+                           channel=getattr(invocation, "channel", None))
+
+    def login_files(self, view: AgentView) -> dict[str, Path | bytes]:
+        """The person's ``auth.json`` (``$CODEX_HOME`` or ``~/.codex`` where the agent runs), for the
+        run-owned ``CODEX_HOME`` the loop makes for every process: their ``config.toml`` (MCP
+        servers, hooks, notify commands) is not read, and what the agent writes there never
+        reaches the next session."""
+        configured = view.env.get("CODEX_HOME")
+        directory = Path(configured).expanduser() if configured else (view.home / ".codex" if view.home else None)
+        auth = directory / "auth.json" if directory is not None else None
+        return {"auth.json": auth} if auth is not None and auth.is_file() else {}
 
     def _private_home(self, run_dir: Path) -> Path:
         """``<run dir>/codex-home``: Codex's state for this run, with the user's login copied in."""

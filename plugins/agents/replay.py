@@ -39,6 +39,7 @@ class ReplayAgent(Agent):
 
     name = "replay"
     description = "scripted agent for demos and tests (no model)"
+    uses_channel = True
 
     def script_path(self) -> Path | None:
         section = self.settings.section("replay")
@@ -83,7 +84,11 @@ class ReplayAgent(Agent):
 
     def process(self, invocation: AgentInvocation) -> ProcessSpec:
         script = self.script_path()
-        tasks = invocation.env.get("RALPH_TASKS_FILE") or str(self.settings.ralph_dir / "tasks.json")
+        channel = invocation.channel
+        if channel is not None:
+            tasks = str(channel.tasks_file)
+        else:
+            tasks = invocation.env.get("RALPH_TASKS_FILE") or str(self.settings.ralph_dir / "tasks.json")
         argv = [
             sys.executable,
             "-P",  # the cwd (the project) must not shadow installed packages
@@ -99,7 +104,8 @@ class ReplayAgent(Agent):
             invocation.purpose,
         ]
         return ProcessSpec(
-            argv=argv, env=dict(invocation.env), cwd=invocation.project_dir, stdin=invocation.prompt, program="python3"
+            argv=argv, env=dict(invocation.env), cwd=invocation.project_dir, stdin=invocation.prompt, program="python3",
+            channel=channel,
         )
 
     def parse_line(self, line: str) -> list[AgentEvent]:

@@ -33,6 +33,11 @@ these kinds as flags, not counters.
 Lines that are not JSON objects (CLI warnings, a stray print) become ``system``
 events with ``data={"raw": line, "unparsed": True}``; blank lines yield nothing.
 The parser never raises.
+
+The agent can write to this stream (its shell can print to its CLI's stdout), so for a metered
+agent (docs/metering.md) the loop decides nothing from the ``usage_limit``, ``rate_limit``,
+``context_overflow`` and ``result`` cost/usage events: they are shown and recorded as the agent's
+claims, and the loop's meter of the model traffic decides.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ class VerifyCommandsGate(Gate):
     description = "runs verifyCommands (tests, lint, type checks) — hard gate"
     hard = True
     order = 10
+    on_final_tree = True  # verifyCommands check the whole tree: they run once more before "complete"
 
     @property
     def timeouts(self) -> tuple[float, float]:

@@ -6,7 +6,9 @@ analysed by :mod:`ralph.shell` (quotes, ``bash -c``, ``eval``,
 ``$(...)``, wrappers, pipes into a shell, git aliases), so ``r''m -rf /`` and
 ``bash -c "git push"`` are seen for what they run.  Rules (see docs/guards.md):
 
-``git-push``, ``git-merge-main``, ``git-force``, ``git-no-verify``,
+``git-push`` (also anything that clears or overrides direct mode's push block: ``env -i``,
+``env -u GIT_CONFIG_COUNT``, ``unset GIT_CONFIG_*``, ``GIT_CONFIG_*=``, ``-c url.*.pushInsteadOf=``,
+``--config-env``), ``git-merge-main``, ``git-force``, ``git-no-verify``,
 ``git-reset-hard``, ``delete-outside-project``, ``disk-tools``,
 ``fork-bomb``, ``privilege``, ``pipe-to-shell``, ``read-secrets``,
 ``write-system-files``, ``unparseable`` and ``opaque-code`` (the last two only
@@ -26,8 +28,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ralph.api import (
+    CONTAINER_CLIS,
     PRIVILEGE_WRAPPERS,
     Analysis,
     Command,
@@ -39,15 +43,19 @@ from ralph.api import (
     find_roots,
     has_long,
     hookimpl,
+    mount_fields,
     parse_git,
+    read_container,
     resolve_path,
     short_flag,
 )
 from ralph.api import git_view as view
 
-__all__ = ["PUSH_REASON", "check_command", "current_branch", "is_direct", "is_secret_path", "parse_git"]
+__all__ = ["FILE_WRITE_TOOLS", "PUSH_REASON", "check_command", "check_file_write", "current_branch", "is_direct", "is_secret_path", "parse_git"]
 
 PUSH_REASON = "Pushing is not allowed inside a Ralph loop: commit locally; the user pushes after review."
+FILE_WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+"""The tools that write a file: the same outside-the-project rules as a Bash redirection."""
 _DELETERS = frozenset({"rm", "unlink", "shred", "srm"})
 _DISK_TOOLS = re.compile(
     r"^(dd|mkfs(\..+)?|mke2fs|mkswap|mkntfs|mkdosfs|fdisk|sfdisk|cfdisk|gdisk|sgdisk|parted|wipefs|blkdiscard"
@@ -125,15 +133,72 @@ class _Ctx:
         self.denials: dict[str, Denial] = {}
         self.depth = 0
         self.analysis: Analysis | None = None
+        self.checked_out: str | None = None
+        """The branch the last ``git checkout``/``git switch`` before the command being checked names."""
+        self._leaves: bool | None = None
+        self._branches: dict[str, str | None] = {}
+        self._links: dict[str, str] | None = None
+        self._physical: dict[str, str] = {}
+
+    def leaves(self) -> bool:
+        """Does the line send data to the network or write a file (once per line, not per command)?"""
+        if self._leaves is None:
+            analysis = self.analysis
+            self._leaves = analysis is not None and (
+                any(c.name in _NETWORK_TOOLS for c in analysis.simple)
+                or any(w.path != "/dev/null" for w in analysis.writes)
+            )
+        return self._leaves
+
+    def branch(self, start: str) -> str | None:
+        """:func:`current_branch` of ``start``, read once per line."""
+        if start not in self._branches:
+            self._branches[start] = current_branch(start)
+        return self._branches[start]
 
     def deny(self, rule: str, reason: str) -> None:
         self.denials.setdefault(rule, Denial(rule, reason))
 
     def path(self, cmd: Command, i: int, text: str | None = None) -> str | None:
-        return resolve_path(
-            cmd.argv[i] if text is None else text, self.cwd, self.home, cmd.dynamic[i], cmd.cd, cmd.cd_unknown,
-            self.known,
-        )
+        return self.resolve(cmd.argv[i] if text is None else text, cmd.dynamic[i], cmd.cd, cmd.cd_unknown)
+
+    def resolve(self, text: str, dynamic: bool, cd: list[str], cd_unknown: bool) -> str | None:
+        """The path ``text`` names (lexically); where the kernel would open it is kept for :meth:`landing` when
+        the two may differ (``link/../x`` is beside the link's target)."""
+        path = resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown, self.known)
+        if path is not None and ".." in text:
+            physical = resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown, self.known, physical=True)
+            if physical is not None and physical != path:
+                self._physical[path] = physical
+        return path
+
+    def landing(self, path: str) -> list[str]:
+        """Where writing ``path`` lands: the path, where its symlinks lead, and where a link made earlier on the
+        line leads (the link does not exist yet, so the file system cannot say)."""
+        places = [path]
+        for other in (os.path.realpath(path), self._physical.get(path)):
+            if other is not None and other not in places:
+                places.append(other)
+        for link, target in self.links().items():
+            for place in list(places):
+                if place == link or place.startswith(link.rstrip("/") + "/"):
+                    places.append(os.path.normpath(target + place[len(link):]))
+        return places
+
+    def links(self) -> dict[str, str]:
+        """Links made on this line that lead out of the project: resolved link path -> resolved target."""
+        if self._links is None:
+            self._links = {}
+            for link in self.analysis.links if self.analysis is not None else []:
+                at = resolve_path(link.path, self.cwd, self.home, link.dynamic, link.cd, link.cd_unknown, self.known)
+                if at is None or link.source is None:
+                    continue
+                base = os.path.dirname(at) if link.symbolic else self.cwd
+                target = resolve_path(link.source, base, self.home, False, [] if link.symbolic else link.cd,
+                                      link.cd_unknown and not link.symbolic, self.known)
+                if target is not None and not self.in_project(target):
+                    self._links[at] = target
+        return self._links
 
     def in_project(self, path: str) -> bool:
         return _under(path, self.project) or _under(path, self.project_real)
@@ -156,6 +221,11 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
         if not isinstance(command, str) or not command.strip():
             return []
         return check_command(command, event)
+    if tool in FILE_WRITE_TOOLS:
+        raw = event.tool_input.get("file_path") or event.tool_input.get("notebook_path")
+        if isinstance(raw, str) and raw:
+            return check_file_write(raw, tool, event)
+        return []
     if tool in ("Read", "NotebookRead", "Grep"):
         raw = event.tool_input.get("file_path") or event.tool_input.get("notebook_path") or event.tool_input.get("path")
         if isinstance(raw, str) and raw:
@@ -164,6 +234,20 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
             if is_secret_path(resolved):
                 return [Denial("read-secrets", _secret_reason(raw))]
     return []
+
+
+def check_file_write(raw: str, tool: str, event: HookEvent) -> list[Denial]:
+    """The rules for a file the ``Write``/``Edit``/``MultiEdit``/``NotebookEdit`` tools would write: the same as for
+    a Bash redirection, with the path resolved (a symlink in the project leading out of it counts as outside)."""
+    ctx = _Ctx(event)
+    path = ctx.resolve(raw, False, [], False)
+    if path is None:
+        return [Denial("write-system-files", f"{raw} does not name a file the guard can place: use a path inside "
+                                             "the project.")]
+    _check_system_write(path, raw, ctx)
+    _check_ref_write(path, ctx)
+    _check_overwrite(path, raw, ctx, must_exist=tool == "Write")
+    return list(ctx.denials.values())
 
 
 def check_command(command: str, event: HookEvent) -> list[Denial]:
@@ -200,6 +284,13 @@ def _check_analysis(analysis: Analysis, ctx: _Ctx) -> None:
             f"{what} runs code the guards cannot review: save it to a file in the project, read it, "
             "then run the commands you need directly.",
         )
+    if analysis.push_block and ctx.direct:
+        ctx.deny(
+            "git-push",
+            f"This clears or overrides ralph's block on pushes ({analysis.push_block[0]}): in a Ralph loop that "
+            "counts as pushing. Leave the GIT_CONFIG_* variables and the remotes' push URLs alone; commit locally "
+            "and the user pushes after review.",
+        )
     if analysis.fork_bomb:
         ctx.deny(
             "fork-bomb",
@@ -208,8 +299,16 @@ def _check_analysis(analysis: Analysis, ctx: _Ctx) -> None:
         )
     for index, cmd in enumerate(analysis.simple):
         _check_command(cmd, index, analysis, ctx)
+        if cmd.name == "git" and not cmd.dynamic_name:
+            v = cmd.git if isinstance(cmd.git, GitView) else view(cmd.argv)
+            names = [a for a in v.args if not a.startswith("-")]
+            if v.sub in ("checkout", "switch") and names:
+                ctx.checked_out = names[0]
     for write in analysis.writes:
-        path = resolve_path(write.path, ctx.cwd, ctx.home, write.dynamic, write.cd, write.cd_unknown, ctx.known)
+        if write.input and write.truncates:
+            _deny_input_target(write.path, "overwrites", ctx)
+        _check_startup_file(write.path, ctx)
+        path = ctx.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
         if path is not None:
             _check_system_write(path, write.path, ctx)
             _check_ref_write(path, ctx)
@@ -248,7 +347,7 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
         )
     if name in ("chmod", "chown", "chgrp"):
         _check_permissions(cmd, ctx)
-    if name in ("docker", "podman", "nerdctl") and any(a in ("run", "create") for a in cmd.args[:3]):
+    if name in CONTAINER_CLIS:
         _check_container(cmd, ctx)
     if name == "gh" and cmd.args[:2] == ["pr", "merge"]:
         ctx.deny(
@@ -265,10 +364,15 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
                     _check_system_write(path, arg[3:], ctx)
     if name in ("cp", "mv", "install", "ln") and len(cmd.args) >= 2 and not cmd.args[-1].startswith("-"):
         i = len(cmd.argv) - 1
+        if i < len(cmd.input) and cmd.input[i]:
+            _deny_input_target(cmd.argv[i], "writes", ctx)
+        _check_startup_file(cmd.argv[i], ctx)
         path = ctx.path(cmd, i)
-        if path is not None:
-            _check_system_write(path, cmd.argv[i], ctx)
+        if path is not None:  # `ln` and `mv` replace a link at the destination, `cp` and `install` write through it
+            _check_system_write(path, cmd.argv[i], ctx, follow=name in ("cp", "install"))
             _check_ref_write(path, ctx)
+            if name in ("cp", "install"):
+                _check_overwrite(path, cmd.argv[i], ctx)
     if name == "mv":  # moving a file away removes it from where it was
         operands = [k for k in range(1, len(cmd.argv)) if not cmd.argv[k].startswith("-")]
         for k in operands[:-1]:
@@ -346,12 +450,19 @@ def _moves_main(cmd: Command, index: int, analysis: Analysis, v: GitView, ctx: _
 
 
 def _check_ref_write(path: str, ctx: _Ctx) -> None:
-    """Writing ``.git/refs/heads/main`` (or ``packed-refs``) by hand moves main like a merge would."""
+    """Writing ``.git/refs/heads/main`` (or ``packed-refs``) by hand moves main like a merge would; writing
+    ``.git/config`` by hand can give a remote a push URL of its own, past direct mode's push block."""
     for root in {ctx.project, ctx.project_real}:
         rel = os.path.relpath(path, os.path.join(root, ".git"))
         m = re.fullmatch(r"refs/heads/(main|master)|packed-refs", rel)
         if m:
             _deny_merge(m.group(1) or "main", ctx)
+        if rel in ("config", "config.worktree") and ctx.direct:
+            ctx.deny(
+                "git-push",
+                f"Writing .git/{rel} by hand can set a remote's push URL past ralph's block on pushes, which in a "
+                "Ralph loop counts as pushing: use `git config` for other settings (push URLs stay as they are).",
+            )
 
 
 def _deny_merge(branch: str, ctx: _Ctx) -> None:
@@ -423,21 +534,14 @@ def _check_reset(args: list[str], ctx: _Ctx) -> None:
 
 def _target_branch(cmd: Command, index: int, analysis: Analysis, dirs: list[str], ctx: _Ctx) -> str | None:
     """The branch a ``git merge`` at ``index`` merges into."""
-    for earlier in reversed(analysis.simple[:index]):
-        if earlier.name != "git":
-            continue
-        v = earlier.git if isinstance(earlier.git, GitView) else view(earlier.argv)
-        sub, args = v.sub, v.args
-        if sub in ("checkout", "switch"):
-            names = [a for a in args if not a.startswith("-")]
-            if names:
-                return names[0]
+    if ctx.checked_out is not None:
+        return ctx.checked_out
     base = ctx.cwd
     for step in cmd.cd:
         base = resolve_path(step, base, ctx.home) or base
     for d in dirs:
         base = resolve_path(d, base, ctx.home) or base
-    return current_branch(base)
+    return ctx.branch(base)
 
 
 def current_branch(start: str) -> str | None:
@@ -525,6 +629,12 @@ def _check_find(cmd: Command, ctx: _Ctx) -> None:
             deletes = deletes or os.path.basename(args[i + 1]) in _DELETERS
     if not deletes:
         return
+    if find_roots(cmd.argv)[1]:
+        ctx.deny("delete-outside-project", f"`{_shown(cmd.argv)}` follows symlinks while it deletes: a link in the "
+                                           "project to a directory outside it would be emptied. Drop -L/-follow.")
+    if "-files0-from" in args:
+        ctx.deny("delete-outside-project", f"`{_shown(cmd.argv)}` deletes under start paths read from a file: name the "
+                                           "directories inside the project on the command line.")
     roots, follow = find_roots(cmd.argv)
     for i in roots:  # no roots: find searches "."
         _check_delete_target(cmd, i, True, ctx, allow_root=True, follow=follow)
@@ -564,7 +674,7 @@ def _check_destroyers(cmd: Command, ctx: _Ctx) -> None:
 def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow_root: bool,
                          follow: bool = False) -> None:
     text = cmd.argv[i]
-    shown = " ".join(cmd.argv)
+    shown = _shown(cmd.argv)
     glob = cmd.glob[i]
     base_text = text
     if glob:
@@ -576,13 +686,30 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
         base_text = "/".join(kept) or ("/" if text.startswith("/") else ".")
     path = ctx.path(cmd, i, base_text)
     if path is None:
-        if recursive or text.startswith("~"):
+        if i < len(cmd.input) and cmd.input[i]:
+            ctx.deny(
+                "delete-outside-project",
+                f"`{shown}` deletes paths read at run time (from stdin, a file or a command's output): they can be "
+                "anything, a crafted file name included, so the guard cannot check that they are inside the project. "
+                "Delete with `find DIR ... -delete` or `find DIR ... -exec rm {} +` on a directory inside the project.",
+            )
+        elif recursive or text.startswith("~"):
             ctx.deny(
                 "delete-outside-project",
                 f"`{shown}`: {text} is only known at run time, so the guard cannot check that it is inside the "
                 "project. Delete a literal path inside the project instead.",
             )
         return
+    if ".." in text and ctx.in_project(path):  # `link/../x`: the kernel goes up from the link's target
+        trimmed = base_text.rstrip("/") or "/"
+        last = os.path.basename(trimmed)
+        head = trimmed if last in ("..", ".") else (os.path.dirname(trimmed) or ".")
+        where = resolve_path(head, ctx.cwd, ctx.home, cmd.dynamic[i], cmd.cd, cmd.cd_unknown, ctx.known,
+                             physical=True)
+        if where is not None and last not in ("..", "."):
+            where = os.path.join(where, last)
+        if where is not None and not ctx.in_project(where):
+            path = where
     if ctx.in_project(path) and (follow or text.endswith("/")) and os.path.islink(path.rstrip("/") or "/"):
         real = os.path.realpath(path)
         if not ctx.in_project(real) and not ctx.in_temp(real):
@@ -605,6 +732,35 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
     )
 
 
+_STARTUP_FILE_VARS = re.compile(r'^"?\$\{?(CLAUDE_ENV_FILE|BASH_ENV|ENV)\b')
+
+
+def _check_startup_file(shown: str, ctx: _Ctx) -> None:
+    """``>> "$CLAUDE_ENV_FILE"``: a file the agent's later shells run before each command (its path is only
+    known at run time, so the path rules cannot see it)."""
+    if _STARTUP_FILE_VARS.match(shown):
+        ctx.deny(
+            "write-system-files",
+            f"Writing {shown} changes what every later shell command runs first (aliases, functions, the push "
+            "block's variables): set what a command needs on that command line instead.",
+        )
+
+
+def _deny_input_target(shown: str, what: str, ctx: _Ctx) -> None:
+    ctx.deny(
+        "delete-outside-project",
+        f"This {what} {shown}, a path read at run time (from stdin, a file or a command's output): it can be any "
+        "file, outside the project too. Name the files inside the project literally, or loop over `find DIR` "
+        "of a directory inside the project with `-exec`.",
+    )
+
+
+def _shown(argv: list[str]) -> str:
+    """A command as the agent is shown it in a reason (a long one shortened)."""
+    text = " ".join(argv[:12]) + (" ..." if len(argv) > 12 else "")
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def _check_in_place(cmd: Command, ctx: _Ctx) -> None:
     """``sed -i`` / ``perl -i`` rewrite their file operands: outside the project that is an overwrite."""
     argv = cmd.argv
@@ -620,23 +776,51 @@ def _check_in_place(cmd: Command, ctx: _Ctx) -> None:
         elif not a.startswith("-") or a == "-":
             operands.append(i)
     for i in operands if explicit else operands[1:]:
+        if i < len(cmd.input) and cmd.input[i]:
+            _deny_input_target(argv[i], "rewrites", ctx)
+        _check_startup_file(argv[i], ctx)
         path = ctx.path(cmd, i)
         if path is not None and not cmd.glob[i]:
+            _check_ref_write(path, ctx)
             _check_system_write(path, argv[i], ctx)
             _check_overwrite(path, argv[i], ctx, must_exist=False)
 
 
 def _check_overwrite(path: str, shown: str, ctx: _Ctx, must_exist: bool = True) -> None:
-    """A truncating redirection (``>``) or an in-place edit of a file outside the project changes it for good."""
-    if ctx.in_project(path) or ctx.in_temp(path, strictly=False) or path in _HARMLESS_DEVICES:
+    """A truncating redirection (``>``) or an in-place edit of a file outside the project changes it for good
+    (through a symlink or a link made on the line too); so does writing a project file with other hard links."""
+    if "write-system-files" in ctx.denials:
         return
-    if path.startswith(("/dev/", "/proc/")) or "write-system-files" in ctx.denials:
+    for where in ctx.landing(path):
+        if ctx.in_project(where) or ctx.in_temp(where, strictly=False) or where in _HARMLESS_DEVICES:
+            continue
+        if where.startswith(("/dev/", "/proc/")):
+            continue
+        if not must_exist or os.path.isfile(where):
+            ctx.deny(
+                "delete-outside-project",
+                f"`{shown}` would be overwritten at {where}, outside the project {ctx.project}: change only files "
+                "inside the project (scratch files under /tmp are fine).",
+            )
+            return
+    _check_hard_links(path, shown, ctx)
+
+
+def _check_hard_links(path: str, shown: str, ctx: _Ctx) -> None:
+    """In direct mode, a file in the project with more than one name is refused: another may be outside."""
+    if not ctx.direct:
         return
-    if not must_exist or os.path.isfile(path):
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    import stat
+
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
         ctx.deny(
             "delete-outside-project",
-            f"`{shown}` would be overwritten at {path}, outside the project {ctx.project}: change only files inside "
-            "the project (scratch files under /tmp are fine).",
+            f"{shown} has {info.st_nlink} hard links: writing it changes the same file under its other names, "
+            "which may be outside the project. Make a copy (`cp --remove-destination`) and change that.",
         )
 
 
@@ -665,37 +849,96 @@ def _check_permissions(cmd: Command, ctx: _Ctx) -> None:
             return
 
 
+_STARTS = frozenset({"run", "create", "service create", "service update", "pod create", "pod clone", "clone"})
+_HOST_NAMESPACES = frozenset({"--pid", "--network", "--net", "--userns", "--ipc", "--uts", "--cgroupns"})
+_ALWAYS_HOST = frozenset({"--cap-add", "--device", "--device-cgroup-rule", "--volumes-from", "--use-api-socket",
+                          "--rootfs", "--hooks-dir"})
+_SAFE_SECURITY_OPTS = frozenset({"no-new-privileges", "no-new-privileges:true", "no-new-privileges=true"})
+
+
 def _check_container(cmd: Command, ctx: _Ctx) -> None:
     """A container started with host privileges or host directories is a way around every other rule."""
-    args = cmd.args
-    for k, a in enumerate(args):
-        key, eq, inline = a.partition("=")
-        value = inline if eq else (args[k + 1] if k + 1 < len(args) else "")
-        bad = None
-        if a == "--privileged" or (key in ("--pid", "--userns", "--ipc", "--uts") and value == "host"):
-            bad = a
-        elif key in ("--cap-add", "--device", "--security-opt"):
-            bad = a
-        elif key in ("-v", "--volume"):
+    view = read_container(cmd.argv, cmd.dynamic)
+    action = view.action
+    bad = None
+    if action in _STARTS:
+        flag = _container_flags(cmd, view, ctx)
+        bad = f"{action} {flag}" if flag else None
+    elif action == "volume create":  # the local driver's `device=` option is a bind mount of that path
+        for value, dynamic in view.values("--opt", "-o"):
+            key, _, device = value.partition("=")
+            if key.strip() == "device" and not _mountable(device, dynamic, cmd, ctx):
+                bad = f"volume create --opt {value}"
+    elif action in ("plugin install", "plugin enable", "plugin upgrade"):
+        bad = action
+    elif action in ("build", "buildx build"):
+        for value, _ in view.values("--allow"):
+            if "insecure" in value or "host" in value:
+                bad = f"build --allow {value}"
+        for value, dynamic in view.values("--output", "-o"):
+            fields = mount_fields(value) if "=" in value else {"dest": value}
+            dest = fields.get("dest") or fields.get("destination")
+            path = resolve_path(dest, ctx.cwd, ctx.home, dynamic, cmd.cd, cmd.cd_unknown, ctx.known) if dest else None
+            if path is not None:
+                _check_system_write(path, dest or "", ctx)
+    elif action == "cp" and len(view.operands) == 2:
+        dest, dynamic = view.operands[1]
+        if not re.match(r"[A-Za-z0-9][A-Za-z0-9_.-]*:", dest):  # a host path, not CONTAINER:PATH
+            path = resolve_path(dest, ctx.cwd, ctx.home, dynamic, cmd.cd, cmd.cd_unknown, ctx.known)
+            if path is not None:
+                _check_system_write(path, dest, ctx)
+                _check_overwrite(path, dest, ctx)
+    if bad:
+        ctx.deny(
+            "privilege",
+            f"`{cmd.name} {bad}` gives a container the host's files, devices, namespaces or privileges, which gets "
+            "around every other rule: mount only the project (e.g. `-v \"$PWD\":/work`, a directory that exists) "
+            "and run without extra privileges.",
+        )
+
+
+def _container_flags(cmd: Command, view: Any, ctx: _Ctx) -> str | None:
+    """The first option of ``run``/``create`` that reaches the host, shown as typed."""
+    for name, value, dynamic in view.options:
+        shown = f"{name}={value}" if value else name
+        if name == "--privileged" and value.lower() not in ("false", "0"):
+            return shown
+        if name in _HOST_NAMESPACES and (dynamic or value == "host" or value.startswith(("container:", "ns:"))
+                                         or "/" in value):
+            return shown
+        if name in _ALWAYS_HOST:
+            return shown
+        if name == "--security-opt" and value.replace(" ", "").lower() not in _SAFE_SECURITY_OPTS:
+            return shown
+        if name in ("-v", "--volume", "--mount") and dynamic and ":" not in value and "type=" not in value:
+            return shown  # the whole mount is only known at run time
+        if name in ("-v", "--volume") and ":" in value:
             source = value.split(":", 1)[0]
-            if "/" in source or source.startswith(("~", ".", "$")):
-                path = resolve_path(source, ctx.cwd, ctx.home, source.startswith("$"), cmd.cd, cmd.cd_unknown, ctx.known)
-                if path is None or not (ctx.in_project(path) or ctx.in_temp(path)):
-                    bad = f"{key} {value}"
-        elif key == "--mount":
-            fields = dict(part.partition("=")[::2] for part in value.split(","))
+            if (dynamic or source.startswith(("/", ".", "~", "$")) or "/" in source) and not _mountable(
+                    source, dynamic, cmd, ctx):
+                return shown
+        if name == "--mount":
+            fields = mount_fields(value)
+            kind = fields.get("type", "volume")
             source = fields.get("source") or fields.get("src") or ""
-            if "/" in source:
-                path = resolve_path(source, ctx.cwd, ctx.home, False, cmd.cd, cmd.cd_unknown, ctx.known)
-                if path is None or not (ctx.in_project(path) or ctx.in_temp(path)):
-                    bad = f"--mount {value}"
-        if bad:
-            ctx.deny(
-                "privilege",
-                f"`{cmd.name} {bad}` gives a container the host's files or privileges, which gets around every "
-                "other rule: mount only the project (e.g. `-v \"$PWD\":/work`) and run without extra privileges.",
-            )
-            return
+            device = fields.get("volume-opt:device")
+            if kind in ("bind", "glob") and not _mountable(source, dynamic, cmd, ctx):
+                return shown
+            if device is not None and not _mountable(device, dynamic, cmd, ctx):
+                return shown
+    return None
+
+
+def _mountable(text: str, dynamic: bool, cmd: Command, ctx: _Ctx) -> bool:
+    """May a container get this host path: it exists and, symlinks followed, is in the project or scratch space?
+    (A path that does not exist yet is refused: a link made on the same line would land there.)"""
+    if not text:
+        return False
+    path = resolve_path(text, ctx.cwd, ctx.home, dynamic, cmd.cd, cmd.cd_unknown, ctx.known)
+    real = resolve_path(text, ctx.cwd, ctx.home, dynamic, cmd.cd, cmd.cd_unknown, ctx.known, physical=True)
+    if path is None or real is None or not os.path.lexists(path):
+        return False
+    return all(ctx.in_project(p) or ctx.in_temp(p) for p in (path, real))  # a scratch dir, not all of /tmp
 
 
 def _secret_reason(path: str) -> str:
@@ -718,12 +961,7 @@ def _check_secrets(cmd: Command, ctx: _Ctx) -> None:
             op.lstrip("0123456789") in (">", ">>", ">|", "&>", "&>>") and not op.startswith("2") and target != "/dev/null"
             for op, target in cmd.redirects
         )
-        analysis = ctx.analysis
-        leaves = analysis is not None and (
-            any(c.name in _NETWORK_TOOLS for c in analysis.simple)
-            or any(w.path != "/dev/null" for w in analysis.writes)
-        )
-        outward = to_file or (cmd.piped_out and leaves)
+        outward = to_file or (cmd.piped_out and ctx.leaves())
         if dumps and outward:
             ctx.deny(
                 "read-secrets",
@@ -752,16 +990,20 @@ def _check_secrets(cmd: Command, ctx: _Ctx) -> None:
             return
 
 
-def _check_system_write(path: str, shown: str, ctx: _Ctx) -> None:
-    if ctx.in_project(path) or ctx.in_temp(path, strictly=False) or path in _HARMLESS_DEVICES:
-        return
-    if path.startswith(("/dev/fd/", "/dev/shm/", "/proc/self/fd/", "/tmp/", "/var/tmp/")):
-        return
+def _check_system_write(path: str, shown: str, ctx: _Ctx, follow: bool = True) -> None:
     home = os.path.normpath(ctx.home)
-    dotfile = _under(path, home) and path != home and path[len(home) + 1 :].startswith(".")
-    if dotfile or any(_under(path, d) for d in _SYSTEM_DIRS):
-        ctx.deny(
-            "write-system-files",
-            f"Writing {shown} changes the machine outside the project: keep changes inside the project "
-            "(a local config file, a virtualenv) or leave a note for the user.",
-        )
+    for where in ctx.landing(path) if follow else [path]:
+        if ctx.in_project(where):
+            continue
+        dotfile = _under(where, home) and where != home and where[len(home) + 1 :].startswith(".")
+        if not dotfile and (ctx.in_temp(where, strictly=False) or where in _HARMLESS_DEVICES or where.startswith(
+                ("/dev/fd/", "/dev/shm/", "/proc/self/fd/", "/tmp/", "/var/tmp/"))):
+            continue  # scratch space (a home directory under /tmp, as in tests, still has its dotfiles)
+        if dotfile or any(_under(where, d) for d in _SYSTEM_DIRS):
+            via = "" if where == path else f" (it leads to {where})"
+            ctx.deny(
+                "write-system-files",
+                f"Writing {shown}{via} changes the machine outside the project: keep changes inside the project "
+                "(a local config file, a virtualenv) or leave a note for the user.",
+            )
+            return

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from typing import Any
 
 from ralph.api import Command, Denial, HookEvent, analyze_for, hookimpl, resolve_path
 
@@ -120,9 +121,10 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
         return []
     prot = _Protected(event)
     analysis = analyze_for(event, command, prot.cwd, os.path.normpath(str(event.project_dir)), prot.home)
+    links = _links(prot, analysis.links)
     for write in analysis.writes:
         path = prot.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
-        if path is not None and prot.hit(path, glob=write.glob):
+        if path is not None and (prot.hit(path, glob=write.glob) or (path in links and prot.hit(links[path]))):
             return _deny(write.path)
     for cmd in analysis.simple:
         if any(w.startswith("find ") for w in cmd.wrappers):
@@ -132,6 +134,21 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
             if path is not None and prot.hit(path, remove=remove, glob=glob):
                 return _deny(text)
     return []
+
+
+def _links(prot: _Protected, made: list[Any]) -> dict[str, str]:
+    """Links made earlier on the line (they do not exist yet when the guard looks): link path -> target."""
+    links: dict[str, str] = {}
+    for link in made:
+        at = prot.resolve(link.path, link.dynamic, link.cd, link.cd_unknown)
+        if at is None or link.source is None:
+            continue
+        base = os.path.dirname(at) if link.symbolic else prot.cwd
+        target = resolve_path(link.source, base, prot.home, False, [] if link.symbolic else link.cd,
+                              link.cd_unknown and not link.symbolic, prot.known)
+        if target is not None:
+            links[at] = target
+    return links
 
 
 def _operands(cmd: Command, value_options: frozenset[str] = frozenset()) -> list[int]:

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ralph.api import HookEvent, hookimpl
+from ralph.api import HookEvent, fenced, hookimpl
 
 LOG_NAME = "test-failures.log"
 MAX_LOG_BYTES = 100 * 1024
@@ -55,7 +55,12 @@ def _patterns() -> dict[str, Any]:
             "python": re.compile(r"^(?:python[0-9.]*|pypy[0-9.]*|coverage)$"),
             # strong: count after any command
             "jest": re.compile(r"^[ \t]*Tests:[ \t]+(\d+) failed", m),
+            "jest_suites": re.compile(r"^[ \t]*Test Suites:[ \t]+(\d+) failed", m),
             "pytest": re.compile(r"^[ \t]*(?:=+[ \t]+)?(\d+) failed\b.*\bin [0-9.]+ ?s\b", m),
+            # pytest's summary line without its duration (-q, -p no:terminal ...): nothing else on the line
+            "pytest_counts": re.compile(
+                r"^[ \t]*(?:=+[ \t]+)?(\d+) failed(?:, \d+ (?:passed|skipped|deselected|xfailed|xpassed|errors?|"
+                r"warnings?|rerun))*[ \t]*=*[ \t]*$", m),
             "go": re.compile(r"^[ \t]*--- FAIL: (\S+)", m),
             "rspec": re.compile(r"^[ \t]*(\d+) examples?, (\d+) failures?", m),
             "mocha": re.compile(r"^[ \t]*(\d+) failing\b", m),
@@ -163,6 +168,12 @@ def detect(command: str, output: str) -> tuple[str, str] | None:
     match = pats["pytest"].search(output)
     if match:
         return "pytest", f"{match.group(1)} failed"
+    for match in pats["pytest_counts"].finditer(output):
+        if int(match.group(1)) > 0:
+            return "pytest", f"{match.group(1)} failed"
+    for match in pats["jest_suites"].finditer(output):
+        if int(match.group(1)) > 0:
+            return "jest", f"{match.group(1)} test suite{'s' if match.group(1) != '1' else ''} failed"
     found = pats["go"].findall(output)
     if found:
         return "go", _names(found, "tests")
@@ -332,18 +343,12 @@ def ralph_post_tool_use(event: HookEvent) -> list[str] | None:
     return [AGENT_MESSAGE.format(framework=framework, summary=summary.rstrip("."))]
 
 
-def _fence(block: str) -> str:
-    longest = max((len(run) for run in re.findall(r"`+", block)), default=0)
-    return "`" * max(3, longest + 1)
-
-
 @hookimpl
 def ralph_prompt_context(run_dir: Path, iteration: int, since: float) -> list[str]:
     block = latest_failure(run_dir, since=since)
     if block is None:
         return []
-    fence = _fence(block)
     return [
         "Tests failed during the previous iteration and no passing run followed. "
-        f"The last failure (as the test runner printed it):\n\n{fence}\n{block}\n{fence}"
+        f"The last failure (as the test runner printed it):\n\n{fenced(block, '')}"
     ]

@@ -1,13 +1,43 @@
-"""The ``skip-review`` policy: implement iterations set passes=true directly."""
+"""The ``skip-review`` policy: implement iterations set passes=true directly.
+
+Its table allows one thing: the selected story's ``passes`` going to true (with its
+``notes``), or a split of that story.  Every other change, to any story, is undone.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ralph.api import IterationMode, Policy, Selection, Snapshot, Violation, hookimpl
+from ralph.api import Policy, Selection, hookimpl
+from ralph.api.policies import ModeRules, Transition
+from ralph.api import one_line
 
 if TYPE_CHECKING:
     from ralph.api import TaskList
+
+_OTHERS = ("reviewStatus", "reviewCount", "reviewFeedback")
+
+
+def _unchanged(old: Any, new: Any) -> bool:
+    return all(getattr(old, name, getattr(new, name)) == getattr(new, name) for name in ("passes", *_OTHERS))
+
+
+def _done(old: Any, new: Any) -> bool:
+    return not old.passes and new.passes is True and all(
+        getattr(old, name, getattr(new, name)) == getattr(new, name) for name in _OTHERS
+    )
+
+
+TABLE = {
+    "implement": ModeRules(
+        (
+            Transition("no change (stuck or unfinished)", _unchanged),
+            Transition("done", _done, ("set `passes: true` yourself", "`reviewStatus` stays `null`")),
+        ),
+        split=True,
+    ),
+}
+"""The whitelist: implement only; the selected story's ``passes`` and ``notes``, or its split."""
 
 
 class SkipReviewPolicy(Policy):
@@ -16,6 +46,7 @@ class SkipReviewPolicy(Policy):
     name = "skip-review"
     description = "implement only; stories are done when the implementing iteration says so"
     uses_review = False
+    table = TABLE
 
     def select(self, tasks: TaskList) -> Selection | None:
         from ralph.api import ready_stories
@@ -28,7 +59,7 @@ class SkipReviewPolicy(Policy):
 
     def prompt_section(self, selection: Selection, tasks: TaskList) -> str:
         story = tasks.story(selection.story_id or "")
-        title = f"{story.id} - {story.title}" if story else str(selection.story_id)
+        title = f"{story.id} - {one_line(story.title)}" if story else str(selection.story_id)
         return "\n".join(
             [
                 "- Mode: **implement** (skip-review: no review cycle in this run)",
@@ -37,9 +68,6 @@ class SkipReviewPolicy(Policy):
                 "you did in notes, and leave reviewStatus null and reviewCount 0.",
             ]
         )
-
-    def transition_violations(self, mode: IterationMode, before: Snapshot, tasks: TaskList) -> list[Violation]:
-        return []  # seed 000 §5b: Check 2.5 is skipped entirely in skip-review mode
 
 
 @hookimpl(trylast=True)

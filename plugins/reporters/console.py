@@ -11,7 +11,7 @@ import atexit
 import sys
 from typing import Any, TextIO
 
-from ralph.api import LoopEvent, hookimpl, render_run_report, render_run_summary
+from ralph.api import LoopEvent, hookimpl, one_line, render_run_report, render_run_summary, safe_data, strip_controls
 
 from .runstate import RunState, fmt_elapsed
 
@@ -38,16 +38,23 @@ class ConsoleView:
         return self.err or sys.stderr
 
     def status(self, text: str) -> None:
-        self.stderr.write(f"ralph | {text}\n")
+        """One status line on stderr (without control characters: it may quote the agent)."""
+        self.stderr.write(f"ralph | {one_line(text)}\n")
         self.stderr.flush()
 
+    def write(self, text: str) -> None:
+        """Text on stdout (the agent's own words among it): escape sequences and control characters removed."""
+        self.stdout.write(strip_controls(text))
+
     def handle(self, event: LoopEvent) -> None:
-        self.state.update(event.kind, event.data)
+        """Fold ``event`` into the footer's state and show it; every string in it is stripped first (agent text is data)."""
+        data = safe_data(event.data)
+        self.state.update(event.kind, data)
         if event.kind == "run_started":
-            self._start_footer(bool(event.data.get("live", True)))
+            self._start_footer(bool(data.get("live", True)))
         handler = getattr(self, f"on_{event.kind}", None)
         if handler is not None:
-            handler(event.data)
+            handler(data)
         if self.footer is not None:
             self.footer.refresh()
 
@@ -101,14 +108,14 @@ class ConsoleView:
         if self.output == "quiet":
             return
         if kind == "text" and data.get("text"):
-            self.stdout.write(data["text"].rstrip() + "\n")
+            self.write(data["text"].rstrip() + "\n")
             self.stdout.flush()
         elif kind == "tool_use":
             tool = data.get("data", {})
             summary = _tool_summary(tool)
-            self.stdout.write(f"  > {tool.get('name', '?')} {summary}\n")
+            self.write(f"  > {tool.get('name', '?')} {summary}\n")
         elif self.output == "verbose" and kind in {"tool_result", "error", "system", "result"}:
-            self.stdout.write(f"  [{kind}] {str(data.get('data'))[:300]}\n")
+            self.write(f"  [{kind}] {str(data.get('data'))[:300]}\n")
 
     def on_violation(self, data: dict[str, Any]) -> None:
         self.status(f"check {data['check']} failed: {data['message'].splitlines()[0]}")
@@ -122,7 +129,14 @@ class ConsoleView:
         self.status(f"undid task-list changes an iteration may not make ({'; '.join(parts)})")
 
     def on_protected_file_restored(self, data: dict[str, Any]) -> None:
-        self.status(f"restored {data['path']} ({data['how']} by the agent) from the run's trusted copy")
+        what = f"{data['path']} {data['part']}" if data.get("part") else data["path"]
+        if data.get("how") == "reported":  # a change the loop did not undo: never say "restored"
+            self.status(f"{what} was changed by the agent; not restored: {data.get('message', '')}")
+            return
+        self.status(f"restored {what} ({data['how']} by the agent) from the run's trusted copy")
+
+    def on_loop_file_replaced(self, data: dict[str, Any]) -> None:
+        self.status(f"{data['path']} was {data['what']}: removed it, never followed it, and put back the loop's copy")
 
     def on_hook_settings_warning(self, data: dict[str, Any]) -> None:
         self.status(f"warning: {data['warning']}")
@@ -141,12 +155,25 @@ class ConsoleView:
         self.status(f"agent exited with code {data['exit_code']}" + (f": {reason}" if reason else ""))
 
     def on_agent_failing(self, data: dict[str, Any]) -> None:
+        if data.get("cause") == "commands":
+            self.status(f"every command the agent ran failed, changing nothing, in {data['times']} iterations in a "
+                        f"row; the first error: {_one_line(data['reason'])[:300]}")
+            return
         self.status(f"the agent failed {data['times']} times in a row with the same error: {_one_line(data['reason'])}")
 
+    def on_commands_failed(self, data: dict[str, Any]) -> None:
+        calls = data["calls"]
+        what = "the agent's only command" if calls == 1 else f"all {calls} of the agent's commands"
+        self.status(f"iteration {data['iteration']}: {what} failed and nothing changed: "
+                    f"{_one_line(data.get('first_error') or '(no output)')[:300]}")
+
     def on_rate_limit(self, data: dict[str, Any]) -> None:
+        # an iteration counts unless the loop's meter saw the model answer none of its calls (docs/metering.md)
+        counted = "it counts (it did work)" if data.get("counted") else "does not count"
+        what = "going on" if data.get("counted") else "retrying"
         self.status(
-            f"API rate limit ({_one_line(data['message'])[:160]}): iteration {data['iteration']} does not count; "
-            f"retrying at {data['retry_at']} (in {data['wait']:g}s, {data['basis']}; Ctrl-C stops, state is saved)"
+            f"API rate limit ({_one_line(data['message'])[:160]}): iteration {data['iteration']} {counted}; "
+            f"{what} at {data['retry_at']} (in {data['wait']:g}s, {data['basis']}; Ctrl-C stops, state is saved)"
         )
 
     def on_preflight_warnings(self, data: dict[str, Any]) -> None:
@@ -168,17 +195,24 @@ class ConsoleView:
 
     def on_run_finished(self, data: dict[str, Any]) -> None:
         self.stop_footer()
-        self.stdout.write("\n" + render_run_summary(data) + "\n")
+        self.write("\n" + render_run_summary(data) + "\n")
         report = data.get("report") or {}
         if report.get("failed") or report.get("quality_warnings"):
-            self.stdout.write("\n" + render_run_report(report))
+            self.write("\n" + render_run_report(report))
         if data.get("stash"):
-            self.stdout.write("\n" + data["stash"] + "\n")
+            self.write("\n" + data["stash"] + "\n")
         self.stdout.flush()
 
     def on_gate_failed(self, data: dict[str, Any]) -> None:
+        from ralph.api import exit_meaning
+
         back = f"; sent back ({', '.join(data['sent_back'])})" if data.get("sent_back") else ""
-        self.status(f"{data['gate']} gate failed for {data['story']} (exit {data.get('exit_code')}){back}")
+        status = exit_meaning(data.get("exit_code"), bool(data.get("timed_out")))
+        self.status(f"{data['gate']} gate failed for {data['story']} ({status}){back}")
+        for line in str(data.get("excerpt") or "").splitlines():
+            self.status(f"    {line}")
+        if data.get("log"):
+            self.status(f"    full output: {data['log']}")
 
     def on_escalation(self, data: dict[str, Any]) -> None:
         self.status(
@@ -190,11 +224,22 @@ class ConsoleView:
         self.status(f"{data['story']} stopped; work kept on {data['branch']}; working branch {data['reset']}")
 
     def on_quality_warning(self, data: dict[str, Any]) -> None:
-        self.status(f"quality warning ({data['story']}): {data['warning']}")
+        where = f" (full output: {data['log']})" if data.get("log") else ""
+        self.status(f"quality warning ({data['story']}): {data['warning']}{where}")
 
     def on_rollback(self, data: dict[str, Any]) -> None:
         removed = f", removed {len(data['removed'])} new file(s)" if data.get("removed") else ""
         self.status(f"rolled back to {data['to'][:8]}{removed}")
+
+    def on_refs_restored(self, data: dict[str, Any]) -> None:
+        names = ", ".join(r["ref"].removeprefix("refs/heads/").removeprefix("refs/tags/") for r in data["refs"][:5])
+        self.status(f"iteration {data['iteration']} moved your refs ({names}): put back from the run's copy")
+
+    def on_head_restored(self, data: dict[str, Any]) -> None:
+        branch = (data.get("branch") or "the detached HEAD").removeprefix("refs/heads/")
+        what = {"moved": f"HEAD left {branch}: moved back", "deleted": f"{branch} was deleted: put back",
+                "rewritten": f"{branch}'s history was rewritten: the work is kept on top of it"}.get(data["how"], data["how"])
+        self.status(f"iteration {data['iteration']}: {what}")
 
     def on_global_soft_timeout(self, data: dict[str, Any]) -> None:
         self.status(f"warning: the run passed its soft time limit ({data['limit']:g}s)")
@@ -231,7 +276,7 @@ class ConsoleView:
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return " ".join(one_line(text).split())
 
 
 def _tool_summary(tool: dict[str, Any]) -> str:

@@ -1,14 +1,19 @@
-"""The ``auto`` runner: the sandbox when it can be used, else ``direct`` with a warning."""
+"""The ``auto`` runner: the sandbox when it can be used, else ``direct`` with a warning.
+
+"Can be used": the engine answers, the image exists, and the agent can log in there (a login only
+the host's config or keychain holds cannot reach a container: ``direct`` then, saying how to give
+the sandbox a credential).
+"""
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ralph.api import Availability, ProcessOutcome, ProcessSpec, Runner, hookimpl
 
 if TYPE_CHECKING:
-    from ralph.api import Registry
+    from ralph.api import Agent, Registry
 
 PREFERRED = ("docker-sandbox",)
 
@@ -37,6 +42,20 @@ class AutoRunner(Runner):
         direct.fallback_reason = "; ".join(reasons)
         return direct
 
+    def resolve_for(self, registry: Registry, agents: Sequence[Agent]) -> Runner:
+        """:meth:`resolve`'s choice, unless an agent can log in on this machine but not in the chosen
+        sandbox (a subscription login in the host's Claude Code config or keychain): then ``direct``,
+        saying why and how to give the sandbox a credential of its own."""
+        chosen = self.resolve(registry)
+        if chosen.fallback_reason or not chosen.isolates:
+            return chosen
+        direct = registry.get("direct")(self.settings)
+        reason = login_only_here(chosen, direct, agents)
+        if reason is None:
+            return chosen
+        direct.fallback_reason = reason
+        return direct
+
     def run(
         self,
         spec: ProcessSpec,
@@ -45,6 +64,24 @@ class AutoRunner(Runner):
         cancel: threading.Event,
     ) -> ProcessOutcome:
         raise RuntimeError("the auto runner only chooses; call resolve() and run the result")
+
+
+def login_only_here(sandbox: Runner, direct: Runner, agents: Sequence[Agent]) -> str | None:
+    """Why ``sandbox`` cannot run one of ``agents`` that could run directly: its credentials are
+    visible on this machine but not where the sandbox runs it.  None when every agent can log in
+    there (or cannot anywhere: then the sandbox's pre-flight check says what to do)."""
+    inside = sandbox.agent_view()
+    here = direct.agent_view()
+    for agent in agents:
+        there = agent.credential_check(inside)
+        if there is None or there.ok is not False:
+            continue
+        found = agent.credential_check(here)
+        if found is None or found.ok is not True:
+            continue
+        return (f"{sandbox.name} cannot use {agent.name}'s login ({found.what}, on {here.where} only): "
+                f"to run in the sandbox, {there.fix}; `--runner direct` runs directly on purpose")
+    return None
 
 
 @hookimpl(trylast=True)

@@ -1,12 +1,14 @@
 """The ``direct`` runner: the agent as a subprocess on this machine.
 
 Without a sandbox the agent-side guards are the only protection, so
-``ralph run`` says so when it falls back to this runner.  Two more layers,
-both defense in depth rather than a boundary:
+``ralph run`` says so when it falls back to this runner.  Two more layers:
 
-- the agent runs through ``run_process``: its own session, the loop a child
-  subreaper, and after each run every process the agent left behind
-  (``setsid``, ``nohup``, double forks) is killed, as after each gate command;
+- the agent runs through ``run_process``, as each gate command does: on Linux
+  in a pid namespace of its own, so the kernel kills everything it started
+  (``setsid``, ``nohup``, double forks, fork chains) when it ends, before the
+  loop reads anything; where no namespace can be made, the leftovers are swept
+  after the run, and the pre-flight line (``ralph doctor``, the run's first
+  lines) says so with the fix (``ralph.api.containment``);
 - the agent's git cannot push: ``GIT_CONFIG_*`` entries rewrite the push URL of
   every remote and every URL to an unusable path, with no credential helper, no
   terminal prompt and no SSH agent.  An agent that clears its environment (or
@@ -23,35 +25,44 @@ from pathlib import Path
 from typing import Callable
 
 from ralph.api import Availability, CommandResult, ProcessOutcome, ProcessSpec, Runner, hookimpl
-from ralph.api import descendants, run_process, run_shell
+from ralph.api import Check, PreflightContext, containment, descendants, run_process, run_shell
 
 
 class DirectRunner(Runner):
-    """Runs the agent with ``run_process``: own session, and nothing it started outlives the run."""
+    """Runs the agent with ``run_process``: its own pid namespace, and nothing it started outlives the run."""
 
     name = "direct"
     description = "agent as a host subprocess (guards by hooks only)"
 
     swept: list[int] = []
-    """Processes killed after the last run (left behind by the agent)."""
+    """Processes the agent left when its last run ended, all killed (pids as they saw themselves)."""
     _existing: set[int] | None = None
     _push_env: dict[Path, list[tuple[str, str]]] = {}
 
     def availability(self) -> Availability:
         return Availability.yes()
 
+    def model_endpoint_host(self) -> str:
+        """The agent runs on this machine: the loop's model meter listens on the loopback address."""
+        return "127.0.0.1"
+
+    def preflight(self, context: PreflightContext) -> list[Check]:
+        """What contains the agent's processes and the gate commands' here (a warning where only a sweep does)."""
+        return [containment().check()]
+
     def prepare(self, project_dir: Path) -> None:
-        """Note the processes that already run: the sweep after each run spares them."""
-        self._existing = descendants()  # one /proc scan per run, not per iteration
+        """Without a pid namespace, note the processes that already run: the sweep after each run spares them."""
+        self._existing = None
+        self._spared()  # one /proc scan per run, not per iteration
         self._push_env = {}
 
     def _spared(self) -> set[int]:
         if self._existing is None:
-            self._existing = descendants()
+            self._existing = set() if containment().namespace else descendants()
         return self._existing
 
     def run_command(self, command: str, cwd: Path, timeout: float | None) -> CommandResult:
-        """A gate command on the host (direct mode has no sandbox); leftovers are swept."""
+        """A gate command on the host (direct mode has no sandbox), contained like the agent's runs."""
         code, output, timed_out = run_shell(command, cwd, timeout, self._spared())
         return CommandResult(code, output, timed_out, "host")
 

@@ -17,8 +17,10 @@ The docker SDK is imported only when this runner is used.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shlex
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -26,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from ralph.api import AgentView, Availability, Check, CommandResult, ProcessOutcome, ProcessSpec, Runner, hookimpl
 from ralph.api import section_or_default
 
-from .docker.naming import DEFAULT_IMAGE, HOOK_CLIENT
+from .docker.naming import DEFAULT_IMAGE, HOOK_ARGV, reachable_endpoint
 
 if TYPE_CHECKING:
-    from ralph.api import PreflightContext
+    from ralph.api import AgentChannel, PreflightContext
 
     from .docker.engine import Options, Sandbox
 
@@ -216,13 +218,42 @@ class DockerSandboxRunner(Runner):
             self._sandbox = None
 
     def hook_command(self) -> str | None:
-        """ralph's stdlib hook client, from the read-only library mount; it talks over RALPH_HOOK_SOCKET.
+        """ralph's stdlib hook client, from the read-only library mount (see :meth:`agent_channel`)."""
+        return shlex.join(HOOK_ARGV)
 
-        ``-S``: in a loop the client imports nothing outside the standard
-        library, so the container's site-packages are not scanned on every tool
-        call; when the loop does not answer it fails closed without importing
-        ralph (only outside a loop would it load site itself, and then ralph)."""
-        return f"python3 -S -P {HOOK_CLIENT}"
+    def agent_channel(self, channel: AgentChannel) -> AgentChannel:
+        """The channel inside the container: the container's own hook client, no loader variables
+        from this machine, and a model endpoint on this machine's loopback reached at the address
+        the containers see it at (the same paths otherwise: the run directory and the socket's
+        directory are mounted read-only at their own paths).
+
+        The hook client runs with ``-S``: in a loop it imports nothing outside the standard
+        library, so the container's site-packages are not scanned on every tool call; when the
+        loop does not answer it fails closed without importing ralph."""
+        from ralph.api.hooks import PINNED_ENV
+
+        endpoint = channel.model_endpoint
+        if endpoint:
+            endpoint = reachable_endpoint(endpoint, self._gateway())
+            if self._sandbox is not None:
+                self._sandbox.route_models_through(endpoint)
+        return dataclasses.replace(
+            channel, hook_command=HOOK_ARGV, loader_env={name: "" for name in PINNED_ENV}, model_endpoint=endpoint
+        )
+
+    def model_endpoint_host(self) -> str | None:
+        """The loop's model meter listens on this machine's address on the containers' bridge (its
+        gateway), which the agent's container reaches directly (``open``) or through the allowlist
+        proxy (``allowlist``: then only the meter, not the model APIs); none with ``network = "none"``."""
+        if self.config().network == "none":
+            return None
+        return self._gateway()
+
+    def _gateway(self) -> str:
+        """This machine's address on the containers' bridge (for a model endpoint on loopback)."""
+        if self._sandbox is not None:
+            return self._sandbox.gateway()
+        return "host.docker.internal"
 
     @property
     def sandbox(self) -> Sandbox | None:

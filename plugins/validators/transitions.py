@@ -1,7 +1,10 @@
-"""Check 2.5 (seed 000 §5b): review-field transitions must be legal for the iteration mode.
+"""Check 2.5 (seed 000 §5b): state-field transitions must be legal for the iteration mode.
 
-The rules belong to the active policy; this validator asks it.  Without a
-trusted snapshot the check is skipped with a warning (Check 2 still runs).
+The rules are the active policy's transition table.  In a loop (``context.before`` set) the
+loop applies the policy's whole whitelist itself, the same derived checks with the selected
+story known, so this validator adds nothing there; outside a loop (the Stop hook answered from
+``.ralph-active``) it judges the snapshot.  Without a snapshot the check is skipped with a
+warning (Check 2 still runs).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from ralph.api import ValidationContext, Violation, hookimpl
 @hookimpl
 def ralph_validate(context: ValidationContext) -> list[Violation]:
     """The policy's transition violations between the snapshot and the current state."""
-    if context.skip_review or context.tasks is None:
+    if context.skip_review or context.tasks is None or context.before is not None:
         return []
     if context.snapshot is None or context.mode is None:
         return [

@@ -28,6 +28,7 @@ from ralph.cliagent import CliAgent
 from ralph.contracts import (
     AUTO_APPROVED_PREFIX,
     Agent,
+    AgentChannel,
     AgentEvent,
     AgentInvocation,
     AgentView,
@@ -64,6 +65,7 @@ from ralph.ralphfiles import progress_log, story_id_problem
 from ralph.settings import Settings, section_or_default
 
 if TYPE_CHECKING:
+    from ralph.agenttext import fenced, one_line, quote, safe_data, strip_controls
     from ralph.config import ConfigSection, RalphConfig
     from ralph.gitutil import git
     from ralph.loop.start import BUILTIN_PROMPT_NOTE
@@ -72,6 +74,8 @@ if TYPE_CHECKING:
     from ralph.hooks.wiring import hook_packages
     from ralph.loop.preflight import endpoint_answers
     from ralph.loop.runreport import format_elapsed, render_run_report, render_run_summary
+    from ralph.loop.gateoutput import exit_meaning
+    from ralph.containment import Containment, containment
     from ralph.process import KILL_GRACE_SECONDS, descendants, run_process, run_shell
     from ralph.shell import (
         PRIVILEGE_WRAPPERS,
@@ -86,6 +90,7 @@ if TYPE_CHECKING:
         basename,
         resolve_path,
     )
+    from ralph.shell.containers import CONTAINER_CLIS, mount_fields, read_container
     from ralph.shell.git import GitView, parse_git, short_flag
     from ralph.shell.git import view as git_view
     from ralph.shell.progutil import fetches, has_long
@@ -109,6 +114,7 @@ __all__ = [
     "BUILTIN_PROMPT_NOTE",
     "AUTO_APPROVED_PREFIX",
     "Agent",
+    "AgentChannel",
     "AgentEvent",
     "AgentInvocation",
     "AgentView",
@@ -117,6 +123,7 @@ __all__ = [
     "CommandResult",
     "ConfigError",
     "ConfigSection",
+    "Containment",
     "Denial",
     "EventKind",
     "FleetEngine",
@@ -155,6 +162,7 @@ __all__ = [
     "UsageError",
     "ValidationContext",
     "Violation",
+    "containment",
     "decode_json",
     "descendants",
     "endpoint_answers",
@@ -171,6 +179,7 @@ __all__ = [
     "ready_stories",
     "render_run_report",
     "render_run_summary",
+    "exit_meaning",
     "run_process",
     "run_shell",
     "section_or_default",
@@ -196,6 +205,14 @@ __all__ = [
     "fetches",
     "has_long",
     "find_roots",
+    "CONTAINER_CLIS",
+    "mount_fields",
+    "read_container",
+    "strip_controls",
+    "one_line",
+    "quote",
+    "fenced",
+    "safe_data",
 ]
 
 # Names whose modules are not needed by every plugin (pydantic models, subprocess, json, the shell analysis):
@@ -204,6 +221,8 @@ _LAZY = {
     "BUILTIN_PROMPT_NOTE": "ralph.loop.start",
     "git": "ralph.gitutil",
     "descendants": "ralph.process",
+    "Containment": "ralph.containment",
+    "containment": "ralph.containment",
     "run_shell": "ralph.process",
     "JsonScanError": "ralph.jsonpatch",
     "decode_json": "ralph.jsonpatch",
@@ -218,6 +237,7 @@ _LAZY = {
     "open_session": "ralph.session",
     "render_run_report": "ralph.loop.runreport",
     "render_run_summary": "ralph.loop.runreport",
+    "exit_meaning": "ralph.loop.gateoutput",
     "KILL_GRACE_SECONDS": "ralph.process",
     "run_process": "ralph.process",
     "ConfigSection": "ralph.config",
@@ -248,6 +268,15 @@ _LAZY = {
     "fetches": "ralph.shell.progutil",
     "has_long": "ralph.shell.progutil",
     "find_roots": "ralph.shell.tools",
+    "CONTAINER_CLIS": "ralph.shell.containers",
+    "mount_fields": "ralph.shell.containers",
+    "read_container": "ralph.shell.containers",
+    # Agent text is data (docs/security.md): what the loop echoes that the agent wrote, made safe to show.
+    "strip_controls": "ralph.agenttext",
+    "one_line": "ralph.agenttext",
+    "quote": "ralph.agenttext",
+    "fenced": "ralph.agenttext",
+    "safe_data": "ralph.agenttext",
 }
 
 

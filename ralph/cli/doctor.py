@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ralph.cli.common import project_dir_option
+from ralph.cli.common import echo, handles_errors, project_dir_option
 
 __all__ = ["doctor"]
 
@@ -16,6 +16,7 @@ __all__ = ["doctor"]
 @project_dir_option
 @click.option("--runner", help="Check this runner instead of the configured one (e.g. docker-sandbox).")
 @click.option("--agent", help="Check this agent instead of the configured one.")
+@handles_errors
 def doctor(project_dir: Path, runner: str | None, agent: str | None) -> None:
     """Run the checks `ralph run` makes before iteration 1, and print them all.
 
@@ -31,5 +32,5 @@ def doctor(project_dir: Path, runner: str | None, agent: str | None) -> None:
     for check in diagnose(project_dir.resolve(), runner, agent):
         mark = "ok  " if check.ok else ("warn" if check.ok is None else "FAIL")
         bad += check.ok is False
-        click.echo(f"[{mark}] {check.what}" + (f"\n       fix: {check.fix}" if check.fix else ""))
+        echo(f"[{mark}] {check.what}" + (f"\n       fix: {check.fix}" if check.fix else ""))
     sys.exit(1 if bad else 0)

@@ -7,13 +7,14 @@ Register them on the main group with ``cli.add_command(plan)`` (and ``archive``,
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
-from ralph.cli.common import handles_errors, project_dir_option
+from ralph.cli.common import echo, handles_errors, project_dir_option
 
 __all__ = ["plan", "archive", "report", "COMMANDS"]
 
@@ -99,23 +100,35 @@ def plan(
             tasks = load_task_list(store, path)
         except TaskSchemaError as exc:  # the file decodes: its schema problems are findings like the others
             lines = str(exc).splitlines()
-            click.echo(f"checked {path} ({store.name}): it does not match the task-list schema")
+            echo(f"checked {path} ({store.name}): it does not match the task-list schema")
             for line in lines:
-                click.echo(str(Problem("error", None, line.removeprefix(f"{path}: "))))
-            click.echo(f"{len(lines)} error{'s' if len(lines) != 1 else ''}, 0 warnings")
+                echo(str(Problem("error", None, line.removeprefix(f"{path}: "))))
+            echo(f"{len(lines)} error{'s' if len(lines) != 1 else ''}, 0 warnings")
             sys.exit(1)
-        problems = check_task_list(tasks, config.max_iterations, uses_review=config.policy != "skip-review")
-        click.echo(f"checked {path} ({store.name}): {len(tasks.userStories)} stories")
+        problems = check_task_list(tasks, config.max_iterations, uses_review=config.policy != "skip-review",
+                                   story_fields=_policy_fields(session))
+        echo(f"checked {path} ({store.name}): {len(tasks.userStories)} stories")
         for problem in problems:
-            click.echo(str(problem))
+            echo(str(problem))
         errors = sum(1 for p in problems if p.severity == "error")
         warnings = len(problems) - errors
-        click.echo(f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}")
+        echo(f"{errors} error{'s' if errors != 1 else ''}, {warnings} warning{'s' if warnings != 1 else ''}")
         sys.exit(1 if errors else 0)
     from ralph.lifecycle.plan import run_plan_session
 
     binary = getattr(session.settings.section("claude"), "binary", None)
-    sys.exit(run_plan_session(session.settings.project_dir, rdir, model, binary, click.echo, dry_run=print_command))
+    sys.exit(run_plan_session(session.settings.project_dir, rdir, model, binary, echo, dry_run=print_command))
+
+
+def _policy_fields(session: Any) -> list[str]:
+    """The story fields the configured policy reads besides ralph's (none when it cannot be loaded)."""
+    from ralph.errors import RalphError
+    from ralph.loop.start import policy_story_fields
+
+    try:
+        return policy_story_fields(session.host.policies.get(session.settings.config.policy)(session.settings))
+    except RalphError:
+        return []
 
 
 # -- archive ------------------------------------------------------------------------------------
@@ -142,7 +155,7 @@ def archive(project_dir: Path, ralph_dir: str | None, prd: str | None, label: st
         review_cap=session.settings.config.review_cap,
     )
     for line in describe(result, session.settings.project_dir):
-        click.echo(line)
+        echo(line)
 
 
 # -- report ---------------------------------------------------------------------------------------
@@ -158,7 +171,8 @@ def archive(project_dir: Path, ralph_dir: str | None, prd: str | None, label: st
     is_flag=False,
     flag_value="",
     metavar="[FILE]",
-    help="Also write a self-contained HTML page: to FILE, or (no FILE) next to the run's record outside the project.",
+    help="Also write a self-contained HTML page: to FILE (a folder: FILE/report.html), or (no FILE) next to the "
+    "run's record outside the project.",
 )
 @handles_errors
 def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str | None, all_runs: bool, html_path: str | None) -> None:
@@ -184,17 +198,23 @@ def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str |
     except RalphError as exc:
         if all_runs:
             raise
-        click.echo(f"ralph: note: no current task list ({str(exc).splitlines()[0]})", err=True)
+        echo(f"ralph: note: no current task list ({str(exc).splitlines()[0]})", err=True)
     config = session.settings.config
     result = project_report(
         session.settings.project_dir, run=run, all_runs=all_runs, tasks=tasks, cap=config.review_cap,
         state_dir=config.state_dir,
     )
-    click.echo(render_text(result))
+    echo(render_text(result))
     if html_path is not None:
-        target = _html_target(session.settings.project_dir, html_path, result, config.state_dir)
-        atomic_write_text(target, render_html(result))
-        click.echo(f"\nwrote {target}")
+        project = session.settings.project_dir
+        target = _html_target(project, html_path, result, config.state_dir)
+        if target.is_relative_to(project):  # never through a link the agent left in the project
+            from ralph import safeio
+
+            safeio.write_text(target, project, render_html(result))
+        else:
+            atomic_write_text(target, render_html(result))
+        echo(f"\nwrote {target}")
 
 
 def _html_target(project_dir: Path, given: str, result: Any, state_dir: str | None) -> Path:
@@ -205,13 +225,23 @@ def _html_target(project_dir: Path, given: str, result: Any, state_dir: str | No
         base = runs_dir(project_dir, state_dir) / result.runs[-1] if result.runs else project_state_dir(project_dir, state_dir)
         base.mkdir(parents=True, exist_ok=True)
         return base / "report.html"
-    target = Path(given).resolve()
+    target = Path(os.path.abspath(given))  # not resolved: a symlinked folder in the project is refused, not followed
+    if os.path.isdir(target):  # a folder: the page goes into it
+        target = target / "report.html"
+    from ralph.cli.common import path_problem
+
+    problem = path_problem(target.parent)
+    if problem is not None:
+        from ralph.errors import UsageError
+
+        raise UsageError(f"--html {given}: {problem}; give a file in an existing folder, or --html alone (the page "
+                         "then goes next to the run's record)")
     if target.is_relative_to(project_dir):
         from ralph.gitutil import git
 
         ignored = git(project_dir, "check-ignore", "-q", str(target), check=False).returncode == 0
         if not ignored:
-            click.echo(
+            echo(
                 f"ralph: warning: {given} is inside the project and not ignored by git: `ralph run` refuses to "
                 "start while it is uncommitted; add it to .gitignore, or use `--html` alone (it then goes next "
                 "to the run's record, outside the project)",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ralph import __version__
-from ralph.cli.common import fail, handles_errors, project_dir_option
+from ralph.cli.common import echo, fail, handles_errors, project_dir_option
 
 if TYPE_CHECKING:
     from ralph.plugin.commands import CommandTable, PluginCommand
@@ -30,7 +30,9 @@ Typical session:
 Exit codes of `ralph run`: 0 complete, 1 iterations exhausted or no story
 selectable, 2 usage or configuration error, 3 finished with failed stories,
 4 global hard timeout, 5 budget reached, 6 paused on the agent's usage limit
-or the API's rate limit, 7 the agent failed repeatedly with the same error,
+or the API's rate limit, 7 the agent failed repeatedly with the same error
+(or every command it ran failed, changing nothing, that many iterations in a
+row), 8 only stories waiting for a person's answer are left (ralph answer),
 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
@@ -40,8 +42,11 @@ Exit codes: 0 complete, 1 iterations exhausted or no story selectable,
 2 usage or configuration error, a failed pre-flight check or a plugin that
 did not load, 3 finished with failed stories, 4 global hard timeout, 5 budget
 reached, 6 paused on the agent's usage limit or the API's rate limit, 7 the
-agent failed repeatedly with the same error, 130 interrupted (Ctrl-C),
-143 terminated (SIGTERM).
+agent failed repeatedly with the same error (or every command it ran failed,
+changing nothing, that many iterations in a row; the first error is printed),
+8 only stories waiting for a person's answer are left (the agent asked with
+`ralph ask`; answer with `ralph answer STORY "ANSWER"`, then run again),
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 
@@ -66,7 +71,7 @@ class RalphGroup(click.Group):
             self.table = plugin_commands(reserved=set(self.commands))
             self.loaded = {}
             for line in self.table.warnings:
-                click.echo(f"ralph: warning: {line}", err=True)
+                echo(f"ralph: warning: {line}", err=True)
         return self.table
 
     def _load(self, name: str) -> click.Command | None:
@@ -78,12 +83,49 @@ class RalphGroup(click.Group):
                 self.loaded[name] = declared.load()
             except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the command line
                 self.loaded[name] = None
-                click.echo(
+                echo(
                     f"ralph: warning: plugin {declared.describe_plugin()} could not add its command {name!r}: "
                     f"{type(exc).__name__}: {exc}",
                     err=True,
                 )
         return self.loaded[name]
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command line: every error ends in one line on stderr and an exit code, never a
+        traceback — click's own usage errors (exit 2), a path that cannot be read or written (exit 2),
+        and an error no command expected (exit 2, its traceback kept in a file it names)."""
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.exceptions.UsageError as exc:
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            fail(f"{exc.format_message()}{where}", exc.exit_code)
+        except click.ClickException as exc:
+            fail(exc.format_message(), exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except OSError as exc:
+            import errno
+
+            if exc.errno == errno.EPIPE:  # the reader went away (`ralph status | head`): as click does
+                from click.utils import PacifyFlushWrapper
+
+                sys.stdout = PacifyFlushWrapper(sys.stdout)  # type: ignore[assignment,operator]
+                sys.stderr = PacifyFlushWrapper(sys.stderr)  # type: ignore[assignment,operator]
+                sys.exit(1)
+            from ralph.cli.common import os_error_line
+
+            fail(os_error_line(exc), 2)
+        except Exception as exc:  # noqa: BLE001 - a bug: one line and where its traceback is
+            from ralph.cli.common import report_crash
+
+            report_crash(exc)
+        if isinstance(code, int) and code:
+            sys.exit(code)
+        return code
 
     def forget_plugin_commands(self) -> None:
         """Read plugins' commands afresh on the next lookup (tests install plugins in-process)."""
@@ -147,10 +189,11 @@ def cli() -> None:
 
 
 class RegistryOption(click.Option):
-    """An option whose help ends with the names registered by the loaded plugins.
+    """An option whose help ends with the names registered in this environment.
 
-    The plugins are loaded only when the help is shown (``ralph run --help``), so
-    ``ralph --help`` and every command's start-up stay as fast as without it.
+    The names come from the distributions' declarations (ralph/plugin/declared.py): no plugin is
+    imported for them, except a third-party plugin that declares nothing (it is asked, so the list
+    stays complete).  Read only when the help is shown (``ralph run --help``).
     """
 
     def __init__(self, *args: Any, registry: str, **kwargs: Any) -> None:
@@ -162,19 +205,30 @@ class RegistryOption(click.Option):
         if record is None:
             return None
         try:
-            names = getattr(_help_host(), self.registry).names()
+            names = _registered_names(self.registry)
         except Exception:  # a broken plugin must not break --help
             return record
-        return record[0], f"{record[1]}  Registered: {', '.join(sorted(names))}."
+        return record[0], f"{record[1]}  Registered: {', '.join(names)}."
 
 
-def _help_host() -> Any:
-    """One plugin host for all the options of one help page (loaded on first use)."""
+def _registered_names(registry: str) -> list[str]:
+    """The names of one registry (``runners`` ...): declared ones, and those of plugins declaring nothing."""
+    from ralph.plugin.declared import declarations
+
+    found = declarations()
+    names = set(found.of(registry))
+    if found.silent:
+        names.update(getattr(_help_host(found.silent), registry).names())
+    return sorted(names)
+
+
+def _help_host(only: list[str]) -> Any:
+    """One plugin host of the plugins ``only`` for all the options of one help page (loaded on first use)."""
     global _HELP_HOST
     if _HELP_HOST is None:
         from ralph.plugin.manager import PluginHost
 
-        _HELP_HOST = PluginHost()
+        _HELP_HOST = PluginHost(only=set(only))
     return _HELP_HOST
 
 
@@ -198,7 +252,7 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
     prompt.md and progress.txt) only what is missing is added, and what was
     kept is named; no second task list is created beside an existing one.
     """
-    from ralph.lifecycle.init import check_repository, commit_init, init_project
+    from ralph.lifecycle.init import check_repository, commit_init, init_project, refuse_nested_loop
     from ralph.ralphfiles import KNOWN_LOOP_DIRS, holds_loop
 
     project_dir = project_dir.resolve()
@@ -207,6 +261,9 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
 
         raise UsageError(f"project directory {project_dir} does not exist")
     check_repository(project_dir)
+    refuse_nested_loop(project_dir)
+    if project_dir != Path.cwd().resolve():
+        echo(f"project: {project_dir}")
     if ralph_dir is None:
         ralph_dir = "ralph"
         found = [d for d in KNOWN_LOOP_DIRS if d != "ralph" and holds_loop(project_dir / d)]
@@ -224,20 +281,24 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
         return path.relative_to(project_dir).as_posix() if path.is_relative_to(project_dir) else str(path)
 
     for original, copy in result.backups:
-        click.echo(f"backed up {rel(original)} to {rel(copy)}")
+        echo(f"backed up {rel(original)} to {rel(copy)}")
     for path in result.files_written:
-        click.echo(f"wrote {rel(path)}")
+        echo(f"wrote {rel(path)}")
     for path, why in result.kept:
-        click.echo(f"kept {rel(path)}: {why}")
+        echo(f"kept {rel(path)}: {why}")
+    if result.adopted_from:
+        echo(f"took over {result.adopted_from}'s loop (its files are left as they are):")
+        for line in result.imported:
+            echo(f"  - {line}")
     if result.gitignore_changed:
-        click.echo("added .ralph-active to .gitignore")
+        echo("added .ralph-active to .gitignore")
     if not result.files_written:
-        click.echo(f"nothing to add: {rel(result.ralph_dir)}/ already holds a complete loop")
+        echo(f"nothing to add: {rel(result.ralph_dir)}/ already holds a complete loop")
     if commit and (result.files_written or result.gitignore_changed):
-        click.echo(f"committed what init wrote: {commit_init(project_dir, result)} \"ralph init: {result.project_name}\"")
-    click.echo("\nNext steps:")
+        echo(f"committed what init wrote: {commit_init(project_dir, result)} \"ralph init: {result.project_name}\"")
+    echo("\nNext steps:")
     for number, step in enumerate(result.next_steps, 1):
-        click.echo(f"  {number}. {step}")
+        echo(f"  {number}. {step}")
 
 
 @cli.command(epilog=RUN_EPILOG)
@@ -260,7 +321,7 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
     type=click.IntRange(min=1),
     help="Raise the runaway guard: --max-iterations above this (default 100) is refused.",
 )
-@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop when the agent's reported cost reaches this many USD.")
+@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop when the run's cost reaches this many USD (metered from the model traffic; else the agent's reports).")
 @click.option(
     "--max-wait",
     type=click.FloatRange(min=0, min_open=True),
@@ -362,7 +423,7 @@ def run(
     }
     if story is not None and parallel:
         raise UsageError("--story runs one story; it does not go with --parallel")
-    session = open_session(project_dir.resolve(), overrides, strict=True)
+    session = open_session(project_dir.resolve(), overrides, strict=True, local_plugins=True)
     loop = _build_loop(session, {"runner": runner or sandbox, "agent": agent, "policy": policy})
     loop.rerun = rerun
     loop.only_story = story
@@ -376,78 +437,52 @@ def run(
 def _build_loop(session: Any, from_cli: dict[str, str | None]) -> Any:
     """``session.build_loop()``; an unknown plugin name says where it was set (flag, env var, file)."""
     from ralph.errors import PluginError
+    from ralph.session import where_named
 
     try:
         return session.build_loop()
     except PluginError as exc:
-        import os
-
-        message = str(exc)
-        for key in ("runner", "agent", "policy"):
-            value = getattr(session.settings.config, key)
-            if not message.startswith(f"unknown {key} {value!r}") or from_cli.get(key):
-                continue
-            env = f"RALPH_{key.upper()}"
-            source = _config_file(session.settings.project_dir)
-            if os.environ.get(env):
-                where = f"the environment variable {env}"
-            elif source is not None:
-                table = "[tool.ralph]" if source.name == "pyproject.toml" else "the top level"
-                where = f"{source} ({key} = {value!r} in {table})"
-            else:
-                continue
-            raise PluginError(f"{message} (set by {where}): fix it there or pass --{key}") from None
-        raise
-
-
-def _config_file(project_dir: Path) -> Path | None:
-    """The config file ralph read for ``project_dir`` (ralph.toml or pyproject.toml), if any."""
-    from ralph.config import find_config_file
-
-    return find_config_file(project_dir)[0]
+        raise where_named(exc, session.settings, from_cli) from None
 
 
 def _print_dry_run(loop: Any) -> None:
-    from ralph.gitutil import dirty_paths
+    from ralph.loop.opening import uncommitted_warning
     from ralph.loop.start import BUILTIN_PROMPT_NOTE, unselectable_reason, work_branch_plan
 
     selection, prompt, tasks = loop.dry_run()
-    click.echo(f"runner:  {loop.runner.name}" + (f" (fallback: {loop.runner.fallback_reason})" if loop.runner.fallback_reason else ""))
-    click.echo(f"agent:   {loop.agent.name}" + (f" (reviews: {loop.review_agent.name})" if loop.review_agent is not loop.agent else ""))
-    click.echo(f"policy:  {loop.policy.name}")
+    echo(f"runner:  {loop.runner.name}" + (f" (fallback: {loop.runner.fallback_reason})" if loop.runner.fallback_reason else ""))
+    echo(f"agent:   {loop.agent.name}" + (f" (reviews: {loop.review_agent.name})" if loop.review_agent is not loop.agent else ""))
+    echo(f"policy:  {loop.policy.name}")
+    for check in loop.warnings:
+        echo(f"warning: {check.what}" + (f"; fix: {check.fix}" if check.fix else ""), err=True)
     for check in loop.preflight_checks():
         if check.ok is not True:
             stop = " (ralph run would stop here)" if check.ok is False else ""
             fix = f"; fix: {check.fix}" if check.fix else ""
-            click.echo(f"warning: pre-flight: {check.what}{fix}{stop}", err=True)
+            echo(f"warning: pre-flight: {check.what}{fix}{stop}", err=True)
     plan = work_branch_plan(loop.project_dir, tasks.branchName)
     if plan is not None:
-        click.echo(f"branch:  {tasks.branchName} (`ralph run` starts by {plan[1]})")
+        echo(f"branch:  {tasks.branchName} (`ralph run` starts by {plan[1]})")
     if loop.only_story:
-        click.echo(f"only:    {loop.only_story} (--story)")
+        echo(f"only:    {loop.only_story} (--story)")
     if loop.prompt is not None and loop.prompt.builtin:
         from ralph.loop.prompt import relative_dir
 
-        click.echo("note:    " + BUILTIN_PROMPT_NOTE.format(dir=relative_dir(loop.ralph_dir, loop.project_dir)))
-    dirty = dirty_paths(loop.project_dir)
-    if dirty and loop.config.dirty_start == "refuse":
-        shown = ", ".join(line[3:] for line in dirty[:5]) + (" ..." if len(dirty) > 5 else "")
-        click.echo(
-            f"ralph: warning: uncommitted changes ({shown}): `ralph run` will refuse to start until you "
-            "commit or stash them (or set dirty_start = \"stash\")",
-            err=True,
-        )
+        echo("note:    " + BUILTIN_PROMPT_NOTE.format(dir=relative_dir(loop.ralph_dir, loop.project_dir)))
+    dirty = uncommitted_warning(loop.project_dir, loop.config)
+    if dirty is not None:
+        echo(f"ralph: warning: {dirty.what} (or set dirty_start = \"stash\")", err=True)
     if selection is None:
         if loop.is_complete(tasks):
             state = f"{loop.only_story} is complete" if loop.only_story else "complete"
         else:
-            state = "no story can be selected: " + unselectable_reason(tasks, loop.policy.uses_review)
-        click.echo(f"nothing to run: {state}")
+            state = "no story can be selected: " + unselectable_reason(tasks, loop.policy)
+        echo(f"nothing to run: {state}")
         return
-    click.echo(f"mode:    {selection.mode}")
-    click.echo(f"story:   {selection.story_id} ({selection.reason})")
-    click.echo("\n--- prompt (iteration 1) ---")
-    click.echo(prompt)
+    echo(f"mode:    {selection.mode}")
+    echo(f"story:   {selection.story_id} ({selection.reason})")
+    echo("\n--- prompt (iteration 1) ---")
+    echo(prompt)
 
 
 @cli.command()
@@ -462,7 +497,7 @@ def status(project_dir: Path, as_json: bool, follow: bool, no_live: bool) -> Non
     With --follow, show it as it goes, read from the run's event log: a run
     started in another terminal, in the background or in the sandbox.
     """
-    from ralph.config import state_dir_setting
+    from ralph.configfile import state_dir_setting
 
     project = project_dir.resolve()
     state_dir = state_dir_setting(project)
@@ -472,7 +507,7 @@ def status(project_dir: Path, as_json: bool, follow: bool, no_live: bool) -> Non
         sys.exit(follow_run(project, live=not no_live, state_dir=state_dir))
     from ralph.lifecycle.status import show_status
 
-    click.echo(show_status(project, as_json=as_json, state_dir=state_dir))
+    echo(show_status(project, as_json=as_json, state_dir=state_dir))
 
 
 @cli.command()
@@ -487,12 +522,12 @@ def restore(project_dir: Path, run: str | None, number: int | None) -> None:
     work); NUMBER picks one of its copies (default: the first, your work from before the
     run).  Runs `git apply --3way PATCH`, which you can also run yourself.
     """
-    from ralph.config import state_dir_setting
+    from ralph.configfile import state_dir_setting
     from ralph.loop.savedwork import restore as restore_work
     from ralph.lifecycle.status import run_with_saved_work
 
     project = project_dir.resolve()
-    click.echo(restore_work(project, run_with_saved_work(project, run, state_dir_setting(project)), number))
+    echo(restore_work(project, run_with_saved_work(project, run, state_dir_setting(project)), number))
 
 
 @cli.command()
@@ -511,7 +546,7 @@ def demo(directory: Path | None, agent: str) -> None:
     """
     from ralph.lifecycle.demo import run_demo
 
-    sys.exit(run_demo(directory, agent, click.echo))
+    sys.exit(run_demo(directory, agent, echo))
 
 
 @cli.command()
@@ -540,7 +575,9 @@ def plugins() -> None:
         rows.append((info.name, what, info.distribution, info.version, state))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
-        click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+        echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4])
+    for problem in host.declaration_problems():
+        echo(f"ralph: warning: {problem}", err=True)
     if host.failures:
         sys.exit(1)
 
@@ -566,8 +603,8 @@ def plugin_export(directory: Path, force: bool) -> None:
     from ralph.hooks.bundle import export_bundle
 
     for path in export_bundle(directory.resolve(), force=force):
-        click.echo(f"wrote {path}")
-    click.echo(f"\nUse it: claude --plugin-dir {directory.resolve() / 'ralph'}  (or /plugin marketplace add {directory.resolve()})")
+        echo(f"wrote {path}")
+    echo(f"\nUse it: claude --plugin-dir {directory.resolve() / 'ralph'}  (or /plugin marketplace add {directory.resolve()})")
 
 
 ROLE_OF_HOOK = {
@@ -594,9 +631,11 @@ def _register_command_modules() -> None:
     """Commands defined in their own modules (each imports only click at import time)."""
     from ralph.cli.doctor import doctor
     from ralph.cli.lifecycle import COMMANDS
+    from ralph.cli.person import COMMANDS as PERSON_COMMANDS
+    from ralph.cli.serve import serve
     from ralph.cli.worktrees import worktrees
 
-    for command in (*COMMANDS, doctor, worktrees):
+    for command in (*COMMANDS, *PERSON_COMMANDS, doctor, serve, worktrees):
         cli.add_command(command)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from ralph.cli.common import handles_errors, project_dir_option
+from ralph.cli.common import echo, handles_errors, project_dir_option
 
 __all__ = ["worktrees"]
 
@@ -49,8 +49,8 @@ def worktrees(project_dir: Path, clean: bool, force: bool, delete_branches: bool
         if units:
             infos = [info for info in infos if info.unit in units]
         if as_json:
-            click.echo(json.dumps([info.as_json() for info in infos], indent=2))
+            echo(json.dumps([info.as_json() for info in infos], indent=2))
         else:
-            click.echo(format_worktrees(infos))
+            echo(format_worktrees(infos))
         return
-    sys.exit(clean_worktrees(project_dir.resolve(), units, force=force, delete_branches=delete_branches, echo=click.echo))
+    sys.exit(clean_worktrees(project_dir.resolve(), units, force=force, delete_branches=delete_branches, echo=echo))

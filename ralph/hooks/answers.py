@@ -73,21 +73,19 @@ def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str
 
 
 def _collect(host: Any, caller: Any, kind: str, event: HookEvent) -> list[Any]:
-    """Every implementation's items, in pluggy's order; one that raises is a ``PluginFailure``
-    naming it (the loop denies the call and stops; the hook client outside a loop fails open)."""
+    """Every implementation's items, through pluggy (wrappers included); one that raises is a
+    ``PluginFailure`` naming it (the loop denies the call and stops; the hook client outside a loop
+    fails open)."""
     from ralph.gitutil import GitMetadataChanged
-    from ralph.plugin.manager import PluginFailure
+    from ralph.plugin.calls import flatten
 
-    items: list[Any] = []
-    for impl in reversed(caller.get_hookimpls()):
-        try:
-            result = impl.function(event=event)
-        except GitMetadataChanged:  # the loop's own stop (tampered .git), not the plugin's fault
-            raise
-        except Exception as exc:
-            raise PluginFailure(kind, host.describe(impl.plugin_name), impl.plugin_name, exc) from exc
-        items.extend(result or [])
-    return items
+    try:
+        results = caller(event=event)
+    except GitMetadataChanged:  # the loop's own stop (tampered .git), not the plugin's fault
+        raise
+    except Exception as exc:
+        raise host.failure(kind, caller, exc) from exc
+    return flatten(results)
 
 
 def deny(payload: dict[str, Any], reason: str) -> dict[str, Any]:
@@ -110,10 +108,14 @@ def deny(payload: dict[str, Any], reason: str) -> dict[str, Any]:
 def _stop(payload: dict[str, Any], context: HookContext) -> dict[str, Any]:
     if context.stop_checks is None:
         return {}
-    violations = [v for v in context.stop_checks() if v.is_error]
+    found = context.stop_checks()
+    violations = [v for v in found if v.is_error]
+    # a check that could not run (Check 2.5 without a snapshot) says so, to the person and, when blocking, the agent
+    warnings = [f"[{v.check}] {v.message}" for v in found if not v.is_error]
+    shown = {"systemMessage": "ralph: " + "; ".join(warnings)} if warnings else {}
     if not violations:
         context.session.set("stop_blocks", 0)
-        return {}
+        return shown
     blocks = int(context.session.get("stop_blocks", 0) or 0)
     if payload.get("stop_hook_active") and blocks >= STOP_BLOCK_LIMIT:
         context.session.set("stop_blocks", 0)
@@ -125,7 +127,9 @@ def _stop(payload: dict[str, Any], context: HookContext) -> dict[str, Any]:
     reason = "Ralph loop checks failed; fix these before stopping:\n" + "\n".join(
         f"- [{v.check}] {v.message}" for v in violations
     )
-    return {"decision": "block", "reason": reason}
+    if warnings:
+        reason += "\nNot checked:\n" + "\n".join(f"- {w}" for w in warnings)
+    return {"decision": "block", "reason": reason, **shown}
 
 
 # -- without a loop: the plugin used in an interactive Claude Code session ------------------
@@ -151,10 +155,15 @@ def handle_without_loop(payload: dict[str, Any], environ: dict[str, str]) -> dic
 
 def _marker_stop_checks(project_dir: Path, host: Any) -> Callable[[], list[Violation]] | None:
     """Stop checks from ``.ralph-active`` (seed behaviour when no trusted loop answers)."""
+    from ralph import safeio
+
     marker = project_dir / ".ralph-active"
-    if not marker.is_file():
+    try:  # never through a symlink (a host file) the agent put there
+        state = json.loads(safeio.read_bytes(marker, project_dir))
+    except (OSError, ValueError):
         return None
-    state = json.loads(marker.read_text(encoding="utf-8"))
+    if not isinstance(state, dict):
+        return None
 
     def run() -> list[Violation]:
         from ralph.config import RalphConfig
@@ -168,7 +177,10 @@ def _marker_stop_checks(project_dir: Path, host: Any) -> Callable[[], list[Viola
         policy = host.policies.get("skip-review" if skip else state.get("policy", "review"))(settings)
         store = host.stores.get(state.get("store", "tasks-json"))()
         tasks_path = store.path(ralph_dir)
-        raw = tasks_path.read_text(encoding="utf-8") if tasks_path.is_file() else None
+        try:
+            raw = safeio.read_text(tasks_path, safeio.root_for(tasks_path, project_dir))
+        except (OSError, UnicodeDecodeError):
+            raw = None
         tasks = error = None
         if raw is not None:
             from ralph.errors import TaskListError

@@ -12,14 +12,22 @@ has python3 but not ralph's dependencies.
   ralph, runs the same checks in-process, and starts the helper for the next
   calls (``RALPH_HOOK_DAEMON=0`` turns the helper off).
 
-It always prints valid JSON and exits 0.  Outside a loop any failure allows
+``client.py ask "QUESTION"`` (what ``ralph ask`` runs, in a sandbox too) sends the agent's question to
+the running loop over the same socket, with the same token, and prints the loop's reply
+(:func:`ask`).
+
+It prints valid JSON and exits 0 (in a loop, input that is not a JSON object exits 2, the status
+Claude Code blocks every event on, with the reason on stderr).  Outside a loop any failure allows
 the action (fail-open): a broken hook must never wedge a person's session.
-During a loop (``RALPH_HOOK_SOCKET`` set) it fails closed: when the loop
-cannot be reached, refuses the request or reports an error, PreToolUse
-denies and Stop blocks, saying the loop is gone (the socket lives in a
-directory the agent cannot write in a sandbox; deleting it in direct mode
-only locks the agent out).  Every request carries the run's token
-(``RALPH_HOOK_TOKEN``).
+During a loop (``RALPH_HOOK_SOCKET`` or ``RALPH_HOOK_LOOP=1`` set) it fails
+closed: when the loop cannot be reached, refuses the request or reports an
+error, PreToolUse denies and Stop blocks, saying the loop is gone (the socket
+lives in a directory the agent cannot write in a sandbox; deleting it in
+direct mode only locks the agent out).  Every request carries the run's token
+(``RALPH_HOOK_TOKEN``).  What the client cannot answer itself (Python does not
+start, the client is killed or hangs) the loop's wrapper turns into a block:
+``ralph.hooks.wiring.fail_closed_command``; in a loop the client stops itself
+(``SIGALRM``) before Claude Code's hook timeout, which would count as "allow".
 
 In a loop it runs for every tool call, so its start is kept small: it
 imports no module beyond what Python itself loads except ``_socket`` and
@@ -33,8 +41,11 @@ import sys
 
 SOCKET_ENV = "RALPH_HOOK_SOCKET"
 TOKEN_ENV = "RALPH_HOOK_TOKEN"
+LOOP_ENV = "RALPH_HOOK_LOOP"
 HELPER_ENV = "RALPH_HOOK_DAEMON"
 TIMEOUT_SECONDS = 55.0
+# In a loop the whole call ends by then (Claude Code gives the hook 60 s and lets the tool run after it).
+DEADLINE_SECONDS = 57
 # Environment the answering side needs to see from the agent's side.
 FORWARDED_ENV = (
     "CLAUDE_CONTEXT_WINDOW",
@@ -94,6 +105,10 @@ def _codec() -> tuple:
             value, end = scan(body, 0)
         except StopIteration:
             raise ValueError("Expecting value") from None
+        except SystemError:  # the C scanner's error path needs json.decoder, not imported here: json says why
+            import json
+
+            return json.loads(body)
         if end != len(body):
             raise ValueError("Extra data")
         return value
@@ -171,8 +186,12 @@ def start_helper(path: str, environ: dict) -> None:
 
 def respond(raw: str, environ: dict) -> dict:
     payload = loads(raw or "{}")
+    if not isinstance(payload, dict):
+        raise ValueError(f"the hook input is not a JSON object: {raw!r:.80}")
     request = {"payload": payload, "env": {key: environ[key] for key in FORWARDED_ENV if key in environ}}
     socket_path = environ.get(SOCKET_ENV)
+    if not socket_path and in_loop(environ):
+        return closed(payload, f"the ralph loop's hook socket is not set ({SOCKET_ENV})")
     if socket_path:
         request["token"] = environ.get(TOKEN_ENV, "")
         try:
@@ -198,6 +217,19 @@ def respond(raw: str, environ: dict) -> dict:
     if answer.get("error"):
         sys.stderr.write(f"ralph hook: the hook helper reported an error: {answer['error']}\n")
     return answer.get("output") or {}
+
+
+def in_loop(environ: dict) -> bool:
+    """Whether this call belongs to a running loop (and so fails closed)."""
+    return bool(environ.get(SOCKET_ENV)) or environ.get(LOOP_ENV) == "1"
+
+
+def deadline(seconds: int) -> None:
+    """End this process with ``SIGALRM`` after ``seconds``, whatever it is doing (a non-zero exit: a block)."""
+    import _signal
+
+    _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
+    _signal.alarm(seconds)
 
 
 def closed(payload: dict, reason: str) -> dict:
@@ -226,17 +258,63 @@ def environment() -> dict:
             for key, value in posix.environ.items()}
 
 
+ASK_USAGE = 'usage: ralph ask "QUESTION" (inside a ralph loop iteration: the loop parks the story until a person answers)'
+
+
+def ask(question: str, environ: dict) -> tuple:
+    """Send the agent's ``question`` to the running loop; ``(exit code, the line to print)``.
+
+    0: recorded (the loop parks the story); 1: the loop refused it (saying why); 2: not in a loop, or
+    the loop cannot be reached.
+    """
+    socket_path = environ.get(SOCKET_ENV)
+    if not socket_path:
+        return 2, ("ralph ask: not inside a ralph loop iteration (RALPH_HOOK_SOCKET is not set); there is no "
+                   "loop to park the story: ask the person yourself")
+    request = {"token": environ.get(TOKEN_ENV, ""), "ask": {"question": question}}
+    try:
+        answer = ask_loop(socket_path, request)
+    except (OSError, ValueError) as exc:
+        return 2, f"ralph ask: the ralph loop cannot be reached at {socket_path} ({type(exc).__name__}: {exc})"
+    if answer.get("refused"):
+        return 2, f"ralph ask: the ralph loop refused the request: {answer['refused']}"
+    if answer.get("error"):
+        return 2, f"ralph ask: the ralph loop reported an error: {answer['error']}"
+    output = answer.get("output")
+    if not isinstance(output, dict):
+        return 2, "ralph ask: the ralph loop gave no answer"
+    return (0 if output.get("ok") else 1), str(output.get("message") or "")
+
+
+def ask_main(argv: list) -> int:
+    """``client.py ask QUESTION...``: the words are joined with spaces (as ``echo`` would)."""
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(ASK_USAGE + "\n")
+        return 0 if argv else 2
+    code, line = ask(" ".join(argv), environment())
+    (sys.stdout if code == 0 else sys.stderr).write(line + "\n")
+    return code
+
+
 def main() -> int:
-    raw = sys.stdin.read()
+    if len(sys.argv) > 1 and sys.argv[1] == "ask":
+        return ask_main(sys.argv[2:])
     environ = environment()
+    if in_loop(environ):
+        deadline(DEADLINE_SECONDS)
+    raw = sys.stdin.read()
     try:
         output = respond(raw, environ)
     except Exception as exc:
-        if environ.get(SOCKET_ENV):  # in a loop: fail closed
+        if in_loop(environ):  # fail closed
             try:
                 payload = loads(raw or "{}")
-            except ValueError:
-                payload = {"hook_event_name": "PreToolUse"}
+            except Exception:  # noqa: BLE001 - whatever the input is, the answer is a block
+                payload = None
+            if not isinstance(payload, dict):  # no event to answer in its own terms: exit 2 blocks every event
+                sys.stderr.write(f"ralph hook: the hook input is not a JSON object ({type(exc).__name__}: {exc}); "
+                                 "blocked: the ralph loop checks nothing it cannot read\n")
+                return 2
             output = closed(payload, f"the ralph hook failed ({type(exc).__name__}: {exc})")
         else:  # fail-open outside a loop
             sys.stderr.write(f"ralph hook: {type(exc).__name__}: {exc} (action allowed)\n")

@@ -20,13 +20,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 SOCKET_ENV = "RALPH_HOOK_SOCKET"
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""The largest request line the server reads (a tool call's input or output, JSON-encoded): a longer
+one is answered with an error (PreToolUse denies, Stop blocks) without being read into memory."""
 
 
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         server: HookServer = self.server.owner  # type: ignore[attr-defined]
         try:
-            request = json.loads(self.rfile.readline().decode("utf-8") or "{}")
+            line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
+            if len(line) > MAX_REQUEST_BYTES:
+                self._reply({"output": {}, "error": f"the hook request is larger than {MAX_REQUEST_BYTES} bytes"})
+                return
+            request = json.loads(line.decode("utf-8") or "{}")
             refusal = server.refusal(request)
             if refusal is not None:
                 self._reply({"refused": refusal})

@@ -9,6 +9,10 @@
 4. Resets the ralph directory with fresh templates (``prompt.md`` is left exactly as it
    is, customisations included).
 5. Commits the archive and the reset (only those paths).
+
+Every read, move and write goes through :mod:`ralph.safeio` below the project: a symlink the agent
+left on the way (``ralph-archive``, the ralph directory, a file in it) is refused with a clear line
+before anything moves, and never followed, so nothing is written outside the project.
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ralph import safeio
 from ralph.contracts import AUTO_APPROVED_PREFIX
 from ralph.errors import UsageError
-from ralph.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
     from ralph.contracts import TaskStore
@@ -61,18 +65,23 @@ def archive_project(
     from ralph.lifecycle.plan import load_task_list
 
     project_dir = project_dir.resolve()
-    ralph_dir = ralph_dir.resolve()
-    if not ralph_dir.is_dir():
+    ralph_dir = Path(os.path.abspath(project_dir / ralph_dir))  # never resolved: a link on the way is refused below
+    here = safeio.root_for(ralph_dir / PRD, project_dir)  # the project (the ralph directory's folder if elsewhere)
+    found = safeio.kind(ralph_dir, here) if ralph_dir != here else ("dir" if ralph_dir.is_dir() else "absent")
+    if found == "absent":
         raise UsageError(f"{ralph_dir} does not exist: nothing to archive (run `ralph init` to start a loop)")
+    tasks_path = store.path(ralph_dir)
+    root = project_dir / ARCHIVE_ROOT
+    _refuse_links([ralph_dir / PRD, tasks_path, ralph_dir / PROGRESS], here)
+    _refuse_links([root / "x"], project_dir)
     if commit:
         gdir = git_dir(project_dir)
         if ProjectLock(gdir).is_held():
             raise UsageError("a `ralph run` is active in this project: wait for it to finish before archiving")
-    tasks_path = store.path(ralph_dir)
     try:
         tasks = load_task_list(store, tasks_path)
     except TaskListError as exc:
-        if tasks_path.is_file() and _lenient_completed(tasks_path.read_text(encoding="utf-8")) == 0:
+        if _lenient_completed(_read(tasks_path, here)) == 0:
             raise UsageError(
                 f"nothing completed to archive: no story in {tasks_path} passes (it does not even validate yet: "
                 f"{str(exc).splitlines()[0]})"
@@ -88,16 +97,15 @@ def archive_project(
     today = today or date.today()
     branch = tasks.branchName.removeprefix("ralph/")
     name = slugify(label or branch or tasks.project or "loop") or "loop"
-    root = project_dir / ARCHIVE_ROOT
     target = root / f"{today.isoformat()}-{name}"
     suffix = 2
-    while target.exists():
+    while safeio.kind(target, project_dir) != "absent":
         target = root / f"{today.isoformat()}-{name}-{suffix}"
         suffix += 1
 
     # -- compute everything first -------------------------------------------------------------
     progress_path = ralph_dir / PROGRESS
-    progress_text = progress_path.read_text(encoding="utf-8") if progress_path.is_file() else ""
+    progress_text = _read(progress_path, here)
     started = _started(progress_text) or _first_commit_date(project_dir, tasks_path)
     summary = render_summary(tasks, started, today, review_cap, _last_run_line(project_dir, tasks))
     fresh = fresh_files(store, tasks, ralph_dir, today)
@@ -106,16 +114,21 @@ def archive_project(
         warnings.append(f"{total - completed} of {total} stories are not complete; they are archived as open")
 
     # -- then move and write -------------------------------------------------------------------
-    target.mkdir(parents=True)
+    safeio.make_dirs(target, project_dir)
     moved = []
     for source in (ralph_dir / PRD, tasks_path, progress_path):
-        if source.is_file():
-            os.replace(source, target / source.name)
+        if safeio.kind(source, here) == "file":
+            safeio.move(source, target / source.name, here, target_root=project_dir)
             moved.append(target / source.name)
-    atomic_write_text(target / "summary.md", summary)
+    kept_progress = target / progress_path.name
+    if kept_progress in moved:
+        scrubbed = loop_lines_without_paths(progress_text, project_dir)
+        if scrubbed != progress_text:  # the loop's own notes of older runs named this machine's paths
+            safeio.write_text(kept_progress, project_dir, scrubbed)
+    safeio.write_text(target / "summary.md", project_dir, summary)
     written = [target / "summary.md"]
     for path, text in fresh.items():
-        atomic_write_text(path, text)
+        safeio.write_text(path, here, text)
         written.append(path)
     sha = None
     if commit:
@@ -125,6 +138,38 @@ def archive_project(
             raise UsageError(f"the archive was written to {target} but the commit failed: {error}")
         sha = head(project_dir)
     return ArchiveResult(target, moved, written, completed, total, sha, warnings)
+
+
+def loop_lines_without_paths(text: str, project_dir: Path) -> str:
+    """The progress log with the loop's own notes (``[ralph loop ...]`` lines) free of this machine's
+    paths (:func:`ralph.loop.progressnotes.symbolic_paths`); the person's and the agent's lines as they are."""
+    from ralph.configfile import state_dir_setting
+    from ralph.loop.progressnotes import symbolic_paths
+    from ralph.loop.rundir import state_root
+
+    state = state_root(state_dir_setting(project_dir))
+    lines = text.split("\n")
+    return "\n".join(symbolic_paths(line, project_dir, state) if line.startswith("[ralph loop ") else line
+                     for line in lines)
+
+
+def _refuse_links(paths: list[Path], root: Path) -> None:
+    """UsageError naming the first symlink (or special file) on the way to one of ``paths``: nothing moves."""
+    for path in paths:
+        found = safeio.check(path, root)
+        if found is not None:
+            raise UsageError(
+                f"{found.rel} is {found.what}: `ralph archive` never reads or writes through one (an agent may have "
+                f"left it to make the archive land outside the project); remove it and run again (nothing was moved)"
+            )
+
+
+def _read(path: Path, root: Path) -> str:
+    """The text of ``path`` read without following links; ``""`` when absent or unreadable."""
+    try:
+        return safeio.read_text(path, root)
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def fresh_files(store: TaskStore, tasks: TaskList, ralph_dir: Path, today: date) -> dict[Path, str]:
@@ -185,7 +230,7 @@ def _last_run_line(project_dir: Path, tasks: TaskList) -> str | None:
     """The latest run, when it ran this task list (same story ids)."""
     import json
 
-    from ralph.config import state_dir_setting
+    from ralph.configfile import state_dir_setting
     from ralph.loop.rundir import latest_run
 
     run = latest_run(project_dir, state_dir_setting(project_dir))
@@ -199,7 +244,7 @@ def _last_run_line(project_dir: Path, tasks: TaskList) -> str | None:
         return None
     return (
         f"Last run: {data.get('iterations')} iterations, cost ${data.get('cost_usd', 0):.4f}, "
-        f"{data.get('reason')} (run directory {run})"
+        f"{data.get('reason')} (run {run.name}; `ralph status` and `ralph report --run {run.name}` show it)"
     )
 
 

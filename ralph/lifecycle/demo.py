@@ -145,17 +145,30 @@ def _scripted_server(
     return server
 
 
+def replay_note(chosen: bool) -> str:
+    """What the demo says when the replay agent acts out the model's moves (``chosen``: ``--agent replay``)."""
+    if chosen:
+        return "ralph demo: the scripted replay agent acts out the model's moves. The loop, checks and git are real."
+    return ("ralph demo: no Claude Code CLI found, so the scripted replay agent acts out the model's moves "
+            "(pip install claude-agent-sdk to see the real CLI). The loop, checks and git are real.")
+
+
 def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     """Run the demo loop; returns the loop's exit code."""
+    requested = agent
     from ralph.session import open_session
 
     from ralph.claude_cli import resolve_binary
 
     import shutil
 
+    from ralph.loop.rundir import state_root
+
+    # where `ralph status` will look, settled before the scripted CLI's environment changes HOME
+    state_dir = str(state_root())
     work = Path(tempfile.mkdtemp(prefix="ralph-demo-"))
     project = (directory or work / "greeting").resolve()
-    binary, source = resolve_binary()
+    binary, source = resolve_binary() if agent in ("auto", "claude") else (None, None)
     if agent == "auto":
         agent = "claude" if binary is not None else "replay"
     os.environ.update(demo_environment())
@@ -199,11 +212,11 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
             json.dumps({"iterations": {str(n): replay_actions(cmds, say) for n, (cmds, say) in steps.items()}})
         )
         os.environ["RALPH_REPLAY_SCRIPT"] = str(script_path)
-        echo("ralph demo: no Claude Code CLI found, so the scripted replay agent acts out the model's moves "
-             "(pip install claude-agent-sdk to see the real CLI). The loop, checks and git are real.")
+        echo(replay_note(chosen=requested == "replay"))
     echo(f"ralph demo: project {project}\n")
     try:
-        session = open_session(project, {"runner": "direct", "agent": agent, "max_iterations": 8, "timeout": 300})
+        session = open_session(project, {"runner": "direct", "agent": agent, "max_iterations": 8, "timeout": 300,
+                                         "state_dir": state_dir})
         result = session.build_loop().run()
     finally:
         if server is not None:

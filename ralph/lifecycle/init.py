@@ -17,7 +17,7 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 
 from ralph.errors import UsageError
-from ralph.fsutil import atomic_write_bytes, atomic_write_text
+from ralph import safeio
 from ralph.ralphfiles import TASK_LIST_FILES
 from ralph.templates import render, template_text
 
@@ -62,6 +62,10 @@ class InitResult:
     """True if ``.ralph-active`` was added to ``.gitignore`` (creating it if needed)."""
     next_steps: list[str] = field(default_factory=list)
     """Human-readable next steps, one per item, for the CLI to print as a numbered list."""
+    adopted_from: str | None = None
+    """The other Ralph tool whose loop was taken over (``ralph-claude-code``, ``ralph-orchestrator``)."""
+    imported: list[str] = field(default_factory=list)
+    """What was taken over from it (and left out), one line each."""
 
 
 def slugify(name: str) -> str:
@@ -150,6 +154,11 @@ def init_project(
     }
     contents: dict[str, str] = {}
     kept: list[tuple[Path, str]] = []
+    memory = _contradicting_memory(target_dir, project_dir)
+    if memory:
+        kept.append((target_dir / "CLAUDE.md", f"Claude Code reads it whenever the agent works in this folder, and it "
+                     f"tells the agent to set passes: true itself ({memory}): runs here use policy skip-review "
+                     "until you move it out of the folder"))
     for fname, template in SCAFFOLD_FILES:
         if fname == "tasks.json" and own_list is not None:
             kept.append((target_dir / own_list, "your task list: ralph reads it as it is, so no tasks.json was added beside it"))
@@ -166,22 +175,42 @@ def init_project(
         elif fname != "prompt.md":
             text = render(text, values)
         contents[fname] = text
+    from ralph.lifecycle.adopt import FRANKBRIA, adopt
+
+    adoption = adopt(project_dir, values["DATE"]) if own_list is None else None
+    if adoption is not None:
+        if adoption.tool == FRANKBRIA and rel.parts[:1] == (".ralph",):
+            raise UsageError(
+                f"{project_dir / '.ralph'} is ralph-claude-code's folder: ralph's loop goes into a folder of its own "
+                "(plain `ralph init` makes ralph/ and takes over .ralph/fix_plan.md and PROMPT.md; nothing was written)"
+            )
+        if "prd.md" in contents and adoption.prd is not None:
+            contents["prd.md"] = adoption.prd
+        if "tasks.json" in contents:
+            contents["tasks.json"] = adoption.tasks_text(contents["tasks.json"])
 
     gitignore = project_dir / ".gitignore"
     if gitignore.exists() and not gitignore.is_file():
         raise UsageError(f"{gitignore} exists and is not a file")
-    new_gitignore = _gitignore_with_entry(gitignore)
+    for path in [*(target_dir / fname for fname, _ in SCAFFOLD_FILES), gitignore]:
+        found = safeio.check(path, project_dir)
+        if found is not None:
+            raise UsageError(
+                f"{found.rel} is {found.what}: `ralph init` never writes through one (it could land outside the "
+                "project); replace it with a regular file or folder and run again (nothing was written)"
+            )
+    new_gitignore = _gitignore_with_entry(gitignore, project_dir)
 
     # -- then write (backups of replaced files first) ------------------------------------
-    target_dir.mkdir(parents=True, exist_ok=True)
+    safeio.make_dirs(target_dir, project_dir)
     backups: list[tuple[Path, Path]] = []
     replacing = [fname for fname in contents if fname in existing]
     if replacing:
         backup_dir = _backup_dir(target_dir)
-        backup_dir.mkdir(parents=True)
+        safeio.make_dirs(backup_dir, project_dir)
         for fname in replacing:
             copy = backup_dir / fname
-            atomic_write_bytes(copy, (target_dir / fname).read_bytes())
+            safeio.write_bytes(copy, project_dir, safeio.read_bytes(target_dir / fname, project_dir))
             backups.append((target_dir / fname, copy))
     written: list[Path] = []
     overwritten: list[Path] = []
@@ -191,10 +220,10 @@ def init_project(
         path = target_dir / fname
         if fname in existing:
             overwritten.append(path)
-        atomic_write_text(path, contents[fname])
+        safeio.write_text(path, project_dir, contents[fname])
         written.append(path)
     if new_gitignore is not None:
-        atomic_write_bytes(gitignore, new_gitignore)
+        safeio.write_bytes(gitignore, project_dir, new_gitignore)
 
     final_branch = json.loads(contents["tasks.json"])["branchName"] if "tasks.json" in contents else None
     return InitResult(
@@ -207,8 +236,23 @@ def init_project(
         kept=kept,
         backups=backups,
         gitignore_changed=new_gitignore is not None,
-        next_steps=_next_steps(rel.as_posix(), own_list or "tasks.json"),
+        next_steps=_next_steps(rel.as_posix(), own_list or "tasks.json", adopted=adoption is not None),
+        adopted_from=adoption.tool if adoption is not None else None,
+        imported=adoption.report if adoption is not None else [],
     )
+
+
+def _contradicting_memory(target_dir: Path, project_dir: Path) -> str | None:
+    """The first line of the folder's ``CLAUDE.md`` (snarktank's prompt for Claude Code) telling the agent
+    to set ``passes: true`` itself, which ralph's review cycle forbids; None when there is none."""
+    from ralph.loop.foreignprompt import instructions
+
+    try:
+        text = safeio.read_text(target_dir / "CLAUDE.md", project_dir)
+    except (OSError, safeio.UnsafePath, UnicodeDecodeError, ValueError):
+        return None
+    found = instructions(text, "CLAUDE.md", ("reviewStatus", "reviewCount", "reviewFeedback"))
+    return f"line {found[0].line}" if found else None
 
 
 def _other_task_list(target_dir: Path) -> str | None:
@@ -250,6 +294,27 @@ def check_repository(project_dir: Path) -> None:
         )
 
 
+def refuse_nested_loop(project_dir: Path) -> None:
+    """UsageError when a folder above ``project_dir``, up to its repository's top level, already holds
+    a Ralph loop: a second loop inside that project would be a second source of truth, found or not
+    depending on where ralph is run from.  Names the loop and the project."""
+    from ralph.ralphfiles import loop_folders, repository_top
+
+    top = repository_top(project_dir)
+    if top is None or top == project_dir:
+        return
+    for directory in project_dir.parents:
+        found = loop_folders(directory)
+        if found:
+            raise UsageError(
+                f"{directory} already has a Ralph loop ({directory / found[0]}); {project_dir} is inside that "
+                f"project, so ralph finds that loop from here: use it (run ralph from anywhere in the project), "
+                f"or `ralph init -d {directory}` to complete it; nothing was written"
+            )
+        if directory == top:
+            return
+
+
 def commit_init(project_dir: Path, result: InitResult) -> str:
     """Commit exactly what init wrote (and ``.gitignore``); returns the new commit's short hash."""
     from ralph.gitutil import commit_paths, git
@@ -277,13 +342,16 @@ def _render_tasks(text: str, project_name: str, branch_name: str | None) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def _gitignore_with_entry(gitignore: Path) -> bytes | None:
+def _gitignore_with_entry(gitignore: Path, project_dir: Path) -> bytes | None:
     """The new ``.gitignore`` content with ``.ralph-active`` appended, or None if already listed.
 
     Works on bytes so that whatever the file holds (any encoding, CRLF line ends) is kept
     exactly; the entry uses the file's line ending.
     """
-    current = gitignore.read_bytes() if gitignore.is_file() else b""
+    try:
+        current = safeio.read_bytes(gitignore, project_dir)
+    except FileNotFoundError:
+        current = b""
     entry = GITIGNORE_ENTRY.encode()
     for line in current.splitlines():
         if line.strip() in (entry, b"/" + entry):
@@ -294,13 +362,22 @@ def _gitignore_with_entry(gitignore: Path) -> bytes | None:
     return current + entry + newline
 
 
-def _next_steps(rel_dir: str, task_file: str = "tasks.json") -> list[str]:
-    """What to do after ``ralph init``, one item per step."""
+def _next_steps(rel_dir: str, task_file: str = "tasks.json", adopted: bool = False) -> list[str]:
+    """What to do after ``ralph init``, one item per step (``adopted``: prd.md and the stories were taken over)."""
+    if adopted:
+        first = [
+            f"Read {rel_dir}/prd.md and {rel_dir}/{task_file} (taken over, see above) and fix what the import got "
+            "wrong; `ralph plan --check` checks the stories (`ralph plan` can rewrite them from prd.md).",
+        ]
+    else:
+        first = [
+            f"Edit {rel_dir}/prd.md: describe what to build and why, the goals and non-goals, "
+            "the technical design and the constraints every story must respect.",
+            f"Create the stories: run `ralph plan` (or `/ralph-plan` inside Claude Code), or fill "
+            f"{rel_dir}/{task_file} by hand. Every story needs acceptance criteria; `ralph plan --check` checks them.",
+        ]
     return [
-        f"Edit {rel_dir}/prd.md: describe what to build and why, the goals and non-goals, "
-        "the technical design and the constraints every story must respect.",
-        f"Create the stories: run `ralph plan` (or `/ralph-plan` inside Claude Code), or fill "
-        f"{rel_dir}/{task_file} by hand. Every story needs acceptance criteria; `ralph plan --check` checks them.",
+        *first,
         f"Optionally list the checks the loop runs after each iteration (tests, lint, "
         f"typecheck) in `verifyCommands` in {rel_dir}/{task_file}.",
         f"Commit: `git add {rel_dir} .gitignore && git commit -m \"ralph: plan\"` "

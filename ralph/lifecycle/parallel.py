@@ -328,7 +328,7 @@ def ensure_worktree(project_dir: Path, unit: Unit, base_branch: str | None, base
 
 def write_group_tasks(project_dir: Path, unit: Unit) -> None:
     """Write the group's task list (only its stories) and commit it on the unit's branch."""
-    from ralph.fsutil import atomic_write_text
+    from ralph import safeio
     from ralph.loop.storechoice import choose_store
     from ralph.lifecycle.plan import load_task_list
     from ralph.session import open_session
@@ -336,7 +336,7 @@ def write_group_tasks(project_dir: Path, unit: Unit) -> None:
     session = open_session(project_dir, {"ralph_dir": unit.ralph_dir})
     store = choose_store(session.settings, session.host)
     tasks_path = store.path(session.settings.ralph_dir)
-    raw = tasks_path.read_text(encoding="utf-8")
+    raw = safeio.read_text(tasks_path, project_dir)  # a committed link to a host file is refused, never read
     tasks = load_task_list(store, tasks_path)
     keep = set(unit.stories)
     subset = tasks.model_copy(update={"userStories": [s for s in tasks.userStories if s.id in keep]})
@@ -347,7 +347,7 @@ def write_group_tasks(project_dir: Path, unit: Unit) -> None:
         same = False
     if not same:  # ... else the list written afresh
         text = store.render(subset, None)
-    atomic_write_text(tasks_path, text)
+    safeio.write_text(tasks_path, project_dir, text)
     rel = tasks_path.relative_to(project_dir).as_posix()
     _git(project_dir, "add", "--", rel)
     message = f"ralph: story group {unit.name} ({', '.join(unit.stories)}): task list holds only these stories"
@@ -621,7 +621,7 @@ class WorktreeInfo:
 
 
 def _last_run(project_dir: Path, running: bool) -> tuple[str, int | None, Path | None]:
-    from ralph.config import state_dir_setting
+    from ralph.configfile import state_dir_setting
     from ralph.loop.rundir import latest_run
 
     run_dir = latest_run(project_dir, state_dir_setting(project_dir))

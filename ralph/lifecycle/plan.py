@@ -14,7 +14,9 @@ Stdlib only at import time.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -114,12 +116,13 @@ MAX_DESCRIPTION_CHARS = 700
 
 
 def check_task_list(
-    tasks: TaskList, max_iterations: int | None = None, uses_review: bool = True
+    tasks: TaskList, max_iterations: int | None = None, uses_review: bool = True, story_fields: Iterable[str] = ()
 ) -> list[Problem]:
-    """Sizing and dependency problems of ``tasks`` (errors first, in story order)."""
-    from ralph.tasks import find_cycles, structural_problems
+    """Sizing and dependency problems of ``tasks`` (errors first, in story order), and keys that
+    look like a misspelt key ralph reads (``story_fields``: a policy's own story fields, not typos)."""
+    from ralph.tasks import find_cycles, misspelt_keys, structural_problems
 
-    problems: list[Problem] = []
+    problems: list[Problem] = [Problem("warning", None, line) for line in misspelt_keys(tasks, story_fields)]
     stories = tasks.userStories
     if not stories:
         problems.append(Problem("error", None, "the task list has no stories"))
@@ -351,11 +354,15 @@ def run_plan_session(
 
     from ralph.hooks.bundle import PLUGIN_DIR, export_bundle
     from ralph.errors import UnavailableError
-    from ralph.claude_cli import resolve_binary
+    from ralph.claude_cli import CLAUDE_CLI, path_outside, resolve_binary
 
     if not ralph_dir.is_dir():
         raise UsageError(f"{ralph_dir} does not exist: run `ralph init` first")
-    path, source = resolve_binary(binary)
+    environ = {**os.environ, "PATH": path_outside(os.environ.get("PATH", os.defpath), project_dir)}
+    path, source = resolve_binary(binary, environ)
+    refused = CLAUDE_CLI.refusal(path, source, project_dir) if path is not None else None
+    if refused:  # never a program the agent could have written
+        raise UnavailableError(refused)
     if path is None:
         raise UnavailableError(
             "the Claude Code CLI was not found (tried --binary, $RALPH_CLAUDE_BINARY, claude on PATH, "
@@ -371,7 +378,7 @@ def run_plan_session(
         from ralph.loop.rundir import check_state_root
 
         bundle = check_state_root() / "plugin-bundle" / __version__
-        export_bundle(bundle, force=True)
+        export_bundle(bundle, force=True, python=sys.executable)  # this machine's ralph, found without PATH
         argv = plan_command(path, bundle / PLUGIN_DIR, project_dir, ralph_dir, model)
         echo(
             f"ralph plan: Mode {mode} ({'full planning' if mode == 1 else 'task derivation'}), claude from {source}; "
@@ -380,7 +387,7 @@ def run_plan_session(
         echo(shlex.join(argv))
         return 0
     with tempfile.TemporaryDirectory(prefix="ralph-plan-") as tmp:
-        export_bundle(Path(tmp))
+        export_bundle(Path(tmp), python=sys.executable)
         argv = plan_command(path, Path(tmp) / PLUGIN_DIR, project_dir, ralph_dir, model)
         echo(f"ralph plan: Mode {mode} ({'full planning' if mode == 1 else 'task derivation'}), claude from {source}")
         return subprocess.run(argv, cwd=project_dir).returncode

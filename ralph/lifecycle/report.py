@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ralph.lifecycle.tables import USAGE_COLUMNS, USAGE_NAMES, aligned_rows, tokens, usage_cells, usage_of  # noqa: F401 - also importable here
+
 
 MODE_COLOURS = {"implement": "#2563eb", "review": "#d97706", "review-fix": "#7c3aed"}
 OTHER_COLOUR = "#6b7280"
@@ -107,6 +109,9 @@ class Report:
     analytics: Analytics
     attention: list[str] = field(default_factory=list)
     """What needs a person (failed and blocked stories, branch, error, retry), from the last run."""
+    why: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
+    """Per run (its name): the gate failures and quality warnings of its log, with their excerpts
+    (:func:`ralph.loop.gateoutput.failures`)."""
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -226,12 +231,19 @@ def build_project_report(
 
     ``stories`` None: the last run's ``summary.json`` stories.
     """
+    from ralph.loop.gateoutput import failures
+    from ralph.loop.rundir import read_events
+
     iterations: list[IterationRow] = []
+    why: list[tuple[str, list[dict[str, Any]]]] = []
     offset = 0.0
     reason = exit_code = None
     cost = elapsed = 0.0
     for run_dir in run_dirs:
         rows = run_iterations(run_dir, offset)
+        found = failures(read_events(run_dir))
+        if found:
+            why.append((run_dir.name, found))
         iterations += rows
         summary = _read_summary(run_dir)
         run_elapsed = float(summary.get("elapsed", 0)) if summary else 0.0
@@ -278,7 +290,7 @@ def build_project_report(
     attention = needs_a_person((last or {}).get("report") or {})
     return Report(
         title, [d.name for d in run_dirs], reason, exit_code, cost, elapsed, iterations, ordered,
-        review_analytics(stories, cap), attention,
+        review_analytics(stories, cap), attention, why,
     )
 
 
@@ -299,33 +311,6 @@ def _duration(seconds: float) -> str:
 
 
 STORY_COLUMNS = ("story", "title", "state", "iters", "impl", "reviews", "fixes", "reviewCount", "gate fails", "violations", "time", "cost")
-USAGE_COLUMNS = ("tokens in", "cache read", "cache write", "tokens out")
-USAGE_NAMES = ("input", "cache_read", "cache_write", "output")
-
-
-def usage_of(value: Any) -> dict[str, int]:
-    """The token counts of a recorded ``usage`` dict (unknown keys and bad values dropped)."""
-    if not isinstance(value, dict):
-        return {}
-    return {k: int(v) for k, v in value.items() if k in USAGE_NAMES and isinstance(v, (int, float))}
-
-
-def tokens(n: int | None) -> str:
-    """A token count for a table: ``812``, ``30.4k``, ``1.25M``; ``-`` when unknown."""
-    if n is None:
-        return "-"
-    if n < 10_000:
-        return str(n)
-    if n < 1_000_000:
-        return f"{n / 1000:.1f}k"
-    return f"{n / 1_000_000:.2f}M"
-
-
-def usage_cells(usage: dict[str, int]) -> tuple[str, ...]:
-    """input, cache read, cache write and output tokens (``-`` where the agent reported none)."""
-    return tuple(tokens(usage.get(name)) for name in USAGE_NAMES)
-
-
 def story_cells(row: StoryRow) -> tuple[str, ...]:
     return (
         row.id, row.title[:36], row.state, str(row.iterations), str(row.implement), str(row.reviews), str(row.fixes),
@@ -351,6 +336,7 @@ def render_text(report: Report) -> str:
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
         if index == 0:
             lines.append("  ".join("-" * w for w in widths))
+    lines += why_text(report)
     if report.iterations:
         lines += ["", "iterations (who did each):"]
         for iteration in report.iterations:
@@ -370,11 +356,21 @@ def render_text(report: Report) -> str:
     return "\n".join(lines)
 
 
-def aligned_rows(rows: list[tuple[str, ...]]) -> list[str]:
-    """Indented, left-aligned text table lines (header, rule, rows) and a blank line."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out = ["  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    return [out[0], "  " + "  ".join("-" * w for w in widths), *out[1:], ""]
+WHY_HEADING = "why gates failed (the output's first and last lines; the rest is in the file named)"
+
+
+def why_text(report: Report) -> list[str]:
+    """The report's gate failures and quality warnings, per run when there are several."""
+    from ralph.loop.gateoutput import why_lines
+
+    if not report.why:
+        return []
+    lines = ["", f"{WHY_HEADING}:"]
+    for run, events in report.why:
+        if len(report.why) > 1:
+            lines.append(f"  run {run}:")
+        lines += why_lines(events, "    " if len(report.why) > 1 else "  ")
+    return lines
 
 
 # -- HTML ---------------------------------------------------------------------------------------
@@ -484,6 +480,32 @@ def _attention_html(lines: list[str]) -> str:
     return '<section class="attention"><h2>Needs a person</h2><pre>' + _esc("\n".join(lines)) + "</pre></section>"
 
 
+def _why_html(report: Report) -> str:
+    """The gate failures and quality warnings: what failed, the excerpt (verbatim, escaped), where the rest is."""
+    from ralph.loop.gateoutput import excerpt, exit_meaning
+
+    if not report.why:
+        return ""
+    parts = ['<section class="why"><h2>Why gates failed</h2>']
+    for run, events in report.why:
+        for event in events:
+            where = (f'<div class="where">full output: <code>{_esc(event["log"])}</code></div>'
+                     if event.get("log") else "")
+            head = f"#{event.get('iteration')} {event.get('story')}" + (f" ({run})" if len(report.why) > 1 else "")
+            if event.get("kind") == "quality_warning":
+                parts.append(f'<div class="failure"><b>{_esc(head)}: quality warning ({_esc(event.get("gate"))})</b>'
+                             f"<pre>{_esc(event.get('warning'))}</pre>{where}</div>")
+                continue
+            shown = event.get("excerpt")
+            if shown is None:
+                shown = excerpt(str(event.get("output") or ""))[0]
+            status = exit_meaning(event.get("exit_code"), bool(event.get("timed_out")))
+            parts.append(f'<div class="failure"><b>{_esc(head)}: {_esc(event.get("gate"))} gate failed '
+                         f"({_esc(status)})</b><pre>{_esc(shown)}</pre>{where}</div>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
 def render_html(report: Report) -> str:
     from ralph.templates import render, template_text
 
@@ -515,6 +537,7 @@ def render_html(report: Report) -> str:
         "TIMELINE": timeline_svg(report) if report.iterations else '<p class="empty">No iterations recorded.</p>',
         "STORIES": _table((*STORY_COLUMNS, *USAGE_COLUMNS), story_rows, story_classes, table_class="stories"),
         "ATTENTION": _attention_html(report.attention),
+        "WHY": _why_html(report),
         "HISTOGRAM": analytics_svg(report.analytics)
         if any(s.reviews or s.review_count for s in report.stories)
         else '<p class="empty">No reviews in this report, so no review chart.</p>',

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+from ralph.loop.gateoutput import why_lines
 from ralph.loop.rundir import latest_run, read_events
 
 
@@ -19,8 +21,14 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
     events = read_events(run_dir)
+    from dataclasses import asdict
+
+    from ralph.questions import load_book
+
+    book = load_book(project_dir, state_dir)
     if as_json:
-        return json.dumps({"run_dir": str(run_dir), "running": running, "summary": summary, "events": len(events)}, indent=2)
+        return json.dumps({"run_dir": str(run_dir), "running": running, "summary": summary, "events": len(events),
+                           "questions": [asdict(q) for q in book.open()]}, indent=2)
     if running:
         state = "running"
     elif summary is None:
@@ -29,7 +37,7 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
         state = f"stopped (exit 2): {summary.get('reason')}"
     else:
         state = "finished"
-    lines = [f"run directory: {run_dir}", f"state: {state}"]
+    lines = [f"run directory: {run_dir}", f"state: {state}", *question_lines(book.open())]
     started = [e for e in events if e.get("kind") == "iteration_started"]
     if started:
         last = started[-1]
@@ -42,12 +50,35 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
         for event in started[-30:]:
             lines.append(f"  #{event['iteration']} {event['mode']} {event.get('story')} — {who_did(event)}")
     lines += usage_lines(events)
+    why = why_lines(events)
+    if why:
+        lines += ["", "why gates failed (the output's first and last lines; the rest is in the file named):", *why]
     if summary:
         from ralph.loop.runreport import render_run_summary
 
         lines += ["", render_run_summary(summary)]
     lines += saved_work_lines(run_dir)
     return "\n".join(lines)
+
+
+def question_lines(questions: list[Any]) -> list[str]:
+    """The questions waiting for a person: story, when, the question (the agent's words, quoted), what the
+    agent was doing, and the command that answers."""
+    from ralph.agenttext import one_line, quote
+
+    if not questions:
+        return []
+    lines = ["", "waiting for a person (the agent's questions; answer each with `ralph answer STORY \"ANSWER\"`):"]
+    for entry in questions:
+        title = entry.context.get("title") if isinstance(entry.context, dict) else ""
+        lines.append(f"  {entry.story}{' ' + quote(title, 80) if title else ''}: iteration {entry.iteration} "
+                     f"({one_line(entry.mode)}), asked {one_line(entry.asked_at)}")
+        lines.append(f"    question: {quote(entry.question, 2000)}")
+        tools = entry.context.get("tools") if isinstance(entry.context, dict) else None
+        if isinstance(tools, list) and tools:
+            lines.append("    the agent was doing: " + "; ".join(quote(t, 120) for t in tools[-3:]))
+        lines.append(f'    answer: ralph answer {entry.story} "ANSWER"')
+    return lines
 
 
 def who_did(event: dict) -> str:
@@ -92,7 +123,7 @@ def run_with_saved_work(project_dir: Path, name: str | None, state_dir: str | No
 
 def usage_lines(events: list[dict]) -> list[str]:
     """Per iteration and per story: the tokens the agent reported (from ``iteration_finished``)."""
-    from ralph.lifecycle.report import USAGE_COLUMNS, aligned_rows, usage_cells, usage_of
+    from ralph.lifecycle.tables import USAGE_COLUMNS, aligned_rows, usage_cells, usage_of
 
     finished = [e for e in events if e.get("kind") == "iteration_finished" and isinstance(e.get("usage"), dict)]
     if not finished:

@@ -2,7 +2,9 @@
 
 ``state.json`` is the trusted copy (outside the project; the hooks and ``RALPH_STATE_FILE``
 point at it).  The marker in the project is written for visibility only: the agent can
-change it, so nothing the loop decides reads it back.
+change it, so nothing the loop decides reads it back; the loop keeps what it last wrote there
+in process, and writes and removes the marker through :mod:`ralph.safeio` (a symlink the agent
+put in its place is replaced or removed, never followed).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ralph import safeio
 from ralph.fsutil import atomic_write_text
 
 if TYPE_CHECKING:
@@ -36,6 +39,8 @@ class ActiveState:
         self.store = store
         self.tasks_path = tasks_path
         self.marker = self.project_dir / MARKER_NAME
+        self.written: bytes | None = None
+        """The marker's bytes as the loop last wrote them (None: not written by this run)."""
 
     def payload(self, record: IterationRecord, selection: Selection, snapshot: Snapshot) -> dict[str, Any]:
         """What the marker shows of the iteration (the trusted copy adds the paths); ``snapshot``: the pre-iteration list's."""
@@ -62,13 +67,15 @@ class ActiveState:
         trusted = {**payload, "projectDir": str(self.project_dir), "tasksPath": str(self.tasks_path), "runDir": str(run_dir)}
         # compact JSON: json's indenting encoder is pure Python and slow on large task lists
         atomic_write_text(run_dir / "state.json", json.dumps(trusted))
-        atomic_write_text(self.marker, json.dumps({**payload, "runDir": str(run_dir)}) + "\n")
+        data = (json.dumps({**payload, "runDir": str(run_dir)}) + "\n").encode()
+        safeio.write_bytes(self.marker, self.project_dir, data, replace_dir=True)
+        self.written = data
 
     def remove_marker(self) -> None:
-        """Remove the marker, unless another process (a later run) wrote it."""
+        """Remove the marker, unless another process (a later run) wrote it; a link is removed, not followed."""
         try:
-            data = json.loads(self.marker.read_text(encoding="utf-8"))
+            data = json.loads(safeio.read_bytes(self.marker, self.project_dir))
         except (OSError, ValueError):
             data = {}
-        if data.get("pid") in (None, os.getpid()) and self.marker.exists():
-            self.marker.unlink()
+        if not isinstance(data, dict) or data.get("pid") in (None, os.getpid()):
+            safeio.remove(self.marker, self.project_dir)

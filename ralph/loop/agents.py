@@ -1,21 +1,28 @@
 """The run's agent sessions: which agent and model a mode gets, an iteration's session, a gate's.
 
 :class:`LoopAgents` starts every agent process of a run through the runner, writes its
-raw output to the run directory and reads what the loop needs from its events (texts,
-cost, tokens, usage and rate limits, errors) into the iteration's record.
+raw output to the run directory and reads the iteration's record: cost, tokens, usage and
+rate limits from the loop's meter of the model traffic (:mod:`ralph.loop.metering`) when the
+agent is metered; texts, tool calls and errors from its output stream, which otherwise also
+supplies cost, tokens and limits (sanitized: a report never lowers the cost).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ralph.contracts import Agent, AgentEvent, AgentInvocation
-from ralph.loop.activestate import STATE_FILE_ENV
-from ralph.loop.records import IterationRecord, add_usage
+from ralph.contracts import Agent, AgentEvent, AgentInvocation, ProcessSpec
+from ralph.loop.agenthome import ConfigHomes
+from ralph.loop.metering import LoopMeter, apply_usage
+from ralph.loop.records import IterationRecord, add_usage, reported_cost
+
+LEGACY_SETTINGS = "claude-settings.json"
+"""The settings file the loop renders for an agent that does not render the channel itself."""
 
 if TYPE_CHECKING:
     from ralph.contracts import Runner
@@ -54,7 +61,11 @@ class LoopAgents:
         self.channel: HookBridge | None = None
         """The way back to the loop (run directory, hook socket, token); set when the run starts."""
         self.cost = 0.0
-        """What the iterations' sessions cost so far (USD, as the agents report it)."""
+        """What the run's agent sessions cost so far (USD: metered, else as the agents report it); never decreases."""
+        self.meter = LoopMeter(self.config, runner, emit)
+        """The run's model meter (started when a metered agent first runs)."""
+        self.homes = ConfigHomes(runner)
+        """The run-owned config homes of the agents' CLIs (one per process)."""
         self._extra_agents: dict[str, Agent] = {}
 
     # -- which agent, which model --------------------------------------------------------------
@@ -86,37 +97,37 @@ class LoopAgents:
         retries = 0
         agent = self.agent_for(record.mode)
         while True:
-            env = {
-                STATE_FILE_ENV: str(channel.run_dir / "state.json"),
-                "RALPH_TASKS_FILE": str(self.tasks_path),
-                **channel.env(),
-            }
-            invocation = AgentInvocation(
+            session = self.meter.open(agent, f"iteration {record.number}", record.number)
+            home = self.homes.open(agent, channel.run_dir, f"iteration-{record.number:03d}")
+            invocation = self._invocation(
+                agent,
+                session.url if session is not None else None,
+                home,
                 prompt=prompt,
-                project_dir=self.settings.project_dir,
-                run_dir=channel.run_dir,
                 iteration=record.number,
                 model=self.model_for(record.mode, agent, explicit_only=True),
-                sandboxed=self.runner.isolates,
-                hook_settings=channel.hook_settings(env),
                 mode=record.mode,
-                env=env,
             )
-            spec = agent.process(invocation)
             texts: list[str] = []
-            with raw_path.open("a", encoding="utf-8") as raw_out:
+            try:
+                spec = self._process(agent, invocation)
+                with raw_path.open("a", encoding="utf-8") as raw_out:
 
-                def on_line(line: str) -> None:
-                    raw_out.write(line + "\n")
-                    for event in agent.parse_line(line):
-                        self._on_event(record, event, texts)
+                    def on_line(line: str) -> None:
+                        raw_out.write(line + "\n")
+                        for event in agent.parse_line(line):
+                            self._on_event(record, event, texts, metered=session is not None)
 
-                try:
-                    outcome = self.runner.run(spec, on_line, self.iteration_timeout(), self.cancel)
-                except FileNotFoundError as exc:
-                    from ralph.errors import UnavailableError
+                    try:
+                        outcome = self.runner.run(spec, on_line, self.iteration_timeout(), self.cancel)
+                    except FileNotFoundError as exc:
+                        from ralph.errors import UnavailableError
 
-                    raise UnavailableError(f"agent {agent.name!r} could not start: {exc}") from None
+                        raise UnavailableError(f"agent {agent.name!r} could not start: {exc}") from None
+            finally:
+                self.homes.close(home)
+                if session is not None:
+                    self._add_cost(record, self.meter.close(session))
             record.exit_code = outcome.exit_code
             record.timed_out = outcome.timed_out
             if outcome.timed_out:
@@ -141,35 +152,67 @@ class LoopAgents:
                 self.emit("empty_response", iteration=record.number, retry=None, of=self.config.empty_retries)
             return texts
 
-    def _on_event(self, record: IterationRecord, event: AgentEvent, texts: list[str]) -> None:
-        """Read one agent event into ``record`` (limits, errors, cost, tokens) and ``texts``; emit it."""
-        if event.kind == "usage_limit" and record.usage_limit is None:
-            record.usage_limit = event.text or "usage limit reached"
-            resets = event.data.get("resets_at")
-            if resets:
-                record.usage_limit += f" |{int(resets)}" if isinstance(resets, (int, float)) else f" {resets}"
-        elif event.kind == "context_overflow":
-            record.context_overflow = True
-        elif event.kind == "rate_limit" and record.rate_limit is None and record.usage_limit is None:
-            record.rate_limit = event.text or "rate limited"
-        elif event.kind == "error":
+    def _add_cost(self, record: IterationRecord, usage: Any) -> None:
+        """A metered session ended: its totals go into the record, its cost into the run's."""
+        before = record.cost_usd
+        apply_usage(record, usage)
+        self.cost += max(0.0, record.cost_usd - before)
+
+    def _on_event(self, record: IterationRecord, event: AgentEvent, texts: list[str], metered: bool = False) -> None:
+        """Read one agent event into ``record`` and ``texts``; emit it.
+
+        Texts and errors always come from here.  Limits, context overflow, cost and tokens come from
+        here only when the agent is not ``metered``: then the meter's view of the traffic decides
+        (the agent can write to this stream), and what the stream claims is kept for display.
+        """
+        if not metered:
+            if event.kind == "usage_limit" and record.usage_limit is None:
+                record.usage_limit = event.text or "usage limit reached"
+                resets = event.data.get("resets_at")
+                if resets:
+                    record.usage_limit += f" |{int(resets)}" if isinstance(resets, (int, float)) else f" {resets}"
+            elif event.kind == "context_overflow":
+                record.context_overflow = True
+            elif event.kind == "rate_limit" and record.rate_limit is None and record.usage_limit is None:
+                record.rate_limit = event.text or "rate limited"
+        if event.kind == "error":
             delay = event.data.get("retry_delay_ms")
             if event.data.get("retrying"):
-                if event.data.get("error_status") in (429, 529) and isinstance(delay, (int, float)):
-                    record.retry_after = float(delay) / 1000
+                if not metered and event.data.get("error_status") in (429, 529) and isinstance(delay, (int, float)):
+                    record.retry_after = max(0.0, float(delay) / 1000)
             elif event.text.strip():
                 record.agent_error = event.text.strip()
         if event.kind == "text":
             texts.append(event.text)
+        elif event.kind == "tool_result":
+            self._tool_result(record, event)
         elif event.kind == "result":
-            cost = event.data.get("total_cost_usd")
-            if isinstance(cost, (int, float)):
-                record.cost_usd += float(cost)
-                self.cost += float(cost)
-            add_usage(record.usage, event.data.get("usage"))
+            cost = reported_cost(event.data.get("total_cost_usd"))
+            record.reported_cost += cost
+            add_usage(record.reported_usage, event.data.get("usage"))
+            if not metered:
+                record.cost_usd += cost
+                self.cost += cost
+                add_usage(record.usage, event.data.get("usage"))
             if isinstance(event.data.get("result"), str):
                 texts.append("")  # the result repeats the last text; counted once via text events
         self.emit("agent_event", iteration=record.number, type=event.kind, text=event.text[:4000], data=_jsonable(event.data))
+
+    def _tool_result(self, record: IterationRecord, event: AgentEvent) -> None:
+        """Count one tool result and keep the first failure's output.  A call the loop's guards denied
+        (its ``tool_use_id`` is the hook's) is counted apart: a denial is the loop's answer, not a
+        command that failed."""
+        denied = self.channel.denied_ids if self.channel is not None else set()
+        if str(event.data.get("tool_use_id") or "") in denied:
+            record.tool_denials += 1
+            return
+        record.tool_calls += 1
+        if not event.data.get("is_error"):
+            return
+        record.tool_errors += 1
+        if record.tool_error is None:
+            text = str(event.data.get("content") or "").strip()
+            record.tool_error = text[:1000] or "a tool call failed with no output"
 
     # -- a gate's sessions ---------------------------------------------------------------------------
 
@@ -209,28 +252,78 @@ class LoopAgents:
         """One extra agent call (a gate's review); its raw output goes to the run directory."""
         channel = self._channel()
         agent = agent or self.agent
-        env = channel.env()
-        invocation = AgentInvocation(
+        iteration = int(label.split(".")[0])
+        session = self.meter.open(agent, f"iteration {label}", iteration)
+        home = self.homes.open(agent, channel.run_dir, f"iteration-{label}")
+        invocation = self._invocation(
+            agent,
+            session.url if session is not None else None,
+            home,
             prompt=prompt,
-            project_dir=self.settings.project_dir,
-            run_dir=channel.run_dir,
-            iteration=int(label.split(".")[0]),
+            iteration=iteration,
             model=model if model is not None else (self.config.model if agent is self.agent else None),
-            hook_settings=channel.hook_settings(env),
-            env=env,
             purpose=label.split(".", 1)[-1],
-            sandboxed=self.runner.isolates,
             read_only=read_only,
         )
         texts: list[str] = []
-        with (channel.run_dir / f"iteration-{label}.agent.jsonl").open("a", encoding="utf-8") as raw_out:
+        reported = 0.0
+        try:
+            with (channel.run_dir / f"iteration-{label}.agent.jsonl").open("a", encoding="utf-8") as raw_out:
 
-            def on_line(line: str) -> None:
-                raw_out.write(line + "\n")
-                texts.extend(e.text for e in agent.parse_line(line) if e.kind == "text")
+                def on_line(line: str) -> None:
+                    nonlocal reported
+                    raw_out.write(line + "\n")
+                    for event in agent.parse_line(line):
+                        if event.kind == "text":
+                            texts.append(event.text)
+                        elif event.kind == "result":
+                            reported += reported_cost(event.data.get("total_cost_usd"))
 
-            self.runner.run(agent.process(invocation), on_line, timeout or self.iteration_timeout(), self.cancel)
+                self.runner.run(self._process(agent, invocation), on_line, timeout or self.iteration_timeout(), self.cancel)
+        finally:
+            self.homes.close(home)
+            cost, tokens = reported, {}
+            if session is not None:
+                usage = self.meter.close(session)
+                cost, tokens = max(0.0, usage.cost), dict(usage.usage)
+            self.cost += cost
+            self.emit("extra_session_cost", label=label, cost=round(cost, 6), usage=tokens, metered=session is not None,
+                      reported_cost=round(reported, 6), cost_so_far=round(self.cost, 6))
         return "\n".join(texts)
+
+    # -- the channel ---------------------------------------------------------------------------------
+
+    def _invocation(self, agent: Agent, model_endpoint: str | None, config_home: Path | None,
+                    **fields: Any) -> AgentInvocation:
+        """An invocation carrying the channel as the runner remaps it: the meter session's URL as its
+        model endpoint, the process's config home; for an agent that does not render the channel
+        itself, also the path of the Claude Code settings file the loop renders for it (:meth:`_process`)."""
+        bridge = self._channel()
+        host = dataclasses.replace(bridge.channel(self.tasks_path, fields.get("iteration")), model_endpoint=model_endpoint,
+                                   config_home=config_home)
+        channel = self.runner.agent_channel(host)
+        legacy = None if getattr(agent, "uses_channel", False) else channel.run_dir / LEGACY_SETTINGS
+        return AgentInvocation(
+            project_dir=self.settings.project_dir,
+            run_dir=bridge.run_dir,
+            sandboxed=self.runner.isolates,
+            hook_settings=legacy,
+            env=channel.env(),
+            channel=channel,
+            **fields,
+        )
+
+    def _process(self, agent: Agent, invocation: AgentInvocation) -> ProcessSpec:
+        """``agent.process(invocation)`` with the channel (and an older agent's settings file) on the spec."""
+        from ralph.hooks.wiring import claude_settings
+
+        spec = agent.process(invocation)
+        channel = invocation.channel
+        assert channel is not None
+        files = dict(spec.files)
+        if invocation.hook_settings is not None and invocation.hook_settings not in files:
+            files[invocation.hook_settings] = claude_settings(channel)
+        return dataclasses.replace(spec, files=files, channel=spec.channel or channel)
 
     def _channel(self) -> HookBridge:
         assert self.channel is not None, "agent sessions start only once the run has started"

@@ -15,6 +15,7 @@ job: :mod:`~ralph.loop.opening` (the repository before iteration 1),
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -34,9 +35,11 @@ from ralph.loop.gates import GateKeeper
 from ralph.loop.hookbridge import HookBridge
 from ralph.loop.limits import RunLimits
 from ralph.loop.lock import ProjectLock
+from ralph.loop.loopfiles import LoopFiles
 from ralph.loop.opening import Opening, announce, prepare_repository
 from ralph.loop.progressnotes import ProgressNotes
 from ralph.loop.prompt import iteration_feedback, relative_dir, render_iteration
+from ralph.loop.sessionslog import log_incomplete
 from ralph.loop.records import (
     EXIT_AGENT_FAILING,
     EXIT_BUDGET,
@@ -56,6 +59,7 @@ from ralph.loop.storechoice import choose_store
 from ralph.loop.taskfile import TaskFile
 from ralph.loop.trustedcopy import TrustedCopy
 from ralph.plugin.manager import PluginFailure, PluginHost
+from ralph.safeio import root_for
 from ralph.ralphfiles import progress_log
 from ralph.settings import Settings
 from ralph.tasks import TaskList
@@ -100,11 +104,18 @@ class Loop:
         """The run's prompt template (a :class:`ralph.loop.start.PromptSource`), read once in preflight."""
         self.checks: list[Check] = []
         """The pre-flight checks of this run (warnings among them are reported at the start)."""
+        self.policy_note: Check | None = None
+        """Why the run uses another policy than the default (a prompt written for a loop without review)."""
+        self.warnings: list[Check] = []
+        """What :meth:`preflight` found in the person's files that does not stop the run (a misspelt
+        task-list key ...): reported at the start, by ``--dry-run`` and by ``ralph doctor``."""
         self.interrupt_signal: int | None = None
         self._snapshot_of: tuple[TaskList, Snapshot] | None = None
+        self._stories_shown: list[dict[str, Any]] | None = None
+        """The stories of the last ``story_states`` event."""
         """The current iteration's pre-iteration list and its snapshot (built on the first check, not on every Stop)."""
         self.opening = Opening()
-        self.taskfile = TaskFile(store, self.tasks_path)
+        self.taskfile = TaskFile(store, self.tasks_path, root_for(self.tasks_path, self.project_dir))
         """The task file: reads, the loop's writes, the last good text, the trusted non-story fields."""
         self.limits = RunLimits(self.config, self.emit, self.cancel, self.persist_tasks)
         self.agents = LoopAgents(
@@ -114,8 +125,22 @@ class Loop:
         self.notes = ProgressNotes(settings, self.tasks_path, self.emit)
         self.state = ActiveState(settings, runner, policy, store, self.tasks_path)
         self.trusted = TrustedCopy(settings, self.taskfile, self.notes, self.emit)
-        self.repairs = TaskListRepairs(self.taskfile, self.validate, self.notes, self.emit)
+        self.loopfiles = LoopFiles(self.project_dir, self.taskfile, self.notes, self.state, self.emit)
+        """The loop's own files in the project, put back as regular files after each session."""
+        self.repairs = TaskListRepairs(self.taskfile, self.validate, self.notes, self.emit, policy)
         self.keeper = GateKeeper(self, host, settings)
+        from ralph.loop.personrefs import RefGuard, mirror_path
+
+        self.refs = RefGuard(self.project_dir, mirror_path(self.project_dir, self.config.state_dir), self.emit)
+        """HEAD on the run's branch, the person's other refs where they were (a mirror outside the project)."""
+        from ralph.loop.reviewtree import ReviewFreeze
+
+        self.freeze = ReviewFreeze(self.project_dir, self.taskfile, self.notes, self.emit, policy)
+        """A review changes no code: its tree compared, code changes and the verdict undone."""
+        from ralph.loop.parking import Parking
+
+        self.parking = Parking(self.project_dir, self.config.state_dir, self.taskfile, self.notes, self.emit)
+        """The agent's questions to a person and the stories they park (``ralph ask`` / ``ralph answer``)."""
         self.bridge: HookBridge | None = None
         """The hook server and the running iteration (from the run's start)."""
 
@@ -139,23 +164,31 @@ class Loop:
 
         check_state_root(self.config.state_dir)
         if not self.ralph_dir.is_dir():
-            from ralph.ralphfiles import KNOWN_LOOP_DIRS, holds_loop
+            from ralph.ralphfiles import KNOWN_LOOP_DIRS, holds_loop, other_tool_loop
 
             found = [d for d in KNOWN_LOOP_DIRS if holds_loop(self.project_dir / d)]
             hint = "run `ralph init` first (or pass --ralph-dir)"
+            other = other_tool_loop(self.project_dir)
+            if other:
+                hint = f"run `ralph init` first: it takes over {other}'s loop here (its files are left as they are)"
             if found:
                 hint = f"run `ralph init` first, or pass --ralph-dir {found[0]} (a Ralph folder is there)"
             raise UsageError(f"{self.ralph_dir} does not exist: {hint}")
-        from ralph.loop.start import check_only_story, graph_errors, load_prompt
+        from ralph.loop.start import check_only_story, check_prd, graph_errors, load_prompt
 
         self.prompt = load_prompt(self.ralph_dir, progress_log(self.ralph_dir).name)
+        check_prd(self.prompt, self.ralph_dir, self.project_dir)
         from ralph.loop.prompt import check_template
 
         shown = "built-in prompt" if self.prompt.builtin else relative_dir(self.ralph_dir / "prompt.md", self.project_dir)
         check_template(self.prompt.text, shown)
         raw, tasks, error = self.taskfile.read()
+        if tasks is None and raw is None and not os.path.lexists(self.tasks_path):
+            raise TaskListError(f"{error}: write one (`ralph init` adds a template, `ralph plan` plans one), or point "
+                                "--ralph-dir at the folder that holds it")
         if tasks is None:
             raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
+        self.loopfiles.refuse_unsafe()
         problems = [v for v in self.validate(raw, tasks, None, None, check_git=False) if v.check == "schema"]
         if problems:
             lines = "\n".join(f"{self.tasks_path}: {v.message}" for v in problems)
@@ -180,6 +213,14 @@ class Loop:
                 raise UnavailableError(f"agent {agent.name!r} cannot run: {unavailable.reason}")
         self.taskfile.accept(raw)
         self.taskfile.trust(tasks)
+        from ralph.loop.foreignprompt import refusal
+        from ralph.loop.start import input_warnings
+
+        refused = refusal(self.settings, self.policy, None if self.prompt.builtin else self.prompt.text)
+        if refused:
+            raise UsageError(refused)
+        self.warnings = [self.policy_note] if self.policy_note else []
+        self.warnings += input_warnings(tasks, self.tasks_path, self.project_dir, self.policy)
         return tasks
 
     def validate(
@@ -192,7 +233,7 @@ class Loop:
         parse_error: str | None = None,
         story_id: str | None = None,
     ) -> list[Violation]:
-        """The validators' violations, and with a snapshot (``before``) the whole-list check's."""
+        """The validators' violations, and with the pre-iteration list (``before``) the policy's whitelist's."""
         context = ValidationContext(
             project_dir=self.project_dir,
             tasks_path=self.tasks_path,
@@ -203,14 +244,16 @@ class Loop:
             mode=mode,  # type: ignore[arg-type]
             snapshot=self._snapshot(before) if before is not None else None,
             review_cap=self.config.review_cap,
-            skip_review=not self.policy.uses_review,
             check_git=check_git,
+            story_id=story_id,
+            before=before,
         )
         violations = self.host.validate(context)
-        if before is not None and tasks is not None:
+        if before is not None and tasks is not None and mode is not None:
             from ralph.loop.listcheck import check_list
 
-            violations += check_list(before, tasks, story_id, self.taskfile.trusted).violations
+            listed = check_list(before, tasks, story_id, self.taskfile.trusted, policy=self.policy, mode=mode)
+            violations += listed.violations
         return violations
 
     def _snapshot(self, before: TaskList) -> Snapshot:
@@ -232,6 +275,27 @@ class Loop:
 
         return preflight_checks(self.settings, self.host, self.runner, self.agent, self.review_agent)
 
+    def readiness(self) -> list[Check]:
+        """Every check ``ralph run`` makes before iteration 1, collected instead of raised (``ralph doctor``).
+
+        The same calls as :meth:`run`: :meth:`preflight` (a failure is one failed check: the run
+        stops at the first), its warnings, the opening's refusal of uncommitted changes (a warning
+        here, as in ``--dry-run``: the person may be about to commit), then :meth:`preflight_checks`.
+        """
+        checks: list[Check] = []
+        try:
+            self.preflight()
+        except RalphError as exc:
+            checks.append(Check(False, str(exc), "see the message (`ralph run` stops here)"))
+        checks += self.warnings
+        from ralph.loop.opening import uncommitted_warning
+
+        try:
+            dirty = uncommitted_warning(self.project_dir, self.config)
+        except RalphError:  # not a repository: preflight said so
+            dirty = None
+        return checks + ([dirty] if dirty is not None else []) + self.preflight_checks()
+
     def dry_run(self) -> tuple[Selection | None, str | None, TaskList]:
         """The next iteration's selection and rendered prompt; runs nothing."""
         tasks = self.preflight()
@@ -247,7 +311,7 @@ class Loop:
         self.preflight()
         from ralph.loop.preflight import raise_on_failures
 
-        self.checks = self.preflight_checks()
+        self.checks = self.warnings + self.preflight_checks()
         raise_on_failures(self.checks)
         lock = ProjectLock(git_dir(self.project_dir))
         lock.acquire()
@@ -262,11 +326,14 @@ class Loop:
             self.limits.restart_clock()
             self.run_dir = run_dir = new_run_dir(self.project_dir, self.config.state_dir)
             self.opening.keep_saved_work(run_dir)
+            self.refs.start(run_dir)
             self.trusted.take(run_dir, tasks)
             self.bridge = bridge = HookBridge(
                 self.settings, self.host, self.runner, run_dir, self.state.marker,
                 emit=self.emit, cancel=self.cancel, stop_checks=self.stop_checks,
             ).start()
+            bridge.on_ask = self.parking.ask
+            self.parking.start(run_dir)
         except BaseException:  # nothing started yet: the lock and the signal handlers go back
             restore_handlers(previous_handlers)
             lock.release()
@@ -304,7 +371,9 @@ class Loop:
             try:
                 self.runner.cleanup()
             finally:
+                self.agents.meter.stop()
                 bridge.stop()
+                self.parking.stop()
                 self.state.remove_marker()
                 from ralph.gitutil import unprotect
 
@@ -315,6 +384,9 @@ class Loop:
         """Announce the run, then one iteration after another until the work is done or a limit stops it."""
         assert self.run_dir is not None and self.bridge is not None
         self._announce(tasks)
+        self._story_states(tasks)
+        if self.is_complete(tasks):
+            tasks = self._final_check_at_start(tasks)  # "complete" only when the tree passes, also with no iteration
         if self.is_complete(tasks):
             what = f"{self.only_story} was already complete" if self.only_story else "all stories were already complete"
             return self._finish(EXIT_COMPLETE, what, tasks)
@@ -325,54 +397,72 @@ class Loop:
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
             if self.limits.global_time_up():
                 return self._finish(EXIT_GLOBAL_TIMEOUT, "global hard timeout reached: the loop stopped cleanly", tasks)
+            tasks = self.parking.settle(tasks, iteration + 1)
             selection = self.select(tasks)
             if selection is None:
-                return self._finish(*unselectable_end(tasks, self.policy.uses_review), tasks)
+                return self._finish(*unselectable_end(tasks, self.policy, self.parking.waiting(tasks)), tasks)
             iteration += 1
             record = self._new_record(iteration, selection)
             iteration_started = time.time()
             self.notes.trim_before(iteration)
+            self.refs.refresh()
             checkpoint, untracked_before = head(self.project_dir), untracked_files(self.project_dir)
+            self.freeze.before_iteration(self.run_dir, selection.mode)
             self.keeper.before_iteration(selection, checkpoint)
             feedback = self.keeper.story_context(selection) + feedback
-            tasks = self._one_iteration(record, selection, tasks, feedback, checkpoint)
+            before, tasks = tasks, self._one_iteration(record, selection, tasks, feedback, checkpoint, untracked_before)
             if self.bridge.plugin_failure is not None:
                 raise self.bridge.plugin_failure
-            if (record.usage_limit or record.rate_limit) and not self.cancel.is_set():
-                stop = self.limits.wait_out(record)
+            limited = bool(record.usage_limit or record.rate_limit) and not self.cancel.is_set()
+            if limited and record.rejected:
+                # the meter saw the model answer nothing and the tree is unchanged: nothing to count or gate
+                stop = self.limits.wait_out(record, counted=False)
                 if stop is not None:
                     return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
-                iteration -= 1  # rejected before any work: the iteration does not count
+                iteration -= 1
                 feedback = []
                 continue
-            self.limits.answered()
+            if not limited:
+                self.limits.answered()
             if not self.cancel.is_set():
-                tasks = self.keeper.after_iteration(record, selection, tasks, checkpoint, untracked_before)
+                tasks = self.keeper.after_iteration(record, selection, tasks, checkpoint, untracked_before, before)
+                tasks = self._refs_after_gates(record, tasks, checkpoint)
                 story = tasks.story(selection.story_id or "")
                 if story is not None and story.passes and not record.violations:
                     self.keeper.forget(story.id)
+            log_incomplete(self.keeper.states_dir.parent, record, before, tasks, self.cancel.is_set(),
+                           self.keeper.failed_gate)
+            tasks = self.parking.after_iteration(record, tasks)  # the agent asked a person: its story waits
             failing = self.limits.agent_failing(record)
             if failing is not None:
                 return self._finish(EXIT_AGENT_FAILING, failing, tasks)
             feedback = iteration_feedback(record, self.limits.iteration_timeout())
             tasks, limit_feedback = self.limits.story_limits(record, selection, tasks)
+            self._story_states(tasks)
             feedback += limit_feedback + self.host.prompt_context(self.run_dir, iteration + 1, iteration_started)
+            if self.is_complete(tasks) and not record.violations and not self.cancel.is_set():
+                tasks = self.keeper.final_check(record, tasks)  # "complete" only when the final tree passes
             end = self._end_after(record, tasks)
             if end is not None:
                 return self._finish(*end, tasks)
             if record.promise:
                 self.emit("false_completion", iteration=iteration)
+            if limited:  # the iteration did work (it counts, its gates ran); wait before the next one
+                stop = self.limits.wait_out(record, counted=True)
+                if stop is not None:
+                    return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
         return self._finish(EXIT_EXHAUSTED, f"max iterations ({self.config.max_iterations}) reached", tasks)
 
     def _one_iteration(
-        self, record: IterationRecord, selection: Selection, tasks: TaskList, feedback: list[str], checkpoint: str | None
+        self, record: IterationRecord, selection: Selection, tasks: TaskList, feedback: list[str], checkpoint: str | None,
+        untracked_before: set[str] | None = None,
     ) -> TaskList:
         """State file, prompt, the agent's session; then the loop's own reading (and repair) of what it left."""
         assert self.run_dir is not None and self.bridge is not None
         before, before_raw = tasks, self.taskfile.last_good  # never mutated: the post-iteration state is a fresh parse
         # built anew each iteration (``tasks`` may be the last one's list, changed in place since); the marker shows it too
         self._snapshot_of = (before, before.snapshot())
-        self.bridge.current = (selection, before, checkpoint)
+        self.bridge.start_iteration((selection, before, checkpoint), record.number)
         self.state.write(self.run_dir, record, selection, self._snapshot_of[1])
         prompt = self.render(record.number, selection, tasks, feedback)
         (self.run_dir / f"iteration-{record.number:03d}.prompt.md").write_text(prompt, encoding="utf-8")
@@ -385,9 +475,18 @@ class Loop:
         started = time.monotonic()
         texts = self.agents.run_iteration(record, prompt)
         record.seconds = round(time.monotonic() - started, 3)
+        record.rejected = record.metered and record.answered == 0 and self._untouched(checkpoint, untracked_before)
         record.promise = any(PROMISE.search(text) for text in texts)
         self.bridge.current = None  # hooks that still arrive now see no iteration
+        # HEAD and the person's refs first: the loop's own commits below go onto the run's branch
+        moved = self.refs.check(record, checkpoint, untracked_before)
+        frozen = self.freeze.after_iteration(record, checkpoint, self.run_dir)  # a review's code changes undone
+        secured = self.loopfiles.secure(record, checkpoint)  # before anything is read back
+        record.commands_failed = self._commands_failed(record, checkpoint, untracked_before)
         after, violations = self.repairs.read_back(record, selection, before, before_raw, self.run_dir)
+        if frozen:  # ... and its verdict not accepted
+            after = self.freeze.reject_verdict(record, selection, before, after)
+        violations = moved + frozen + secured + violations
         violations += self.trusted.restore(record)
         record.violations = [v.message for v in violations if v.is_error]
         self.notes.unfinished(record, self.run_dir, self.limits.iteration_timeout(), self.cancel.is_set())
@@ -403,15 +502,21 @@ class Loop:
             promise=record.promise, agent_error=record.agent_error, stories_done=_done(after),
             violations=len(record.violations), undone=record.undone, agent=record.agent, model=record.model,
         )
+        if record.commands_failed:
+            self.emit("commands_failed", iteration=record.number, calls=record.tool_calls, errors=record.tool_errors,
+                      denied=record.tool_denials, first_error=(record.tool_error or "")[:1000])
         return after
 
     # -- the steps' small decisions --------------------------------------------------------------
 
     def select(self, tasks: TaskList) -> Selection | None:
-        """The policy's choice, limited to ``--story``'s story when one is given."""
+        """The policy's choice (with each story's history at hand), limited to ``--story``'s story when one is given."""
+        from ralph.loop.history import StoryHistories
+        from ralph.loop.parking import parked_view
         from ralph.loop.start import only_story_scope
 
-        return self.policy.select(only_story_scope(tasks, self.only_story))
+        scope = parked_view(only_story_scope(tasks, self.only_story))  # a policy that does not know `waiting` skips them too
+        return self.policy.select_next(scope, StoryHistories(self.records, self.keeper))
 
     def is_complete(self, tasks: TaskList) -> bool:
         """Every story done (``--story``: that story done), as the policy defines done."""
@@ -425,8 +530,12 @@ class Loop:
             from ralph.loop.start import load_prompt
 
             self.prompt = load_prompt(self.ralph_dir, progress_log(self.ralph_dir).name)
+        from ralph.loop.parking import ask_hint
+
+        person = [ask_hint(ask_command(self.runner)), self.parking.prompt_block(selection.story_id)]
         return render_iteration(
-            self.prompt.text, self.settings, self.policy, self.tasks_path, iteration, selection, tasks, feedback
+            self.prompt.text, self.settings, self.policy, self.tasks_path, iteration, selection, tasks, feedback,
+            person=person,
         )
 
     def _new_record(self, number: int, selection: Selection) -> IterationRecord:
@@ -436,6 +545,49 @@ class Loop:
         record.agent, record.model = agent.name, self.agents.model_for(selection.mode, agent)
         self.records.append(record)
         return record
+
+    def _commands_failed(self, record: IterationRecord, checkpoint: str | None, untracked_before: set[str] | None) -> bool:
+        """Every tool call of the iteration failed (the guards' denials apart) and the project is as the
+        iteration found it (the loop's own look, before anything is repaired)."""
+        if record.tool_errors == 0 or record.tool_errors < record.tool_calls:
+            return False
+        return self._untouched(checkpoint, untracked_before)
+
+    def _untouched(self, checkpoint: str | None, untracked_before: set[str] | None) -> bool:
+        """The project is as the iteration found it: same HEAD, no change against it, same untracked files."""
+        from ralph.gitutil import git
+
+        if untracked_before is None or head(self.project_dir) != checkpoint:
+            return False
+        if untracked_files(self.project_dir) != untracked_before:
+            return False
+        return git(self.project_dir, "diff", "HEAD", "--quiet", check=False).returncode == 0
+
+    def _final_check_at_start(self, tasks: TaskList) -> TaskList:
+        """A run that finds every story done checks the tree it finds (an earlier run may have ended before its
+        final check): a failure sends the last done story back, and the run goes on with iterations."""
+        from ralph.loop.start import only_story_scope
+
+        done = [story for story in only_story_scope(tasks, self.only_story).userStories if story.passes]
+        if not done:
+            return tasks
+        mode = "review" if self.policy.uses_review else "implement"
+        return self.keeper.final_check(IterationRecord(0, mode, done[-1].id), tasks)
+
+    def _refs_after_gates(self, record: IterationRecord, tasks: TaskList, checkpoint: str | None) -> TaskList:
+        """The gates' sessions may not move the person's refs or HEAD either: put back, told next time."""
+        violations = self.refs.check(record, checkpoint, after_agent=False)
+        if not violations:
+            return tasks
+        for violation in violations:
+            record.violations.append(violation.message)
+            self.emit("violation", iteration=record.number, check=violation.check, story=violation.story_id,
+                      message=violation.message, severity=violation.severity)
+        raw, current, _ = self.taskfile.read()
+        if current is None:
+            return tasks
+        self.taskfile.accept(raw)
+        return current
 
     def _end_after(self, record: IterationRecord, tasks: TaskList) -> tuple[int, str] | None:
         """Why the run ends after this iteration (interrupted, out of budget, complete), or None to go on."""
@@ -506,6 +658,15 @@ class Loop:
         announce(self.emit, self.opening, run_started, self.checks,
                  relative_dir(self.ralph_dir, self.project_dir) if builtin else None)
 
+    def _story_states(self, tasks: TaskList) -> None:
+        """``story_states`` when the stories differ from those last emitted (what a dashboard shows mid-run)."""
+        from ralph.loop.runreport import summary_stories
+
+        stories = summary_stories(tasks)
+        if stories != self._stories_shown:
+            self._stories_shown = stories
+            self.emit("story_states", stories=stories, done=_done(tasks))
+
     def _finish(self, exit_code: int, reason: str, tasks: TaskList) -> RunResult:
         """End the run: summary, report and end marker written, ``run_finished`` emitted."""
         from ralph.loop.runreport import ralph_dir_arg
@@ -518,21 +679,39 @@ class Loop:
         )
 
 
+def ask_command(runner: Runner) -> str:
+    """How the agent runs ``ralph ask`` where ``runner`` runs it: ``ralph ask`` (a sandbox provides it,
+    or ``ralph`` is on this machine's PATH), else this interpreter running ralph's CLI."""
+    import shlex
+    import shutil
+    import sys
+
+    if runner.isolates or shutil.which("ralph"):
+        return "ralph ask"
+    return f"{shlex.quote(sys.executable)} -P -m ralph.cli.main ask"
+
+
 def _done(tasks: TaskList) -> int:
     return sum(1 for story in tasks.userStories if story.passes)
 
 
 def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_name: str, policy_name: str) -> Loop:
     """Instantiate the named plugins (errors name what is unknown and what exists)."""
-    runner = host.runners.get(runner_name)(settings).resolve(host.runners)
+    chosen = host.runners.get(runner_name)
+    agent = host.agents.get(agent_name)(settings)
+    review_name = settings.config.review_agent
+    review_agent = host.agents.get(review_name)(settings) if review_name and review_name != agent.name else None
+    runner = chosen(settings).resolve_for(host.runners, [agent] + ([review_agent] if review_agent else []))
     available = runner.availability()
     if not available.ok:
         from ralph.errors import UnavailableError
 
-        raise UnavailableError(f"runner {runner.name!r} cannot be used: {available.reason}")
-    agent = host.agents.get(agent_name)(settings)
+        raise UnavailableError(f"runner {runner.name}: {available.reason}")
+    from ralph.loop.foreignprompt import settle_policy
+
+    policy_name, note = settle_policy(settings, host, policy_name)
     policy = host.policies.get(policy_name)(settings)
     store = choose_store(settings, host)
-    review_name = settings.config.review_agent
-    review_agent = host.agents.get(review_name)(settings) if review_name and review_name != agent.name else None
-    return Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store, review_agent=review_agent)
+    loop = Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store, review_agent=review_agent)
+    loop.policy_note = note
+    return loop

@@ -6,6 +6,8 @@ stop (:mod:`ralph.loop.hardstop`).  :meth:`StoryAttempts.escalation` decides whi
 
 from __future__ import annotations
 
+from ralph.agenttext import fenced, quote
+
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,7 +67,7 @@ class Escalation:
                 f"{state.stuck_count}x with the same error at the {last.gate} gate (error hash "
                 f"{last.error_hash}). Your previous approach does not work; try a fundamentally different "
                 f"one. Do NOT repeat the approach of the last attempts, which changed {files} and ended "
-                f"with: {first_line.strip()[:300]}"
+                f"with: {quote(first_line.strip(), 300)}"
             )
         if story_id in self.expanded_context:
             items.append(self.expanded_context[story_id])
@@ -73,6 +75,7 @@ class Escalation:
 
     def _expanded_context(self, state: StoryAttempts) -> str:
         """Tier 2: the files the error names (that exist in the project) and the project's file list."""
+        from ralph import safeio
         from ralph.gitutil import git
 
         project = self.project_dir
@@ -80,14 +83,21 @@ class Escalation:
         listing = git(project, "ls-files", check=False).stdout.splitlines()
         named = []
         for candidate in re.findall(r"[\w./-]+\.\w+", output):
-            path = (project / candidate).resolve()
-            if path.is_file() and project.resolve() in path.parents and candidate not in named:
+            try:  # a regular file inside the project, reached without a symlink (never a host file via a link)
+                inside = safeio.kind(project / candidate, project) == "file"
+            except ValueError:
+                inside = False
+            if inside and candidate not in named:
                 named.append(candidate)
         parts = [
             "Context expansion: the error points at missing information. Files tracked in the project "
             f"({len(listing)}):\n" + "\n".join(f"- {name}" for name in listing[:300])
         ]
         for name in named[:CONTEXT_FILES]:
-            text = (project / name).read_text(encoding="utf-8", errors="replace").splitlines()[:CONTEXT_LINES]
-            parts.append(f"Contents of {name}:\n```\n" + "\n".join(text) + "\n```")
+            try:
+                data = safeio.read_bytes(project / name, project)
+            except OSError:
+                continue
+            text = data.decode("utf-8", errors="replace").splitlines()[:CONTEXT_LINES]
+            parts.append(f"Contents of {name}:\n" + fenced("\n".join(text), ""))
         return "\n\n".join(parts)

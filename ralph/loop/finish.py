@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from ralph.loop.records import (
     EXIT_FAILED_STORIES,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
+    EXIT_WAITING,
     IterationRecord,
     RunResult,
     total_usage,
@@ -26,6 +27,7 @@ from ralph.loop.records import (
 from ralph.loop.runreport import summary_stories
 
 if TYPE_CHECKING:
+    from ralph.contracts import Policy
     from ralph.loop.gates import GateKeeper
     from ralph.loop.taskfile import TaskFile
     from ralph.tasks import TaskList
@@ -66,6 +68,7 @@ def finish_run(
         "elapsed": round(elapsed, 3),
         "stories": stories,
         "records": [record.__dict__ for record in records],
+        "metering": metering_summary(records),
     }
     from ralph.loop.runreport import build_run_report, render_run_report
 
@@ -82,16 +85,49 @@ def finish_run(
     return result
 
 
-def unselectable_end(tasks: TaskList, uses_review: bool) -> tuple[int, str]:
-    """Exit code and reason when no story can be selected: failed stories (3), else why nothing is selectable (1)."""
+def metering_summary(records: list[IterationRecord]) -> dict[str, Any]:
+    """How the run's cost was known: iterations metered from the model traffic, what the agents' own
+    output claimed (display only), and the subscription windows the API last reported (docs/metering.md)."""
+    quota = next((r.quota for r in reversed(records) if r.quota), {})
+    return {
+        "metered_iterations": sum(1 for r in records if r.metered),
+        "reported_cost_usd": round(sum(r.reported_cost for r in records), 6),
+        "model_requests": sum(r.model_requests for r in records),
+        "quota": quota,
+    }
+
+
+def unselectable_end(tasks: TaskList, policy: Policy | bool, questions: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Exit code and reason when no story can be selected: failed stories (3), stories waiting for a
+    person's answer (8), else why the policy selects none (1).
+
+    ``policy`` says why (:meth:`Policy.unselectable_reason`); a bool is the older form (uses a review cycle).
+    ``questions`` maps waiting stories to their question (quoted), for the reason.
+    """
     from ralph.loop.start import unselectable_reason
     from ralph.tasks import blocked_reason
 
     failed = [s.id for s in tasks.userStories if s.failed]
-    waiting = [s for s in tasks.userStories if not s.passes and not s.failed]
+    parked = [s.id for s in tasks.userStories if s.waiting and not s.done]
+    waiting = [s for s in tasks.userStories if not s.passes and not s.failed and not s.waiting]
+    asked = "; ".join(f"{sid} asked {(questions or {}).get(sid, '(see ralph status)')}" for sid in parked)
     if failed:
         reason = f"finished with failed stories: {', '.join(failed)}"
+        if parked:
+            reason += f"; waiting for a person: {asked}"
         if waiting:
             reason += f"; blocked: {blocked_reason(tasks, waiting)}"
         return EXIT_FAILED_STORIES, reason
-    return EXIT_EXHAUSTED, f"no story can be selected: {unselectable_reason(tasks, uses_review)}"
+    if parked:
+        reason = f"waiting for a person: {asked}; answer with `ralph answer STORY \"ANSWER\"`, then `ralph run` again"
+        if waiting:
+            reason += f"; blocked: {blocked_reason(tasks, waiting)}"
+        return EXIT_WAITING, reason
+    if not isinstance(policy, bool) and tasks.userStories and policy.is_complete(tasks):
+        # the loop does not end "complete" on an iteration with violations, even when what is left is complete
+        return EXIT_EXHAUSTED, (
+            "no story left to select: every story is done, but the iteration that finished them broke a rule "
+            "(its changes were undone: see its violations), so the run does not end \"complete\"; `ralph run` "
+            "again confirms it"
+        )
+    return EXIT_EXHAUSTED, f"no story can be selected: {unselectable_reason(tasks, policy)}"

@@ -46,6 +46,10 @@ class GateRunner:
         """Each story's quality warnings (soft gates, undone changes), for the report."""
         self.verdicts: list[dict[str, Any]] = []
         """Every structured verdict a gate returned (the spec reviewer's), for the report."""
+        self.iteration_started: float | None = None
+        """When the running iteration's agent started (the coarse real-time clock file times use)."""
+        self.kept: dict[tuple[int, str], str | None] = {}
+        """Where each failed or warning gate's whole output went, by (iteration, gate)."""
 
     @staticmethod
     def _enabled_gates(host: PluginHost, settings: Settings) -> list[Gate]:
@@ -69,15 +73,21 @@ class GateRunner:
 
     def run(
         self, record: IterationRecord, selection: Selection, tasks: TaskList, checkpoint: str | None,
-        story_start: str | None,
+        story_start: str | None, final: bool = False,
     ) -> GateRun:
-        """Run the gates in order for the selected story until a hard gate fails, emitting each result."""
+        """Run the gates in order for the selected story until a hard gate fails, emitting each result.
+
+        ``final``: only the hard gates that run on the final tree (``Gate.on_final_tree``), before "complete".
+        """
         story_id = selection.story_id or ""
         outcome = GateRun()
         for gate in self.gates:
+            if final and not (gate.hard and gate.on_final_tree):
+                continue
             context = self._context(gate, record, selection, tasks, checkpoint, story_start)
+            context.final = final
             result = self._run_read_only(gate, context, record, story_id)
-            self._report(gate, result, record, story_id)
+            self._report(gate, result, record, story_id, final)
             outcome.warnings += result.warnings
             if gate.hard and not result.passed:
                 outcome.failed = result
@@ -108,18 +118,33 @@ class GateRunner:
             ask_reviewer=functools.partial(self._ask_reviewer, label=label, timeout=hard),
             run_command=lambda command, timeout: loop.runner.run_command(command, self.project_dir, timeout),
             where="sandbox" if loop.runner.isolates else "host",
+            run_command_in=loop.runner.run_command,
+            trusted_story=loop.taskfile.started_story(selection.story_id or ""),
+            iteration_started=self.iteration_started,
         )
 
-    def _report(self, gate: Gate, result: GateResult, record: IterationRecord, story_id: str) -> None:
+    def keep_output(self, iteration: int, result: GateResult) -> str | None:
+        """Keep a failed or warning gate's whole output in the run directory (once); its path."""
+        from ralph.loop.gateoutput import keep
+
+        key = (iteration, result.gate)
+        if key not in self.kept:
+            self.kept[key] = keep(self.loop.run_dir, iteration, result.gate, result.output)
+        return self.kept[key]
+
+    def _report(self, gate: Gate, result: GateResult, record: IterationRecord, story_id: str, final: bool = False) -> None:
         """Emit the gate's result (and verdict, soft timeout, warnings); keep its verdict and warnings."""
         loop = self.loop
+        if result.skipped and result.passed and not result.warnings:
+            return
+        log = self.keep_output(record.number, result) if not result.passed or result.warnings else None
         if result.data.get("verdict"):
             verdict = {"iteration": record.number, "story": story_id, "gate": result.gate,
                        "passed": result.passed, **result.data}
             self.verdicts.append(verdict)
             loop.emit("gate_verdict", **verdict)
         loop.emit(
-            "gate",
+            "final_gate" if final else "gate",
             iteration=record.number,
             story=story_id,
             gate=result.gate,
@@ -131,12 +156,14 @@ class GateRunner:
             soft_timeout_exceeded=result.soft_timeout_exceeded,
             where=result.where,
             output=truncate(result.output, 40),
+            log=log,
         )
         if result.soft_timeout_exceeded:
             loop.emit("gate_soft_timeout", iteration=record.number, gate=result.gate, seconds=result.seconds)
         for warning in result.warnings:
             self.quality_warnings.setdefault(story_id, []).append(warning)
-            loop.emit("quality_warning", iteration=record.number, story=story_id, gate=result.gate, warning=warning)
+            loop.emit("quality_warning", iteration=record.number, story=story_id, gate=result.gate, warning=warning,
+                      log=log)
 
     def _run_read_only(self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str) -> GateResult:
         """Run ``gate``; whatever it (its agent session) changed in the project is undone and logged."""
@@ -152,6 +179,9 @@ class GateRunner:
             raise
         except Exception as exc:  # a failing check returns a result; raising means the gate is broken
             raise PluginFailure("gate", self.host.provider_of(gate), self.host.owner_of(gate), exc) from exc
+        for message in result.data.get("violations", []):  # the gate's own findings (file:line ...)
+            loop.emit("violation", iteration=record.number, check=gate.name, story=story_id, message=str(message),
+                      severity="error")
         changes = snapshot.changes()
         if changes:
             snapshot.restore()

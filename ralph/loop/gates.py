@@ -94,6 +94,8 @@ class GateKeeper:
         self.hard_stop = HardStop(loop, self.project_dir)
         self.last_run = LastRun(self.states_dir.parent / "last-run.json")
         """How the previous run ended (written when a run reaches its end, absent after a crash)."""
+        self.failed_gate: str | None = None
+        """The hard gate that failed after the last gated iteration (None: none failed or none ran)."""
 
     @property
     def failed(self) -> list[FailedStory]:
@@ -118,6 +120,7 @@ class GateKeeper:
         """Remember where a story's work started (its first implement iteration's checkpoint)."""
         if selection.story_id is not None and selection.mode == "implement":
             self.ledger.note_start(selection.story_id, checkpoint)
+        self.gates.iteration_started = file_clock()
 
     def story_context(self, selection: Selection) -> list[str]:
         """Prompt items for the selected story: its state file and any escalation directive."""
@@ -134,13 +137,15 @@ class GateKeeper:
 
     def after_iteration(
         self, record: IterationRecord, selection: Selection, tasks: TaskList, checkpoint: str | None,
-        untracked_before: set[str],
+        untracked_before: set[str], before: TaskList | None = None,
     ) -> TaskList:
         """Run the gates after an implement or review-fix iteration; send back, roll back, escalate, stop.
 
-        Returns the task list as it now is (changed and persisted when a gate failed).
+        ``before`` is the task list before the iteration.  Returns the task list as it now is
+        (changed and persisted when a gate failed).
         """
         story_id = selection.story_id
+        self.failed_gate = None
         if selection.mode not in GATED_MODES or story_id is None or tasks.story(story_id) is None:
             return tasks
         state = self.state(story_id)
@@ -155,11 +160,45 @@ class GateKeeper:
             state.record_success()
             self.ledger.save(state)
             return tasks
+        return self._failed(record, selection, tasks, failure, checkpoint, untracked_before, before)
+
+    def final_check(self, record: IterationRecord, tasks: TaskList) -> TaskList:
+        """Before a run may end "complete": the gates that check the whole tree run once more on the final
+        tree.  A failure sends the last iteration's story back like any gate failure (to a review-fix
+        under a review policy) and the run goes on; returns the task list as it now is."""
+        from ralph.contracts import Selection
+
+        story_id = record.story_id
+        if story_id is None or tasks.story(story_id) is None:
+            return tasks
+        mode = "review-fix" if self.loop.policy.uses_review else "implement"
+        selection = Selection(mode, story_id, "the final tree")  # type: ignore[arg-type]
+        state = self.state(story_id)
+        from ralph.gitutil import head
+
+        run = self.gates.run(record, selection, tasks, head(self.project_dir), state.start_commit, final=True)
+        if run.failed is None:
+            return tasks
+        self.loop.emit("final_check_failed", iteration=record.number, story=story_id, gate=run.failed.gate)
+        story = tasks.story(story_id)
+        if self.loop.policy.uses_review and story is not None:
+            story.passes = False  # approved no more: it goes to a review-fix (below: changes_requested)
+        return self._failed(record, selection, tasks, run.failed, None, set())
+
+    def _failed(
+        self, record: IterationRecord, selection: Selection, tasks: TaskList, failure: GateResult,
+        checkpoint: str | None, untracked_before: set[str], before: TaskList | None = None,
+    ) -> TaskList:
+        """A hard gate failed: the story's attempt recorded, the story sent back, rolled back, escalated, stopped."""
         from ralph.gitutil import changed_files
 
+        story_id = selection.story_id or ""
+        self.failed_gate = failure.gate
+        state = self.state(story_id)
         files = changed_files(self.project_dir, state.start_commit)
         state.record_failure(failure.gate, failure.output, failure.exit_code, failure.timed_out, files)
-        tasks = send_back(self.loop, record, selection, tasks, failure)
+        log = self.gates.keep_output(record.number, failure)
+        tasks = send_back(self.loop, record, selection, tasks, failure, before, log=log)
         if self.config.on_gate_failure == "rollback" and checkpoint:
             tasks = roll_back(self.loop, self.project_dir, record, checkpoint, untracked_before)
         decision = self.escalation.escalate(record, state)
@@ -171,6 +210,17 @@ class GateKeeper:
     def forget(self, story_id: str) -> None:
         """The story was approved: its state file goes to the run directory (seed: deleted on success)."""
         self.ledger.forget(story_id, self.loop.run_dir)
+
+
+def file_clock() -> float:
+    """Now, on the clock the kernel stamps file times with (coarse real time), so a file written after
+    this call never has an older ``st_ctime``."""
+    import sys
+    import time
+
+    if sys.platform.startswith("linux"):
+        return time.clock_gettime(5)  # CLOCK_REALTIME_COARSE (Python names no constant for it)
+    return time.time() - 0.05  # elsewhere: a margin for a coarser file clock
 
 
 def _indent(text: str) -> str:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ralph.loop.gates import GateLoop
     from ralph.loop.records import IterationRecord
     from ralph.loop.storystate import StoryAttempts
-    from ralph.tasks import TaskList
+    from ralph.tasks import Story, TaskList
 
 
 @dataclass
@@ -98,7 +98,7 @@ class HardStop:
         return f"reset to {start_commit[:8]}"
 
     def _others_changed_since(self, commit: str, story_id: str, tasks: TaskList) -> list[str]:
-        """Other stories whose state differs from the task file at ``commit``."""
+        """Other stories whose state (the policy's state fields) differs from the task file at ``commit``."""
         from ralph.errors import TaskListError
         from ralph.gitutil import show_file
 
@@ -110,8 +110,13 @@ class HardStop:
             then = taskfile.store.parse(raw, taskfile.path)
         except TaskListError:
             return []
-        before = {s.id: s.state() for s in then.userStories}
+        fields = self.loop.policy.state_fields
+
+        def state(story: Story) -> tuple[object, ...]:
+            return tuple(getattr(story, name, None) for name in fields)
+
+        before = {s.id: state(s) for s in then.userStories}
         return [
             s.id for s in tasks.userStories
-            if s.id != story_id and s.id in before and before[s.id] != s.state()
+            if s.id != story_id and s.id in before and before[s.id] != state(s)
         ]

@@ -39,6 +39,8 @@ class RunLimits:
         self.context_overflows: dict[str, int] = {}
         self._soft_warned = False
         self._failure_streak: tuple[str, int] = ("", 0)
+        self._commands_streak: list[str] = []
+        """The first error of each iteration in a row whose commands all failed, changing nothing."""
         self._rate_limit_streak = 0
         self._rate_limit_waited = 0.0
 
@@ -76,27 +78,38 @@ class RunLimits:
 
     # -- rejected iterations: usage and rate limits -------------------------------------------
 
-    def wait_out(self, record: IterationRecord) -> str | None:
-        """The iteration hit a usage or rate limit: wait it out (None), or return the reason to stop."""
-        return self._usage_limit(record) if record.usage_limit else self._rate_limit(record)
+    def wait_out(self, record: IterationRecord, counted: bool = False) -> str | None:
+        """The iteration ended on a usage or rate limit: wait it out (None), or return the reason to stop.
+
+        ``counted``: whether the iteration counted toward ``-n`` (the events say it).
+        """
+        return self._usage_limit(record, counted) if record.usage_limit else self._rate_limit(record, counted)
 
     def answered(self) -> None:
         """The API answered an iteration: a rate-limit episode is over."""
         self._rate_limit_streak, self._rate_limit_waited = 0, 0.0
 
-    def _usage_limit(self, record: IterationRecord) -> str | None:
-        """Wait for the agent's usage limit to reset, or return the reason to stop with a resume hint."""
+    def _usage_limit(self, record: IterationRecord, counted: bool) -> str | None:
+        """Wait for the usage limit to reset, or return the reason to stop with a resume hint.
+
+        The reset time is the API's own (a header or the error body, read by the meter), else the one
+        the message names, else ``usage_limit_wait``.
+        """
         import datetime as dt
 
         from ralph.loop.usagelimit import reset_time
 
         message = record.usage_limit or ""
         now = dt.datetime.now().astimezone()
-        resets = reset_time(message, now)
+        resets = (
+            dt.datetime.fromtimestamp(record.limit_resets_at, tz=dt.timezone.utc)
+            if record.limit_resets_at is not None else reset_time(message, now)
+        )
         wait = (resets - now).total_seconds() if resets else self.config.usage_limit_wait
         wait = max(1.0, wait)
         resume_at = (now + dt.timedelta(seconds=wait)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
-        self.emit("usage_limit", iteration=record.number, message=message[:500], resume_at=resume_at, wait=round(wait, 1))
+        self.emit("usage_limit", iteration=record.number, message=message[:500], resume_at=resume_at, wait=round(wait, 1),
+                  counted=counted)
         if self.config.on_usage_limit == "exit" or wait > self.config.usage_limit_max_wait:
             return (
                 f"paused on the agent's usage limit ({message.strip()[:200]}); state saved — run "
@@ -106,7 +119,7 @@ class RunLimits:
         self.cancel.wait(wait)  # Ctrl-C ends the wait; the loop then stops as interrupted
         return None
 
-    def _rate_limit(self, record: IterationRecord) -> str | None:
+    def _rate_limit(self, record: IterationRecord, counted: bool) -> str | None:
         """Wait out a 429/overload rejection (the API's retry-after, else exponential backoff), or stop."""
         import datetime as dt
 
@@ -131,6 +144,7 @@ class RunLimits:
             retry_at=retry_at,
             basis=basis,
             attempt=self._rate_limit_streak,
+            counted=counted,
         )
         total = self._rate_limit_waited + wait
         if self.config.on_usage_limit == "exit" or total > self.config.usage_limit_max_wait:
@@ -148,9 +162,47 @@ class RunLimits:
     # -- an agent that keeps failing ----------------------------------------------------------
 
     def agent_failing(self, record: IterationRecord) -> str | None:
-        """The reason to stop when the agent failed with the same error too many times in a row."""
+        """The reason to stop when the agent keeps failing: with the same error too many times in a
+        row, or with every command failing and nothing changed in as many iterations in a row.
+
+        A metered agent failed when its process exited non-zero (an error line in its output alone,
+        which the agent can write, proves nothing); an agent that is not metered also when its
+        output reported an error.  Commands failing (:attr:`IterationRecord.commands_failed`): the
+        loop saw the tree unchanged, the agent's output reported only failed tool calls.
+        """
+        return self._process_failing(record) or self._commands_failing(record)
+
+    def _commands_failing(self, record: IterationRecord) -> str | None:
+        """The reason to stop after ``max_agent_failures`` iterations in a row whose commands all failed.
+
+        An iteration with no tool call in the agent's output leaves the streak as it is (Codex does not
+        report every command its sandbox could not start); any other ends it (a call that worked, calls
+        only the guards denied, a change to the project).
+        """
+        if self.cancel.is_set():
+            self._commands_streak = []
+            return None
+        if not record.commands_failed:
+            if record.tool_calls:
+                self._commands_streak = []
+            return None
+        self._commands_streak.append(record.tool_error or "")
+        count, limit = len(self._commands_streak), self.config.max_agent_failures
+        if count < limit:
+            return None
+        first = self._commands_streak[0].strip() or "(no output)"
+        reason = " ".join(first.split())[:300]
+        self.emit("agent_failing", iteration=record.number, times=count, reason=first[:1000], cause="commands")
+        return (
+            f"every command the agent ran failed, and nothing changed, in {count} iterations in a row; the first "
+            f"error: {reason} (fix it and run again; see the iterations' .agent.jsonl in the run directory)"
+        )
+
+    def _process_failing(self, record: IterationRecord) -> str | None:
+        """The reason to stop when the agent's process failed with the same error too many times in a row."""
+        reported = record.agent_error is not None and not record.metered
         failed = not record.timed_out and not record.context_overflow and (
-            record.exit_code not in (0, None) or record.agent_error is not None
+            record.exit_code not in (0, None) or reported
         )
         if not failed or self.cancel.is_set():
             self._failure_streak = ("", 0)
@@ -163,7 +215,7 @@ class RunLimits:
         limit = self.config.max_agent_failures
         if count < limit:
             return None
-        self.emit("agent_failing", iteration=record.number, times=count, reason=reason[:1000])
+        self.emit("agent_failing", iteration=record.number, times=count, reason=reason[:1000], cause="exit")
         return (
             f"the agent failed {count} times in a row with the same error: {reason.strip()[:300]} "
             "(fix it and run again; see the iteration's .agent.jsonl in the run directory)"
@@ -194,8 +246,8 @@ class RunLimits:
                 feedback.append(
                     f"The previous iteration on {story.id} exhausted the agent's context. Do not start the "
                     f"implementation again: first split {story.id} into smaller stories in the task list (keep "
-                    f"the id {story.id} for the first slice, give the others new ids and dependsOn), commit, "
-                    "and stop."
+                    f"the id {story.id} for the first slice, move each criterion it drops word for word to new "
+                    "stories with new ids and dependsOn), commit, and stop."
                 )
         if reason is not None:
             story.failed = True

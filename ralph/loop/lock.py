@@ -7,9 +7,11 @@ pid and start time are written into the file for the refusal message.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -27,7 +29,7 @@ class ProjectLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise naming the process that holds it (pid, start time)."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open(os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -42,18 +44,45 @@ class ProjectLock:
         os.write(fd, json.dumps({"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}).encode())
         self._fd = fd
 
+    def _open(self, flags: int) -> int:
+        """Open the lock file itself: a symlink, fifo or hard link there (not ralph's) is refused, never followed."""
+        from ralph.safeio import UnsafePath
+
+        refused = UnsafePath(f"{self.path} is not a regular file with one link: remove it (it is not ralph's) and run again")
+        try:
+            fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):
+                raise refused from None
+            raise
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            os.close(fd)
+            raise refused
+        return fd
+
     def holder(self) -> dict[str, object]:
         """What the holder wrote into the lock file (``pid``, ``started``); empty when unreadable."""
         try:
-            return json.loads(self.path.read_text() or "{}")
-        except (OSError, ValueError):
+            fd = self._open(os.O_RDONLY)
+        except OSError:
             return {}
+        try:
+            data = json.loads(os.read(fd, 4096) or b"{}")
+            return data if isinstance(data, dict) else {}
+        except ValueError:
+            return {}
+        finally:
+            os.close(fd)
 
     def is_held(self) -> bool:
         """True when some process holds the lock (used by ``ralph status``)."""
         if not self.path.exists():
             return False
-        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fd = self._open(os.O_RDONLY)
+        except OSError:
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

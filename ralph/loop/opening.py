@@ -49,6 +49,22 @@ class Opening:
         )
 
 
+def uncommitted_warning(project_dir: Path, config: RalphConfig) -> Check | None:
+    """A warning when the project has uncommitted changes ``ralph run`` would refuse to start over
+    (``dirty_start = "refuse"``), for ``--dry-run`` and ``ralph doctor``; None otherwise."""
+    from ralph.contracts import Check
+    from ralph.gitutil import dirty_paths
+
+    dirty = dirty_paths(project_dir) if config.dirty_start == "refuse" else []
+    if not dirty:
+        return None
+    shown = ", ".join(line[3:] for line in dirty[:5]) + (" ..." if len(dirty) > 5 else "")
+    return Check(
+        None, f"uncommitted changes ({shown}): `ralph run` will refuse to start until you commit or stash them",
+        'commit or stash them (or set dirty_start = "stash")',
+    )
+
+
 def prepare_repository(
     project_dir: Path, config: RalphConfig, taskfile: TaskFile, keeper: GateKeeper, rerun: str | None
 ) -> Opening:

@@ -8,6 +8,7 @@ with exit 2 on a failed check; ``ralph doctor`` prints them all.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -38,7 +39,29 @@ def preflight_checks(
         each_context = context if each is agent else PreflightContext(settings, settings.project_dir, runner, each, view)
         checks += list(each.preflight(each_context) or [])
     checks += host.preflight(context)
+    installed = installed_inside(settings.project_dir)
+    if installed is not None:
+        checks.append(installed)
     return checks
+
+
+def installed_inside(project_dir: Path) -> Check | None:
+    """A warning when ralph (its code or its Python) lives inside the project: the agent can write there,
+    so a later ``ralph`` command (or a hook) would run what it wrote; ralph refuses every other program
+    found inside the project, but cannot refuse itself."""
+    import sys
+
+    from ralph.claude_cli import inside_tree
+
+    where = [path for path in (Path(__file__).parents[1], Path(sys.prefix)) if inside_tree(path, project_dir)]
+    if not where:
+        return None
+    return Check(
+        None,
+        f"ralph runs from inside the project ({where[0]}): the agent can change the programs your next ralph "
+        "command runs",
+        "install ralph outside the project (a virtualenv such as ~/.venvs/ralph, as the README shows)",
+    )
 
 
 def raise_on_failures(checks: list[Check]) -> None:

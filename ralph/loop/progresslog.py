@@ -12,7 +12,6 @@ parse as entries is never moved.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,45 +72,49 @@ def archive_path(progress: Path) -> Path:
     return progress.with_name(f"{progress.stem}-archive{progress.suffix}")
 
 
-def trim(progress: Path, keep: int) -> int:
+def trim(progress: Path, keep: int, root: Path | None = None) -> int:
     """Move all but the last ``keep`` entries to the archive file; returns how many moved.
 
     The archive is appended to (and flushed) before ``progress`` is rewritten atomically, so a
     crash in between can duplicate entries in the archive but never lose one.  ``keep <= 0``
-    turns trimming off.
+    turns trimming off.  Both files are read and written through :mod:`ralph.safeio` below
+    ``root`` (default: their folder): a symlink or hard link there raises ``UnsafePath``.
     """
-    from ralph.fsutil import atomic_write_text
+    from ralph import safeio
 
-    if keep <= 0 or not progress.is_file():
+    root = progress.parent if root is None else root
+    if keep <= 0:
         return 0
-    text = progress.read_text(encoding="utf-8")
+    try:
+        text = safeio.read_text(progress, root)
+    except FileNotFoundError:
+        return 0
     log = parse(text)
     if len(log.entries) <= keep:
         return 0
     moved, kept = log.entries[:-keep], log.entries[-keep:]
     archive = archive_path(progress)
-    new_archive = not archive.exists()
-    with archive.open("a", encoding="utf-8") as handle:
-        if new_archive:
-            handle.write(f"# Progress log archive: older entries of {progress.name}, oldest first\n")
-        handle.write("".join(moved))
-        if not moved[-1].endswith("\n"):
-            handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    atomic_write_text(progress, log.header + "".join(kept))
+    new_archive = safeio.kind(archive, root) == "absent"
+    addition = "".join(moved) + ("" if moved[-1].endswith("\n") else "\n")
+    if new_archive:
+        addition = f"# Progress log archive: older entries of {progress.name}, oldest first\n" + addition
+    safeio.append_text(archive, root, addition, sync=True)
+    safeio.write_text(progress, root, log.header + "".join(kept))
     return len(moved)
 
 
-def excerpt(progress: Path, story_id: str | None, entries: int) -> str:
+def excerpt(progress: Path, story_id: str | None, entries: int, root: Path | None = None) -> str:
     """What the prompt quotes: the Codebase Patterns section and the latest ``entries`` entries.
 
     Entries about ``story_id`` come first in the choice (a review-fix needs the review's
     history), then the most recent ones; they are quoted oldest first, bounded by
-    :data:`ENTRIES_MAX_CHARS` (and the patterns by :data:`PATTERNS_MAX_CHARS`).
+    :data:`ENTRIES_MAX_CHARS` (and the patterns by :data:`PATTERNS_MAX_CHARS`).  The file is read
+    through :mod:`ralph.safeio` below ``root`` (default: its folder); one it refuses quotes nothing.
     """
-    try:
-        log = parse(progress.read_text(encoding="utf-8"))
+    from ralph import safeio
+
+    try:  # never a symlink's target (a host file) into the prompt
+        log = parse(safeio.read_text(progress, progress.parent if root is None else root))
     except (OSError, UnicodeDecodeError):
         return ""
     parts = []

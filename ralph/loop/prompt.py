@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ralph.agenttext import fence_for, indent_continuation, one_line, safe_data, strip_controls
 from ralph.contracts import Policy, Selection
 from ralph.errors import UsageError
 from ralph.tasks import TaskList
@@ -41,7 +42,7 @@ _IF = re.compile(r"^\s*<!--\s*ralph:if\s+(?P<names>[^>]*?)\s*-->\s*$")
 _END = re.compile(r"^\s*<!--\s*ralph:end\s*-->\s*$")
 _NOTE = re.compile(r"^\s*<!--\s*ralph:note\b")
 _ANY_MARKER = re.compile(r"<!--\s*ralph:")
-_INTERNAL_FIELDS = ("failed", "failureReason")
+_INTERNAL_FIELDS = ("failed", "failureReason", "waiting")
 
 
 def active_names(mode: str, skip_review: bool) -> frozenset[str]:
@@ -112,14 +113,8 @@ def story_json(tasks: TaskList, story_id: str | None) -> str:
         if not data.get(name):
             data.pop(name, None)
     # one field per line: readable, and about 15% smaller than indent=2 for list-valued fields
-    fields = [f"  {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)}" for key, value in data.items()]
+    fields = [f"  {json.dumps(key)}: {json.dumps(safe_data(value), ensure_ascii=False)}" for key, value in data.items()]
     return "{\n" + ",\n".join(fields) + "\n}"
-
-
-def _fence(text: str) -> str:
-    """A code fence longer than any run of backticks in ``text`` (quoted entries may hold fences)."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
 
 
 def render_prompt(
@@ -138,8 +133,13 @@ def render_prompt(
     progress: str = "",
     progress_file: str = "",
     progress_archive: str = "",
+    person: list[str] | None = None,
 ) -> str:
     """This mode's part of the template with its tokens filled in, then the loop's section.
+
+    ``person`` holds the loop's own text about the person in the loop (how to ask a person, a
+    person's answers: :mod:`ralph.loop.parking`), its first item a line of the section's list, the
+    others blocks after the story.
 
     ``progress`` is the excerpt of the progress log to quote (see
     :func:`ralph.loop.progresslog.excerpt`); ``progress_file`` and ``progress_archive`` name the log
@@ -163,19 +163,26 @@ def render_prompt(
             "it means this file)"
         )
     if tasks.verifyCommands:
-        parts.append("- verifyCommands: " + ", ".join(f"`{command}`" for command in tasks.verifyCommands))
+        parts.append("- verifyCommands: " + ", ".join(f"`{one_line(command)}`" for command in tasks.verifyCommands))
+    hint, *blocks = person or [""]
+    if hint:
+        parts.append(hint)
     story = story_json(tasks, selection.story_id)
     if story:
-        parts += ["", f"### The story, as in `{tasks_file or ralph_dir + '/tasks.json'}`", "", "```json", story, "```"]
+        fence = fence_for(story)  # a value holding backticks cannot close it
+        parts += ["", f"### The story, as in `{tasks_file or ralph_dir + '/tasks.json'}`", "", fence + "json", story, fence]
+    parts += [item for block in blocks if block for item in ("", block)]
     if progress:
         where = f"`{progress_file}`" if progress_file else "the progress log"
         older = f"; older entries are in `{progress_archive}`" if progress_archive else ""
-        fence = _fence(progress)
+        progress = strip_controls(progress)
+        fence = fence_for(progress)
         parts += ["", f"### Progress log: Codebase Patterns and recent entries (from {where}{older})", "",
                   fence + "text", progress, fence]  # fmt: skip
     if feedback:
         parts += ["", "### Feedback from the loop about the previous iteration", ""]
-        parts += [f"- {item}" for item in feedback]
+        # an item's own lines never start at the margin: only the loop's bullets do (agent text inside is quoted)
+        parts += [f"- {indent_continuation(strip_controls(item))}" for item in feedback]
     return "\n".join(parts) + "\n"
 
 
@@ -188,11 +195,14 @@ def render_iteration(
     selection: Selection,
     tasks: TaskList,
     feedback: list[str],
+    person: list[str] | None = None,
 ) -> str:
-    """The prompt of ``iteration``: ``template`` with seed 001's tokens filled in, and the loop's section."""
+    """The prompt of ``iteration``: ``template`` with seed 001's tokens filled in, and the loop's section
+    (``person``: see :func:`render_prompt`)."""
     from ralph.loop import progresslog
     from ralph.loop.start import seed_tokens
     from ralph.ralphfiles import progress_log
+    from ralph.safeio import root_for
 
     config, project_dir, ralph_dir = settings.config, settings.project_dir, settings.ralph_dir
     progress = progress_log(ralph_dir)
@@ -210,16 +220,19 @@ def render_iteration(
         tasks=tasks,
         feedback=feedback,
         tasks_file=relative_dir(tasks_path, project_dir),
-        progress=progresslog.excerpt(progress, selection.story_id, config.prompt_progress_entries),
+        progress=progresslog.excerpt(progress, selection.story_id, config.prompt_progress_entries,
+                                     root_for(progress, project_dir)),
         progress_file=relative_dir(progress, project_dir),
         progress_archive=relative_dir(archive, project_dir) if archive.exists() else "",
+        person=person,
     )
 
 
 def iteration_feedback(record: IterationRecord, timeout: float) -> list[str]:
     """What the next prompt tells the agent about iteration ``record``: violations, undone changes,
     a timeout (``timeout``: the iteration's limit in seconds), a false promise."""
-    feedback = [f"Iteration {record.number} ({record.mode}): {message}" for message in record.violations]
+    # a violation is one line: an agent-written value it names cannot start a line of the loop's own
+    feedback = [f"Iteration {record.number} ({record.mode}): {one_line(message)}" for message in record.violations]
     if record.undone:
         feedback.append(
             f"The loop undid the review-field changes of {', '.join(sorted(set(record.undone)))}; "

@@ -6,6 +6,7 @@ reports) can name these without importing the engine.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ EXIT_GLOBAL_TIMEOUT = 4
 EXIT_BUDGET = 5
 EXIT_USAGE_LIMIT = 6
 EXIT_AGENT_FAILING = 7
+EXIT_WAITING = 8
+"""Only stories waiting for a person's answer are left (``ralph answer``, then ``ralph run`` again)."""
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, as shells and seed 001 report it; 130 is SIGINT's
 
@@ -49,7 +52,41 @@ class IterationRecord:
     agent_error: str | None = None
     """The agent's own last error message (e.g. "Not logged in · Please run /login")."""
     usage: dict[str, int] = field(default_factory=dict)
-    """Tokens the agent reported (``input``, ``cache_read``, ``cache_write``, ``output``)."""
+    """Tokens of the iteration (``input``, ``cache_read``, ``cache_write``, ``output``): the meter's
+    count of the model traffic when :attr:`metered`, else what the agent reported."""
+    metered: bool = False
+    """Cost, tokens and limits come from the loop's own meter of the model traffic (ralph/metering),
+    not from the agent's output stream."""
+    answered: int | None = None
+    """Model calls the meter saw answered (None: not metered); 0 means the agent could not have acted."""
+    model_requests: int = 0
+    """Model calls the meter saw (answered, rejected or failed)."""
+    reported_cost: float = 0.0
+    """USD the agent's own output claimed (display only when :attr:`metered`)."""
+    reported_usage: dict[str, int] = field(default_factory=dict)
+    """Tokens the agent's own output claimed (display only when :attr:`metered`)."""
+    limit_resets_at: float | None = None
+    """Epoch seconds when the usage limit resets, as the API said (a header or the error body)."""
+    quota: dict[str, Any] = field(default_factory=dict)
+    """The subscription windows the API last reported (``anthropic-ratelimit-unified-*``: 5h, 7d ...)."""
+    rejected: bool = False
+    """The iteration did no work: the meter saw the model answer none of its calls, and the tree (HEAD,
+    changes, untracked files) was as before.  Only such an iteration does not count toward ``-n``."""
+    unpriced: list[str] = field(default_factory=list)
+    """Models the iteration called that have no price (``[tool.ralph.prices]``): their tokens cost 0."""
+    tool_calls: int = 0
+    """Tool calls whose result the agent's output reported (Claude Code's tool results, Codex's
+    finished commands), the ones the loop's guards denied left out."""
+    tool_errors: int = 0
+    """Of :attr:`tool_calls`, those reported as failed (``is_error``, a non-zero exit)."""
+    tool_denials: int = 0
+    """Tool results of calls the loop's guards denied (matched by the hook's ``tool_use_id``)."""
+    tool_error: str | None = None
+    """The first failed call's output (at most 1000 characters)."""
+    commands_failed: bool = False
+    """The agent made tool calls, every one failed (denials apart), and the iteration changed nothing
+    in the project: its environment is probably broken (a sandbox that cannot start a command, a
+    missing program)."""
 
 
 @dataclass
@@ -74,13 +111,29 @@ USAGE_KEYS = {
 
 
 def add_usage(into: dict[str, int], usage: Any) -> None:
-    """Add the token counts of an agent's ``usage`` report to ``into`` (other fields ignored)."""
+    """Add the token counts of an agent's ``usage`` report to ``into`` (other fields ignored).
+
+    Only finite, non-negative counts are added: a report can never lower a total.
+    """
     if not isinstance(usage, dict):
         return
     for key, name in USAGE_KEYS.items():
         value = usage.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
             into[name] = into.get(name, 0) + int(value)
+
+
+def reported_cost(value: Any) -> float:
+    """A cost an agent reported, as USD that can only add: finite and positive, else 0 (and at most
+    :data:`MAX_REPORTED_COST`, so that sums stay finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    cost = float(value)
+    return min(cost, MAX_REPORTED_COST) if math.isfinite(cost) and cost > 0 else 0.0
+
+
+MAX_REPORTED_COST = 1e9
+"""The most one cost report counts for (USD): more is taken as this, never as infinity."""
 
 
 def total_usage(records: list[IterationRecord]) -> dict[str, int]:

@@ -1,9 +1,10 @@
 """After an iteration: read the task list back, and undo what an iteration may not do.
 
 The loop never trusts the agent's account of its work: it parses the file itself, runs the
-validators and the whole-list check against the pre-iteration snapshot, and repairs what
-it finds (an unparseable file goes back to the last good text; illegal review transitions
-and forbidden list changes are undone), noting each repair in the progress log.
+validators and the whitelist (:mod:`ralph.loop.listcheck`, derived from the policy's table)
+against the pre-iteration list, and repairs what it finds (an unparseable file goes back to
+the last good text; illegal state transitions and every other change outside the whitelist
+are undone), noting each repair in the progress log.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ralph.contracts import Selection, Violation
-from ralph.tasks import REVIEW_FIELDS, TaskList
+from ralph.tasks import TaskList
 
 if TYPE_CHECKING:
+    from ralph.contracts import Policy
     from ralph.loop.progressnotes import ProgressNotes
     from ralph.loop.records import IterationRecord
     from ralph.loop.taskfile import TaskFile
@@ -27,11 +29,14 @@ Validate = Callable[..., list[Violation]]
 class TaskListRepairs:
     """Reads the task list after an iteration and repairs it; accepts it when nothing needs undoing."""
 
-    def __init__(self, taskfile: TaskFile, validate: Validate, notes: ProgressNotes, emit: Callable[..., None]) -> None:
+    def __init__(
+        self, taskfile: TaskFile, validate: Validate, notes: ProgressNotes, emit: Callable[..., None], policy: Policy
+    ) -> None:
         self.taskfile = taskfile
         self.validate = validate
         self.notes = notes
         self.emit = emit
+        self.policy = policy
 
     def read_back(
         self, record: IterationRecord, selection: Selection, before: TaskList, before_raw: str | None, run_dir: Path
@@ -45,7 +50,7 @@ class TaskListRepairs:
                 Violation("schema", f"{error}. The loop restored the task list from before the iteration.")
             ]
         elif any(v.undoable for v in violations):
-            after = self._undo(record, before, after, raw, violations, selection.story_id, before_raw)
+            after = self._undo(record, before, after, raw, violations, selection, before_raw)
         else:
             self.taskfile.accept(raw)
         return after, violations
@@ -57,26 +62,19 @@ class TaskListRepairs:
         after: TaskList,
         raw: str | None,
         violations: list[Violation],
-        story_id: str | None = None,
+        selection: Selection,
         before_raw: str | None = None,
     ) -> TaskList:
-        """Undo the whole-list findings and restore the review fields of every story with an undoable violation."""
+        """Undo what the whitelist found, and restore the state fields of every story with an undoable violation."""
         from ralph.loop.listcheck import CHECK, check_list
 
-        listed = check_list(before, after, story_id, self.taskfile.trusted)
+        listed = check_list(before, after, selection.story_id, self.taskfile.trusted, policy=self.policy, mode=selection.mode)
         repaired = listed.apply(before, after) if listed.needed else after.model_copy(deep=True)
         ids = {v.story_id for v in violations if v.undoable and v.story_id and v.check != CHECK}
         for story in repaired.userStories:
-            if story.id not in ids:
-                continue
-            old = before.story(story.id)
-            for name in REVIEW_FIELDS:
-                if old is None:
-                    value = {"passes": False, "reviewStatus": None, "reviewCount": 0, "reviewFeedback": ""}[name]
-                else:
-                    value = getattr(old, name)
-                setattr(story, name, value)
-            record.undone.append(story.id)
+            if story.id in ids:
+                self.policy.restore_state(story, before.story(story.id))
+                record.undone.append(story.id)
         # text the person owns goes back: render against the pre-iteration text, not the agent's
         self.taskfile.write(repaired, before_raw if listed.needed and before_raw is not None else raw)
         _, reread, _ = self.taskfile.read()
@@ -93,7 +91,9 @@ class TaskListRepairs:
                 fields=sorted((listed.top_level or {}).keys()) if listed.top_level is not None else [],
                 reinserted=listed.reinsert,
                 reverted=listed.revert_text,
+                reverted_fields=listed.revert_fields,
                 dropped=listed.drop,
+                reordered=listed.reorder,
                 reasons=[v.message for v in listed.violations],
             )
         self.notes.note(record, "; ".join(parts) + ": " + " ".join(lines))

@@ -6,8 +6,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ralph.contracts import AUTO_APPROVED_PREFIX
-
 if TYPE_CHECKING:
     from ralph.loop.gates import GateKeeper
     from ralph.tasks import TaskList
@@ -15,6 +13,8 @@ if TYPE_CHECKING:
 
 def summary_stories(tasks: TaskList) -> list[dict[str, Any]]:
     """Each story's state as ``summary.json`` holds it (``ralph report`` reads the same shape)."""
+    from ralph.contracts import AUTO_APPROVED_PREFIX  # here: `ralph status` imports this module, not the contracts
+
     return [
         {
             "id": s.id,

@@ -1,8 +1,9 @@
 """What a failed hard gate does at once: the story sent back, and (``on_gate_failure = "rollback"``)
 the iteration's work rolled back, a copy of it saved in the run directory first.
 
-The agent's verdict does not count when a hard gate fails: an implemented story
-loses ``needs_review`` (or ``passes``), a fixed one goes back to ``changes_requested``.
+The agent's verdict does not count when a hard gate fails: the policy undoes it
+(:meth:`Policy.send_back`; the review policy: an implemented story loses ``needs_review``,
+a fixed one goes back to ``changes_requested``; skip-review: ``passes`` goes back to false).
 """
 
 from __future__ import annotations
@@ -17,25 +18,22 @@ if TYPE_CHECKING:
     from ralph.tasks import TaskList
 
 
-def send_back(loop: GateLoop, record: IterationRecord, selection: Selection, tasks: TaskList, result: GateResult) -> TaskList:
-    """Put the story back as the review policy says (persisted when it changed); emits ``gate_failed``."""
+def send_back(
+    loop: GateLoop, record: IterationRecord, selection: Selection, tasks: TaskList, result: GateResult,
+    before: TaskList | None = None, log: str | None = None,
+) -> TaskList:
+    """Put the story back as the policy says (persisted when it changed); emits ``gate_failed``.
+
+    ``before`` is the task list before the iteration (the policy may restore the story's state from it);
+    ``log`` where the gate's whole output is kept (the event carries its excerpt and that path).
+    """
+    from ralph.loop.gateoutput import excerpt
+
+    shown, left_out = excerpt(result.output)
     story = tasks.story(selection.story_id or "")
     assert story is not None
-    changed = []
-    if loop.policy.uses_review:
-        if selection.mode == "implement" and story.reviewStatus == "needs_review":
-            story.reviewStatus = None
-            changed.append("reviewStatus needs_review → null")
-        elif selection.mode == "review-fix" and story.reviewStatus != "changes_requested":
-            story.reviewStatus = "changes_requested"
-            story.reviewFeedback = (
-                f"[ralph {result.gate} gate] the {result.gate} gate failed after the fix; see the loop's "
-                "state for the verbatim output."
-            )
-            changed.append("reviewStatus → changes_requested")
-    elif story.passes:
-        story.passes = False
-        changed.append("passes true → false")
+    old = before.story(story.id) if before is not None else None
+    changed = loop.policy.send_back(story, selection.mode, result.gate, old)
     loop.emit(
         "gate_failed",
         iteration=record.number,
@@ -44,6 +42,9 @@ def send_back(loop: GateLoop, record: IterationRecord, selection: Selection, tas
         exit_code=result.exit_code,
         timed_out=result.timed_out,
         sent_back=changed,
+        excerpt=shown,
+        left_out=left_out,
+        log=log,
     )
     if changed:
         loop.persist_tasks(

@@ -11,11 +11,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ralph.errors import TaskListError, UsageError
 from ralph.tasks import TaskList
 
+if TYPE_CHECKING:
+    from ralph.contracts import Check, Policy
+
 __all__ = [
     "BUILTIN_PROMPT_NOTE",
+    "input_warnings",
+    "policy_story_fields",
     "archive_failure_branches",
     "PromptSource",
     "checkout_work_branch",
@@ -60,28 +67,38 @@ def graph_errors(tasks: TaskList) -> list[str]:
     return errors
 
 
-def unselectable_reason(tasks: TaskList, uses_review: bool) -> str:
-    """Why no story can be selected, for a person (never empty)."""
-    from ralph.tasks import blocked_reason
+def unselectable_reason(tasks: TaskList, policy: Policy | bool) -> str:
+    """Why no story can be selected, for a person (never empty): the policy's own explanation.
 
-    waiting = [s for s in tasks.userStories if not s.passes and not s.failed]
-    parts: list[str] = []
-    if waiting:
-        parts.append(blocked_reason(tasks, waiting))
-    unapproved = [s for s in tasks.userStories if s.passes and s.reviewStatus != "approved"]
-    if uses_review and unapproved:
-        ids = ", ".join(s.id for s in unapproved[:8]) + (" ..." if len(unapproved) > 8 else "")
-        states = sorted({str(s.reviewStatus).replace("None", "null") for s in unapproved})
-        parts.append(
-            f"{ids} {'has' if len(unapproved) == 1 else 'have'} passes=true but no approval (reviewStatus "
-            f"{', '.join(states)}): the review policy only reviews stories whose reviewStatus is \"needs_review\" "
-            "- set that to have them reviewed, or run with --skip-review to accept passes=true as done"
-        )
-    if not parts:
-        if not tasks.userStories:
-            return "the task list has no stories"
-        parts.append("the policy selects none of the stories in their current state")
-    return "; ".join(parts)
+    A bool (the older form) stands for the shipped policies: True for ``review``, False for ``skip-review``.
+    """
+    if isinstance(policy, bool):
+        from ralph.config import RalphConfig
+        from ralph.plugin.manager import PluginHost
+        from ralph.settings import Settings
+
+        chosen = PluginHost().policies.get("review" if policy else "skip-review")
+        return chosen(Settings(project_dir=Path.cwd(), config=RalphConfig())).unselectable_reason(tasks)
+    return policy.unselectable_reason(tasks)
+
+
+def input_warnings(tasks: TaskList, tasks_path: Path, project_dir: Path, policy: Policy) -> list[Check]:
+    """What is wrong in the person's files without stopping the run, as warnings: task-list keys
+    that look like a misspelt key ralph reads (``depends_on``, ``prority``, ``verifyCommand``)."""
+    from ralph.contracts import Check
+    from ralph.loop.prompt import relative_dir
+    from ralph.tasks import misspelt_keys
+
+    shown = relative_dir(tasks_path, project_dir)
+    return [
+        Check(None, f"{shown}: {line}", f"rename the key in {shown} (ralph ignores it as it is)")
+        for line in misspelt_keys(tasks, policy_story_fields(policy))
+    ]
+
+
+def policy_story_fields(policy: Policy) -> list[str]:
+    """The story fields ``policy`` reads besides ralph's: its state fields and the fields its modes may set."""
+    return [*policy.state_fields, *(name for rules in (policy.table or {}).values() for name in rules.fields)]
 
 
 # -- the prompt ----------------------------------------------------------------------------------
@@ -118,6 +135,28 @@ def load_prompt(ralph_dir: Path, progress_name: str) -> PromptSource:
     if progress_name != "progress.txt":
         text = text.replace("progress.txt", progress_name)
     return PromptSource(text, builtin=True)
+
+
+def check_prd(prompt: PromptSource, ralph_dir: Path, project_dir: Path) -> None:
+    """UsageError when the folder's own prompt tells the agent to read ``prd.md`` and there is none
+    (seed 004: the loop checks its files before iteration 1); the message names the fixes.
+
+    A folder run with the built-in prompt (an adopted one without a ``prompt.md``, such as
+    snarktank's ``prd.json``) may go without: its task list is the whole spec (docs/migrating.md)."""
+    path = ralph_dir / "prd.md"
+    if prompt.builtin or "prd.md" not in prompt.text or path.is_file():
+        return
+    from ralph.loop.prompt import relative_dir
+
+    shown = relative_dir(path, project_dir)
+    if path.exists() or path.is_symlink():
+        raise UsageError(f"{shown} is not a regular file, and the prompt tells the agent to read it: replace it "
+                         "with the PRD (nothing was started)")
+    raise UsageError(
+        f"{shown} is missing, and the prompt tells the agent to read it: restore it (`git checkout HEAD -- {shown}` "
+        f"if it was committed) or write one (`ralph init` adds the template, nothing else), then commit it "
+        "(nothing was started)"
+    )
 
 
 def seed_tokens(

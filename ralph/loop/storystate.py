@@ -9,6 +9,8 @@ for that story.  Stuck detection and escalation are decided here.
 
 from __future__ import annotations
 
+from ralph.agenttext import fenced
+
 import hashlib
 import json
 import re
@@ -124,18 +126,21 @@ class StoryAttempts:
         ``context-expansion`` (tier 2) or ``stop`` (tier 3, also when attempts run out).
 
         Only the same error hash ``STUCK_AFTER`` times in a row is "stuck": an
-        error that changes is progress and never escalates before the attempt cap.
+        error that changes is progress and never escalates before the attempt cap.  The cap is
+        a cap: no attempt after ``max_iterations`` failures, so an error that points at missing
+        information gets its context expansion after the first strategy shift, within the cap.
         """
-        if self.iteration >= self.max_iterations and self.stuck_count < STUCK_AFTER:
+        if self.iteration >= self.max_iterations:
             return "stop"
         if self.stuck_count < STUCK_AFTER:
             return None
-        if self.strategy_shifts < max_shifts and self.iteration < self.max_iterations:
-            return "strategy-shift"
         last = self.attempts[-1].output if self.attempts else ""
-        if not self.context_expanded and is_info_gap(last) and self.iteration <= self.max_iterations:
+        expand = not self.context_expanded and is_info_gap(last)
+        if expand and self.strategy_shifts >= min(1, max_shifts):
             return "context-expansion"
-        return "stop"
+        if self.strategy_shifts < max_shifts:
+            return "strategy-shift"
+        return "context-expansion" if expand else "stop"
 
     # -- the file ---------------------------------------------------------------------------
 
@@ -160,9 +165,7 @@ class StoryAttempts:
                 "",
                 f"## Attempt {attempt.number}: {attempt.gate} gate output (verbatim)"
                 + (" — TIMEOUT" if attempt.timed_out else ""),
-                "```",
-                attempt.output,
-                "```",
+                fenced(attempt.output, ""),  # the output (the agent's code printed it) cannot close the fence
             ]
         lines += ["", "## Attempt History", "| # | Gate | Error Hash | Strategy Shift |", "|---|------|------------|----------------|"]
         lines += [

@@ -19,12 +19,13 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from ralph import safeio
 from ralph.contracts import TaskStore
 from ralph.errors import TaskListError
 from ralph.fsutil import atomic_write_text
 from ralph.loop.listcheck import top_level
 from ralph.ralphfiles import story_id_problem
-from ralph.tasks import TaskList
+from ralph.tasks import Story, TaskList
 
 _SHARED = ContextVar("ralph_taskfile_shared_reads", default=False)
 
@@ -43,13 +44,17 @@ def shared_reads() -> Iterator[None]:
 class TaskFile:
     """One store's task file: read, render + persist, last good text, trusted non-story fields."""
 
-    def __init__(self, store: TaskStore, path: Path) -> None:
+    def __init__(self, store: TaskStore, path: Path, root: Path | None = None) -> None:
         self.store = store
         self.path = path
+        self.root = path.parent if root is None else root
+        """The project: no symlink below it is followed on the way to the file (:mod:`ralph.safeio`)."""
         self.last_good: str | None = None
         """The file's text as the loop last accepted or wrote it."""
         self.trusted: dict[str, Any] | None = None
         """The non-story fields (``verifyCommands`` ...) taken at run start (:meth:`trust`)."""
+        self.started_stories: dict[str, Story] = {}
+        """Each story as the run started (:meth:`trust`): where person-only fields are read from."""
         self._shared: tuple[str, TaskList] | None = None
         # (text, its parse) of the last shared read; only ever handed to shared readers, so
         # no caller that changes its list (gates, repairs) can hold it.
@@ -62,7 +67,7 @@ class TaskFile:
         from ralph.tasks import read_task_text
 
         try:
-            raw = read_task_text(self.path)
+            raw = read_task_text(self.path, self.root)
         except FileNotFoundError:
             return None, None, f"{self.path} does not exist"
         except TaskListError as exc:  # a directory, unreadable, not UTF-8
@@ -86,7 +91,8 @@ class TaskFile:
     def write(self, tasks: TaskList, base: str | None) -> str:
         """Render ``tasks`` changing as little of ``base`` as the store can, write it, and accept it."""
         text = self.store.render(tasks, base)
-        atomic_write_text(self.path, text)
+        # replaces whatever the agent left at the name (a symlink, a hard link, a directory), never its target
+        safeio.write_text(self.path, self.root, text, replace_dir=True)
         self.last_good = text
         return text
 
@@ -99,7 +105,7 @@ class TaskFile:
         import hashlib
 
         try:
-            return hashlib.sha256(self.path.read_bytes()).hexdigest()
+            return hashlib.sha256(safeio.read_bytes(self.path, self.root)).hexdigest()
         except OSError:
             return None
 
@@ -108,6 +114,7 @@ class TaskFile:
     def trust(self, tasks: TaskList, run_dir: Path | None = None) -> None:
         """Take ``tasks``' non-story fields as the run's trusted copy (and save it in ``run_dir``)."""
         self.trusted = top_level(tasks)
+        self.started_stories = {story.id: story.model_copy(deep=True) for story in tasks.userStories}
         if run_dir is not None:
             target = run_dir / "trusted"
             target.mkdir(parents=True, exist_ok=True)
@@ -118,6 +125,11 @@ class TaskFile:
         if self.trusted is None or top_level(tasks) == self.trusted:
             return tasks
         return TaskList.model_validate({**self.trusted, "userStories": [s.model_dump() for s in tasks.userStories]})
+
+    def started_story(self, story_id: str) -> Story | None:
+        """The story ``story_id`` as the run started (None: the run added it); a copy."""
+        story = self.started_stories.get(story_id)
+        return story.model_copy(deep=True) if story is not None else None
 
     @property
     def verify_commands(self) -> list[str]:

@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ralph import safeio
 from ralph.gitutil import git
 
 MAX_UNTRACKED_BYTES = 4 * 1024 * 1024
@@ -25,9 +26,10 @@ def _untracked(project: Path) -> list[str]:
     return [p for p in out.split("\0") if p]
 
 
-def _digest(path: Path) -> str | None:
+def _digest(project: Path, name: str) -> str | None:
+    """The SHA-256 of an untracked file; None when absent or not a regular file reached without links."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(safeio.read_bytes(project / name, project)).hexdigest()
     except OSError:
         return None
 
@@ -51,13 +53,13 @@ class TreeSnapshot:
         status = git(project, "status", "--porcelain=v1", "-z", check=False).stdout
         snapshot = cls(project, head, stash, status)
         for name in _untracked(project):
-            path = project / name
-            snapshot.untracked[name] = _digest(path)
-            try:
-                if path.is_file() and path.stat().st_size <= MAX_UNTRACKED_BYTES:
-                    snapshot.contents[name] = path.read_bytes()
+            snapshot.untracked[name] = _digest(project, name)
+            try:  # a symlink's target (a host file) is never read, so never written back into the project
+                data = safeio.read_bytes(project / name, project)
             except OSError:
-                pass
+                continue
+            if len(data) <= MAX_UNTRACKED_BYTES:
+                snapshot.contents[name] = data
         return snapshot
 
     def changes(self) -> list[str]:
@@ -75,7 +77,7 @@ class TreeSnapshot:
         for name, digest in self.untracked.items():
             if name not in now:
                 found.append(f"deleted {name}")
-            elif _digest(project / name) != digest:
+            elif _digest(project, name) != digest:
                 found.append(f"changed {name}")
         return found
 
@@ -88,9 +90,13 @@ class TreeSnapshot:
             # a stash apply stages nothing we want staged: leave the index as HEAD plus the work
         for name in _untracked(project):
             if name not in self.untracked:
-                (project / name).unlink(missing_ok=True)
+                try:
+                    safeio.remove(project / name, project)
+                except OSError:
+                    pass  # under a symlinked folder: reported by changes(), never followed
         for name, data in self.contents.items():
-            path = project / name
-            if not path.is_file() or _digest(path) != self.untracked.get(name):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+            if _digest(project, name) != self.untracked.get(name):
+                try:
+                    safeio.write_bytes(project / name, project, data, parents=True, replace_dir=True)
+                except OSError:
+                    pass

@@ -38,6 +38,7 @@ class TrustedCopy:
         self.emit = emit
         self.files: TrustedFiles | None = None
         self.config_table: TrustedConfigTable | None = None
+        self.run_dir: Path | None = None
         self.tracked: set[Path] = set()
         """The protected files git tracked as the run started (restoring them is committed)."""
 
@@ -46,8 +47,12 @@ class TrustedCopy:
         from ralph.hooks.wiring import weakening_settings
         from ralph.loop.trustedfiles import TrustedConfigTable, TrustedFiles, protected_files
 
+        self.run_dir = run_dir
         self.taskfile.trust(tasks, run_dir)
-        self.files = TrustedFiles(self.project_dir, protected_files(self.project_dir, self.ralph_dir))
+        protected = protected_files(self.project_dir, self.ralph_dir)
+        protected += [path for path in self._local_plugins() if path not in protected]
+        self.files = TrustedFiles(self.project_dir, protected)
+        self._trust_executed()
         self.files.save(run_dir)
         self.config_table = TrustedConfigTable(self.project_dir)
         self.tracked = {path for path in self.files.paths if tracked(self.project_dir, path)}
@@ -56,34 +61,51 @@ class TrustedCopy:
         for warning in weakening_settings(self.project_dir):
             self.emit("hook_settings_warning", warning=warning)
 
+    def _local_plugins(self) -> list[Path]:
+        """The local plugin files the config names (ralph/plugin/local.py), protected like prd.md even when
+        not loaded (``RALPH_DISABLE_PLUGINS``): the agent may not change what a later run would execute."""
+        from ralph.plugin import local
+
+        names = list(getattr(self.config, "plugins", None) or [])
+        return local.paths(self.project_dir, names)
+
+    def _trust_executed(self) -> None:
+        """Make what ralph executed of each local plugin its trusted copy (it is what runs)."""
+        from ralph.plugin import local
+
+        assert self.files is not None
+        for path, data in local.executed().items():
+            if path in self.files.content and self.files.content[path] != data:
+                self.files.content[path] = data  # changed since it was read: the next restore puts back what runs
+                self.files.shape[path] = None
+
     def restore(self, record: IterationRecord) -> list[Violation]:
         """Put back prd.md, prompt.md and the project settings the iteration changed; log and commit them."""
         if self.files is None:
             return []
         restored = self.files.restore()
-        violations = []
+        violations: list[Violation] = []
         table = self.config_table
         if table is not None:
-            config_restored, config_message = table.check()
+            aside = self.run_dir / f"iteration-{record.number:03d}.pyproject.toml" if self.run_dir else None
+            config_restored, _ = table.check(aside)
             if config_restored is not None:
                 restored.append(config_restored)
-            if config_message is not None:
-                violations.append(Violation("protected-file", config_message))
-                self.emit("protected_file_restored", iteration=record.number, path="pyproject.toml", how="reported",
-                          message=config_message)
-                self.notes.note(record, config_message, subject="agent changed [tool.ralph]", paths=[])
         if not restored:
             return violations
         names = []
         for item in restored:
             name = str(item.path.relative_to(self.project_dir)) if item.path.is_relative_to(self.project_dir) else str(item.path)
-            names.append(name)
+            shown = f"{name} {item.part}" if item.part else name
+            names.append(shown)
             message = (
-                f"{name} is protected during the run and was {item.how} by the agent; the loop restored it from its "
-                "trusted copy. It is the person's to change between runs: propose the change in progress.txt."
+                f"{shown} is protected during the run and was {item.how} by the agent; the loop restored it from its "
+                "trusted copy" + (f" ({item.note})" if item.note else "") + ". It is the person's to change between "
+                "runs: propose the change in progress.txt."
             )
             violations.append(Violation("protected-file", message))
-            self.emit("protected_file_restored", iteration=record.number, path=name, how=item.how, message=message)
+            self.emit("protected_file_restored", iteration=record.number, path=name, how=item.how, message=message,
+                      part=item.part)
         # commit the restored files git tracks now or tracked when the run started, so the tree stays clean
         committed = [item.path for item in restored if item.path in self.tracked or tracked(self.project_dir, item.path)]
         self.notes.note(

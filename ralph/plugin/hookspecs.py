@@ -5,6 +5,15 @@ object registered under the ``ralph`` entry-point group (the default plugins in
 ``ralph_plugins`` are registered exactly that way).  Commands are not a hook:
 a plugin declares them in the ``ralph.commands`` entry-point group, so
 ``ralph --help`` lists them without importing any plugin (ralph/plugin/commands.py).
+
+Every hook is called through pluggy and collects: each implementation answers, in pluggy's order
+(``@hookimpl(tryfirst=True)`` first, ``trylast`` last, otherwise the plugin registered last first).
+A new-style wrapper (``@hookimpl(wrapper=True)``, a generator that yields once) surrounds the other
+implementations of the validation, agent-side, prompt and pre-flight hooks: ``answers = yield``
+gives it their answers (one list per implementation) and what it returns is used instead (the
+lists, or their items).  The registration hooks and ``ralph_config_sections`` are called once per
+plugin and reporters are isolated from each other, so none of them may be a wrapper (the plugin
+does not load).  ``RALPH_TRACE_PLUGINS=1`` prints every call on stderr.
 """
 
 from __future__ import annotations
@@ -115,7 +124,9 @@ def ralph_validate(context: ValidationContext) -> list[Violation] | None:
     reported.  ``context`` carries the raw and parsed task list, the trusted
     pre-iteration snapshot, the iteration mode and the active policy.  Return an
     empty list (or None) when everything holds.  A validator that raises stops
-    the loop with a clear error: the loop is fail-closed.
+    the loop with a clear error naming it: the loop is fail-closed.  A wrapper
+    (``@hookimpl(wrapper=True)``) gets every other validator's list
+    (``answers = yield``) and returns the violations to report.
     """
 
 
@@ -129,7 +140,9 @@ def ralph_loop_event(event: LoopEvent) -> None:
 
     Reporters (the console view, the JSONL event log, notifiers) implement
     this.  It must not raise and must be quick: it runs on the loop's thread.
-    ``event.kind`` names the event; ``event.data`` is JSON-serialisable.
+    ``event.kind`` names the event; ``event.data`` is JSON-serialisable.  A
+    reporter that raises is disabled for the rest of the run (the reporters
+    after it still get the event); it cannot be a wrapper.
     """
 
 
@@ -144,7 +157,8 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial] | None:
     A collecting hook: every guard sees every call; any ``Denial`` blocks it and
     all reasons are shown to the agent.  The reason must say what to do
     instead.  Guards may record things in ``event.session`` (files read).
-    Return None or an empty list to allow.
+    Return None or an empty list to allow.  A wrapper gets the other guards'
+    denials (one list per guard) and returns those that stand.
     """
 
 

@@ -12,6 +12,13 @@ provides (``RALPH_API = "2"`` in its module), or whose registration hook
 refuses to start until it is fixed or disabled (a missing validator, gate or
 guard must never be skipped silently; see docs/plugins.md, "When a plugin
 breaks").
+
+Every hook is called through pluggy (``ralph/plugin/calls.py``): wrappers
+(``@hookimpl(wrapper=True)``) work on the validation, guard, monitor, prompt and
+pre-flight hooks.  The registration hooks and ``ralph_config_sections`` are called once
+per plugin (what it registers is its own), and reporters one by one in effect (one that
+raises is disabled, the others still get the event): a wrapper of one of those hooks
+is a load failure that says so.  ``RALPH_TRACE_PLUGINS=1`` prints every hook call.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, TypeVar, cast
 
 import pluggy
 
 from ralph.plugin import hookspecs
+from ralph.plugin.calls import flatten, raised_by, trace_calls, traced_hooks
 from ralph.contracts import (
     Agent,
     Check,
@@ -46,6 +54,9 @@ from ralph.plugin.entrypoints import (
     disabled_plugins,
     only_own_plugins,
 )
+
+if TYPE_CHECKING:
+    from ralph.plugin.local import LocalPlugin
 
 API_VERSION = "1.0"
 """The plugin API version of this ralph (``major.minor``): a plugin declaring
@@ -181,6 +192,38 @@ def replaced_hooks(plugin: object) -> str | None:
     return "; ".join(f"implements {name}, which this ralph no longer calls: {REPLACED_HOOKS[name]}" for name in found)
 
 
+PER_PLUGIN_HOOKS = (
+    "ralph_register_runners",
+    "ralph_register_agents",
+    "ralph_register_policies",
+    "ralph_register_task_stores",
+    "ralph_register_gates",
+    "ralph_register_fleet_engines",
+    "ralph_config_sections",
+)
+"""Hooks called once per plugin: what a plugin registers (and which plugin registered it) is its own."""
+
+NO_WRAPPERS = {
+    **{name: "it is called once per plugin (what a plugin registers is its own)" for name in PER_PLUGIN_HOOKS},
+    "ralph_loop_event": "reporters are isolated from each other (one that raises is disabled, the others go on)",
+}
+"""Hooks a wrapper cannot wrap, and why (a plugin implementing one as a wrapper does not load)."""
+
+
+def wrapper_problem(pm: pluggy.PluginManager, plugin: object) -> str | None:
+    """Why ``plugin`` cannot load because it wraps a hook no wrapper can wrap (None: it does not)."""
+    problems = []
+    for caller in pm.get_hookcallers(plugin) or []:
+        why = NO_WRAPPERS.get(caller.name)
+        if why is None:
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper):
+                problems.append(f"implements {caller.name} as a wrapper, which ralph does not support: {why}; "
+                                "implement it as a plain hook")
+    return "; ".join(problems) or None
+
+
 def _warn_on_stderr(line: str) -> None:
     sys.stderr.write(f"ralph: warning: {line}\n")
 
@@ -198,6 +241,7 @@ class PluginHost:
         """Load every installed plugin (``only``: just the entry points of these names,
         e.g. the plugin behind one command) and the registries they fill."""
         environ = dict(os.environ) if environ is None else environ
+        self._environ = environ
         self.pm = pluggy.PluginManager("ralph")
         self.pm.add_hookspecs(hookspecs)
         self.infos: list[PluginInfo] = []
@@ -206,6 +250,11 @@ class PluginHost:
         """Reporters disabled after they raised (plugin name -> the error)."""
         self.warn: Callable[[str], None] = _warn_on_stderr
         """Where warnings about plugins go (a one-line message; stderr by default)."""
+        traced = traced_hooks(environ)
+        if traced is not None:
+            trace_calls(self.pm, traced)
+        self._reporters: tuple[tuple[str, ...], Any] = ((), None)
+        """The silenced reporters and the hook caller of the others (None: ``pm.hook.ralph_loop_event``)."""
         disabled = disabled_plugins(environ)
         only_own = only_own_plugins(environ)
         if load_entry_points:
@@ -219,6 +268,7 @@ class PluginHost:
             if info.disabled or info.error
         }
         self._registries: list[Registry] = []
+        self._registry_hooks: dict[str, tuple[Registry, type]] = {}
         self.runners = self._registry("runner", "ralph_register_runners", Runner)
         self.agents = self._registry("agent", "ralph_register_agents", Agent)
         self.policies = self._registry("policy", "ralph_register_policies", Policy)
@@ -255,12 +305,62 @@ class PluginHost:
                 except Exception:
                     self.pm.unregister(name=ep.name)
                     raise
+                problem = wrapper_problem(self.pm, plugin)
+                if problem is not None:
+                    self.pm.unregister(name=ep.name)
+                    self.infos.append(PluginInfo(ep.name, dist, version, ep.value, error=problem, incompatible=True))
+                    continue
             except Exception as exc:  # a broken third-party plugin must not break ralph
                 self.infos.append(
                     PluginInfo(ep.name, dist, version, ep.value, error=f"{type(exc).__name__}: {exc}")
                 )
                 continue
             self.infos.append(PluginInfo(ep.name, dist, version, ep.value))
+
+    def add_local(self, plugins: Iterable[LocalPlugin]) -> None:
+        """Load project-local plugins (ralph/plugin/local.py) after the installed ones: each executed
+        from the bytes read at the start, checked as an installed plugin is (``RALPH_API``, hook
+        names, wrappers) and for the hooks only installed plugins may implement; the gates it
+        registers join the registry.  One that fails is recorded as failed (``ralph run`` refuses)."""
+        from ralph.plugin.local import module_of, not_local
+
+        disabled = disabled_plugins(self._environ)
+        for plugin in plugins:
+            info = PluginInfo(plugin.name, plugin.describe_source(), "", str(plugin.path))
+            if plugin.name in disabled:
+                self.infos.append(replace(info, disabled=True))
+                self._not_loaded[plugin.name] = f"is disabled ({DISABLE_ENV})"
+                continue
+            try:
+                module = module_of(plugin)
+                problem = api_incompatibility(getattr(module, API_ATTRIBUTE, None)) or replaced_hooks(module)
+                if problem is None:
+                    problem = not_local(module)
+                    incompatible = False
+                else:
+                    incompatible = True
+                if problem is None:
+                    self.pm.register(module, name=plugin.name)
+                    try:
+                        self.pm.check_pending()  # a misspelled hook name
+                    except Exception:
+                        self.pm.unregister(module)
+                        raise
+                    problem = wrapper_problem(self.pm, module)
+                    if problem is not None:
+                        self.pm.unregister(module)
+                        incompatible = True
+            except Exception as exc:  # the person's file: its error is shown, ralph run refuses
+                problem, incompatible = f"{type(exc).__name__}: {exc}", False
+            if problem is not None:
+                failed = replace(info, error=problem, incompatible=incompatible)
+                self.infos.append(failed)
+                self._not_loaded[plugin.name] = f"did not load: {failed.status}"
+                continue
+            self.infos.append(info)
+            for hook_name, (registry, base) in self._registry_hooks.items():
+                if plugin.name in self._implementers(hook_name):
+                    self._register_from(registry, hook_name, base, plugin.name)
 
     def _register_in_code(self, plugin: Any, disabled: set[str]) -> None:
         """Register a plugin object or module passed in code (tests, embedding).
@@ -280,45 +380,73 @@ class PluginHost:
             number += 1
             unique = f"{name}-{number}"
         self.pm.register(plugin, name=unique)
+        problem = wrapper_problem(self.pm, plugin)
+        if problem is not None:
+            self.pm.unregister(name=unique)
+            raise PluginError(f"plugin {name!r} (registered in code) {problem}")
         self._in_code.add(unique)
         self.infos.append(PluginInfo(unique, "registered in code", "", name))
+
+    def _implementers(self, hook_name: str) -> list[str]:
+        """The plugins implementing ``hook_name``, in the order pluggy keeps them."""
+        names: list[str] = []
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            if impl.plugin_name not in names:
+                names.append(impl.plugin_name)
+        return names
+
+    def call_one(self, hook_name: str, plugin_name: str, **kwargs: Any) -> list[Any]:
+        """Call ``hook_name`` of plugin ``plugin_name`` alone (through pluggy: traced, its own wrappers apply)."""
+        others = [impl.plugin for impl in getattr(self.pm.hook, hook_name).get_hookimpls() if impl.plugin_name != plugin_name]
+        return cast("list[Any]", self.pm.subset_hook_caller(hook_name, others)(**kwargs))
 
     def _registry(self, kind: str, hook_name: str, base: type) -> Registry:
         """Fill one registry; a plugin whose hook raises (or registers a wrong class) is a load failure."""
         registry = Registry(kind, not_loaded=self._not_loaded)
         self._registries.append(registry)
-        caller = getattr(self.pm.hook, hook_name)
-        for impl in caller.get_hookimpls():
-            provider = self.describe(impl.plugin_name)
-
-            def register(cls: type, _provider: str = provider, _owner: str = impl.plugin_name) -> None:
-                if not (isinstance(cls, type) and issubclass(cls, base)):
-                    raise PluginError(f"plugin {_provider} registered {cls!r}, which is not a {base.__name__}")
-                registry.add(cls, _provider, _owner)
-
-            try:
-                impl.function(register=register)
-            except NameTaken:
-                raise
-            except Exception as exc:  # a broken third-party plugin must not break ralph
-                self._fail(impl.plugin_name, f"{hook_name} raised {type(exc).__name__}: {exc}", exc)
+        self._registry_hooks[hook_name] = (registry, base)
+        for plugin_name in self._implementers(hook_name):
+            self._register_from(registry, hook_name, base, plugin_name)
         return registry
+
+    def _register_from(self, registry: Registry, hook_name: str, base: type, plugin_name: str) -> None:
+        """What plugin ``plugin_name`` registers through ``hook_name`` into ``registry``."""
+        provider = self.describe(plugin_name)
+
+        def register(cls: type) -> None:
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                raise PluginError(f"plugin {provider} registered {cls!r}, which is not a {base.__name__}")
+            registry.add(cls, provider, plugin_name)
+
+        try:
+            self.call_one(hook_name, plugin_name, register=register)
+        except NameTaken:
+            raise
+        except Exception as exc:  # a broken third-party plugin must not break ralph
+            self._fail(plugin_name, f"{hook_name} raised {type(exc).__name__}: {exc}", exc)
 
     def _collect_sections(self) -> list[tuple[str, dict[str, type]]]:
         """Every plugin's ``ralph_config_sections`` answer (plugin name, sections); one that raises,
         or answers something other than a dict of names to models, is a load failure."""
         collected: list[tuple[str, dict[str, type]]] = []
-        for impl in self.pm.hook.ralph_config_sections.get_hookimpls():
-            try:
-                provided = impl.function() or {}
-            except Exception as exc:  # a broken third-party plugin must not break ralph
-                self._fail(impl.plugin_name, f"ralph_config_sections raised {type(exc).__name__}: {exc}", exc)
-                continue
-            if not (isinstance(provided, dict) and all(isinstance(k, str) and isinstance(v, type) for k, v in provided.items())):
-                self._fail(impl.plugin_name, f"ralph_config_sections returned {provided!r}, not a dict of section names to models")
-                continue
-            collected.append((impl.plugin_name, provided))
+        for plugin_name in self._implementers("ralph_config_sections"):
+            provided = self._sections_of(plugin_name)
+            if provided is not None:
+                collected.append((plugin_name, provided))
         return collected
+
+    def _sections_of(self, plugin_name: str) -> dict[str, type] | None:
+        """Plugin ``plugin_name``'s config sections (None: it failed, and is recorded as failed)."""
+        try:
+            answers = self.call_one("ralph_config_sections", plugin_name)
+        except Exception as exc:  # a broken third-party plugin must not break ralph
+            self._fail(plugin_name, f"ralph_config_sections raised {type(exc).__name__}: {exc}", exc)
+            return None
+        provided = answers[0] if answers else {}
+        if not (isinstance(provided, dict) and all(isinstance(k, str) and isinstance(v, type) for k, v in provided.items())):
+            self._fail(plugin_name, f"ralph_config_sections returned {provided!r}, not a dict of section names to models")
+            return None
+        return provided
 
     def _fail(self, plugin_name: str, error: str, cause: BaseException | None = None) -> None:
         """Record ``plugin_name`` as failed to load with ``error``: unregistered, and what it registered dropped.
@@ -372,6 +500,29 @@ class PluginHost:
         for the commands that go on without it (``ralph status --follow`` leaves out a broken reporter)."""
         return [f"ralph: warning: plugin {info.describe()} is not loaded: {info.status}" for info in self.failures]
 
+    def declaration_problems(self) -> list[str]:
+        """Where what an installed plugin registers differs from what its distribution declares
+        (ralph/plugin/declared.py): one line each, for ``ralph plugins``.  A plugin declaring nothing
+        is not a problem (``ralph run --help`` imports it to list its names)."""
+        from ralph.plugin.declared import KIND_GROUPS, declarations
+
+        found = declarations(self._environ)
+        loaded = {info.name for info in self.infos if not (info.error or info.disabled) and info.name not in self._in_code}
+        declaring = {item.plugin for items in found.names.values() for item in items}
+        problems = []
+        for kind in KIND_GROUPS:
+            registry: Registry = getattr(self, kind)
+            declared = {(item.plugin, item.name) for item in found.names[kind] if item.plugin in loaded}
+            registered = {(owner, name) for name, owner in registry.owners.items() if owner in loaded and owner in declaring}
+            for plugin, name in sorted(declared - registered):
+                problems.append(f"plugin {self.describe(plugin)} declares {registry.kind} {name!r} "
+                                f"({KIND_GROUPS[kind]} entry points) but does not register it")
+            for plugin, name in sorted(registered - declared):
+                problems.append(f"plugin {self.describe(plugin)} registers {registry.kind} {name!r} without declaring "
+                                f"it: add \"{plugin}.{name}\" to its {KIND_GROUPS[kind]} entry points (`ralph run --help` "
+                                "lists the declared names)")
+        return problems
+
     def require_all_loaded(self) -> None:
         """Raise unless every enabled plugin loaded: ``ralph run`` never runs without one
         (it may be a validator, gate or guard).  Disabling it explicitly is the way on."""
@@ -397,44 +548,58 @@ class PluginHost:
                 definer[name] = plugin_name
         return sections
 
+    def failure(self, kind: str, caller: Any, error: BaseException) -> PluginFailure:
+        """The ``PluginFailure`` naming the plugin whose implementation of ``caller``'s hook raised ``error``."""
+        impls = caller.get_hookimpls()
+        impl = raised_by(error, impls)
+        if impl is not None:
+            return PluginFailure(kind, self.describe(impl.plugin_name), impl.plugin_name, error)
+        names = list(dict.fromkeys(impl.plugin_name for impl in impls))  # pluggy itself refused an answer
+        return PluginFailure(kind, " or ".join(self.describe(name) for name in names) or "(none)", ",".join(names), error)
+
     def validate(self, context: ValidationContext) -> list[Violation]:
         """Every validator's violations.  A validator that raises stops the caller with a
         ``PluginFailure`` naming it (the loop is fail-closed)."""
         from ralph.gitutil import GitMetadataChanged
 
-        violations: list[Violation] = []
-        for impl in reversed(self.pm.hook.ralph_validate.get_hookimpls()):
-            try:
-                result = cast("list[Violation] | None", impl.function(context=context))
-            except GitMetadataChanged:  # the loop's own stop (tampered .git), not the plugin's fault
-                raise
-            except Exception as exc:
-                raise PluginFailure("validator", self.describe(impl.plugin_name), impl.plugin_name, exc) from exc
-            violations.extend(result or [])
-        return violations
+        caller = self.pm.hook.ralph_validate
+        try:
+            results = caller(context=context)
+        except GitMetadataChanged:  # the loop's own stop (tampered .git), not the plugin's fault
+            raise
+        except Exception as exc:
+            raise self.failure("validator", caller, exc) from exc
+        return cast("list[Violation]", flatten(results))
 
     def prompt_context(self, run_dir: Path, iteration: int, since: float) -> list[str]:
         """Feedback items from every ``ralph_prompt_context`` implementation."""
         results = self.pm.hook.ralph_prompt_context(run_dir=run_dir, iteration=iteration, since=since)
-        return [item for result in results for item in (result or []) if item]
+        return [item for item in flatten(results) if item]
 
     def preflight(self, context: PreflightContext) -> list[Check]:
         """Every ``ralph_preflight`` hook's checks, flattened."""
-        results = self.pm.hook.ralph_preflight(context=context)
-        return [check for result in results for check in (result or [])]
+        return cast("list[Check]", flatten(self.pm.hook.ralph_preflight(context=context)))
 
     def emit(self, event: LoopEvent) -> None:
         """Give ``event`` to every reporter.  A reporter that raises is disabled for the rest
-        of this host's life with a warning (and a ``reporter_disabled`` event to the others)."""
+        of this host's life with a warning (and a ``reporter_disabled`` event to the others);
+        the reporters after it still get the event."""
         failed: list[tuple[str, Exception]] = []
-        for impl in reversed(self.pm.hook.ralph_loop_event.get_hookimpls()):
-            if impl.plugin_name in self.silenced:
-                continue
+        caller = self._reporter_caller()
+        while True:
             try:
-                impl.function(event=event)
-            except Exception as exc:  # noqa: BLE001 - reporters are isolated (DESIGN.md)
+                caller(event=event)
+                break
+            except Exception as exc:  # noqa: BLE001 - reporters are isolated (docs/design.md)
+                order = list(reversed(caller.get_hookimpls()))  # pluggy's call order
+                impl = raised_by(exc, order)
+                if impl is None:  # cannot tell which: nobody is disabled, the event is not given again
+                    self.warn(f"a reporter raised {type(exc).__name__}: {exc} on a {event.kind!r} event")
+                    break
                 self.silenced[impl.plugin_name] = f"{type(exc).__name__}: {exc}"
                 failed.append((impl.plugin_name, exc))
+                done = order[: order.index(impl) + 1]
+                caller = self.pm.subset_hook_caller("ralph_loop_event", [i.plugin for i in done] + self._silenced_plugins())
         for name, error in failed:
             plugin = self.describe(name)
             self.warn(
@@ -449,6 +614,16 @@ class PluginHost:
                     event.run_dir,
                 )
             )
+
+    def _reporter_caller(self) -> Any:
+        """The hook caller of every reporter not silenced."""
+        silenced = tuple(self.silenced)
+        if silenced != self._reporters[0]:
+            self._reporters = (silenced, self.pm.subset_hook_caller("ralph_loop_event", self._silenced_plugins()))
+        return self._reporters[1] or self.pm.hook.ralph_loop_event
+
+    def _silenced_plugins(self) -> list[object]:
+        return [plugin for name in self.silenced if (plugin := self.pm.get_plugin(name)) is not None]
 
     def remove(self, name: str) -> None:
         """Unregister plugin ``name`` (if registered)."""

@@ -13,7 +13,7 @@ Public API (re-exported for third-party guards; keep these signatures stable)::
     analyze(command: str, cwd: str | None = None, project_dir: str | None = None,
             home: str | None = None) -> Analysis
     analyze_for(event: object, command, cwd, project_dir, home) -> Analysis   # once per hook event
-    resolve_path(text, cwd, home, dynamic=False, cd=None, cd_unknown=False, known=None) -> str | None
+    resolve_path(text, cwd, home, dynamic=False, cd=None, cd_unknown=False, known=None, physical=False) -> str | None
     basename(word: str) -> str
 
 :func:`analyze` never raises.  ``cwd`` (default: ``project_dir``, else the
@@ -33,6 +33,7 @@ see through symlinks to programs that already exist.  ``home`` expands ``~``.
 - ``pipes_into_shell`` / ``pipe_detail``: a program reading its code from a
   pipe or a process substitution (``curl ... | sh``, ``| python3 /dev/stdin``);
 - ``scripts``: script files run by name (their content is not read);
+- ``push_block``: what clears or overrides the git push block (``env -u GIT_CONFIG_COUNT`` ...);
 - ``fork_bomb``.
 """
 
@@ -81,6 +82,9 @@ class Command:
     """Per word: part of it is only known at run time (unknown variable, substitution)."""
     glob: list[bool]
     """Per word: it holds unquoted ``*``, ``?`` or ``[`` (a pattern, not a name)."""
+    input: list[bool] = field(default_factory=list)
+    """Per word: its run-time part is data read at run time (stdin through ``xargs`` or ``read``, a file, a
+    command's output) -- anything at all, not even a name the line chose."""
     assignments: dict[str, str] = field(default_factory=dict)
     """``NAME=value`` given to this command (prefix assignments and ``env NAME=value``)."""
     redirects: list[tuple[str, str]] = field(default_factory=list)
@@ -131,6 +135,12 @@ class WriteTarget:
     via: str
     truncates: bool = True
     """``>``/``>|``/``&>``/``tee`` replace the content; ``>>``/``tee -a`` append."""
+    source: str | None = None
+    """For a link made on the line (:attr:`Analysis.links`): the path it points to, as typed."""
+    symbolic: bool = False
+    """For a link: a symbolic one (its ``source`` is relative to the link's directory)."""
+    input: bool = False
+    """The path is data read at run time (a ``read`` variable, ``$(...)`` output): it can be any file."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,15 @@ class Analysis:
     scripts: list[str] = field(default_factory=list)
     """Script files run by a shell or interpreter (``bash x.sh``, ``source x``): their content is not checked."""
     fork_bomb: bool = False
+    links: list[WriteTarget] = field(default_factory=list)
+    """Links made on the line (``ln``, ``cp -s``/``-l``): a later write through one writes what it points to."""
+    push_block: list[str] = field(default_factory=list)
+    """How the line clears or overrides the git push block of direct mode (``GIT_CONFIG_*`` variables set,
+    unset or dropped with ``env -i``/``env -u``; ``url.*.insteadOf``/``remote.*.pushurl`` configured;
+    ``--config-env``): each is as good as a push."""
+    steps: int = 0
+    """Work units the analysis spent (:mod:`ralph.shell.budget`): at most ``MAX_STEPS``, past which it stopped
+    and reported the command as opaque."""
 
     @property
     def commands(self) -> list[list[str]]:
@@ -186,6 +205,7 @@ def basename(word: str) -> str:
 
 def analyze(command: str, cwd: str | None = None, project_dir: str | None = None, home: str | None = None) -> Analysis:
     """Parse ``command`` with the bash grammar and report what it would run (never raises)."""
+    from ralph.shell.budget import Budget, BudgetExceeded
     from ralph.shell.walker import walk
 
     result = Analysis(command)
@@ -193,12 +213,20 @@ def analyze(command: str, cwd: str | None = None, project_dir: str | None = None
         result.unparseable = f"longer than {MAX_CHARS} characters"
         return result
     base = cwd or project_dir or os.getcwd()
+    budget = Budget()
     try:
-        walk(command, result, os.path.normpath(base), home or os.path.expanduser("~"))
+        walk(command, result, os.path.normpath(base), home or os.path.expanduser("~"), budget)
+    except BudgetExceeded:
+        result.add_opaque(
+            f"the command expands to more than the guard follows ({budget.limit} steps of analysis: long values, "
+            "big brace expansions, nested loops, aliases or eval)",
+            "split it into smaller commands, or put the work in a script file",
+        )
     except RecursionError:
         result.unparseable = "nested too deeply"
     except Exception as exc:  # the analysis must never break a hook; say what happened instead
         result.unparseable = f"the guard's analysis failed ({type(exc).__name__}: {exc})"
+    result.steps = budget.steps
     return result
 
 
@@ -231,8 +259,12 @@ def resolve_path(
     cd: list[str] | None = None,
     cd_unknown: bool = False,
     known: dict[str, str] | None = None,
+    physical: bool = False,
 ) -> str | None:
     """The absolute, normalised path a shell word names, or None if it cannot be known here.
+
+    With ``physical``, the path the kernel opens: symlinks followed before each ``..`` (``link/../x`` is
+    beside the link's target, not beside the link); ``cd`` steps stay logical, as bash's ``cd`` is.
 
     ``~`` and ``$HOME`` expand to ``home`` and ``~user`` to a sibling of it;
     ``known`` maps other variables (``PWD``, ``TMPDIR``, ``CLAUDE_PROJECT_DIR``)
@@ -243,7 +275,7 @@ def resolve_path(
         return None
     base = cwd
     for step in cd or []:
-        nxt = resolve_path(step, base, home, step.startswith("$"), None, False, known)
+        nxt = resolve_path(step, base, home, step.startswith("$"), None, False, known)  # logical, like `cd`
         if nxt is None:
             return None
         base = nxt
@@ -264,4 +296,6 @@ def resolve_path(
         text = os.path.join(os.path.dirname(os.path.normpath(home)) or "/", user, rest)
     if not text:
         return None
+    if physical:
+        return os.path.realpath(os.path.join(base, text))
     return os.path.normpath(os.path.join(base, text))

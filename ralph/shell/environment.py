@@ -19,12 +19,13 @@ _OPAQUE_VARS = frozenset(
     {"PS0", "PS1", "PS2", "PS3", "PS4", "BASH_ENV", "ENV", "CDPATH", "SHELLOPTS", "BASHOPTS", "LD_PRELOAD", "LD_AUDIT",
      "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_CONFIG", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
      "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "BASH_LOADABLES_PATH", "LESSOPEN", "LESSCLOSE", "BASH_XTRACEFD",
-     "EXECIGNORE", "HISTCONTROL", "PROMPT_DIRTRIM", "ZDOTDIR", "INPUTRC"}
+     "EXECIGNORE", "HISTCONTROL", "PROMPT_DIRTRIM", "ZDOTDIR", "INPUTRC", "BASH_ALIASES", "BASH_CMDS"}
 )
 
 
 def check_env(w: Walker, name: str, value: Val, st: State, flow: Flow, persistent: bool = True) -> None:
     """An assignment to ``name``: variables that make programs run code are followed or opaque."""
+    w.sets(name, f"{name}=")
     if name in _OPAQUE_VARS or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "BASH_FUNC_")) or (
         name == "IFS" and persistent
     ):
@@ -65,16 +66,25 @@ def declaration(w: Walker, node: Any, st: State, flow: Flow, redirects: list[tup
             st.vars[name] = value
         elif child.type == "variable_name":
             argv.append(_text(child))
+            w.sets(_text(child), f"{keyword} {_text(child)}")  # local, export -n, declare +x: unset for children
         else:
             for word in w.words(child, st, flow):
                 argv.append(word.text)
                 if word.dynamic:
+                    w.sets(None, keyword)
                     w.opaque(f"`{keyword}` of `{word.text}`, only known at run time, can set any variable",
                              "name the variable and its value literally")
                 elif word.text.startswith(("-", "+")):
                     if "n" in word.text[1:]:
                         w.opaque(f"`{keyword} -n` makes a name refer to another variable", "use the variable directly")
                     integer = integer or "i" in word.text[1:]
+                else:  # a quoted `"NAME=value"` is an assignment too
+                    name, eq, text = word.text.partition("=")
+                    if eq:
+                        check_env(w, name, text, st, flow)
+                        st.vars[name] = text
+                    else:
+                        w.sets(name, f"{keyword} {name}")
     from ralph.shell import Command
 
     w.result.simple.append(Command(argv, [False] * len(argv), [False] * len(argv), redirects=list(redirects or []),

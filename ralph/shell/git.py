@@ -60,6 +60,8 @@ _CODE_KEYS = re.compile(
 )
 """Configuration keys whose value git runs (or that point git at code elsewhere)."""
 _READS_OUTPUT = re.compile(r"^(core\.pager|pager\..+|interactive\.difffilter)$")
+PUSH_URL_KEYS = re.compile(r"^(url\..+\.(insteadof|pushinsteadof)|remote\..+\.pushurl)$")
+"""Configuration that decides where a push goes: setting it overrides direct mode's push block."""
 
 
 @dataclass
@@ -241,7 +243,10 @@ def _global_options(w: Any, call: Any, v: GitView) -> None:
         w.opaque(f"`git {v.unknown_global}` is a git option the guard does not model", "run git without it")
     if v.config_env:
         w.opaque("`git --config-env` sets git configuration from a variable", "use plain git commands and options")
+        w.push_block("`git --config-env` sets git configuration from a variable")
     for key, value in v.configs.items():
+        if PUSH_URL_KEYS.match(key):
+            w.push_block(f"`git -c {key}=...` decides where pushes go")
         if key.startswith("alias.") or key == "core.hookspath" or not _CODE_KEYS.match(key):
             continue
         w.opaque(f"`git -c {key}=...` makes git run another program", "drop the option and run git plainly")
@@ -317,6 +322,8 @@ def _clone(w: Any, call: Any, args: list[str]) -> None:
             key = normalise_key(args[k + 1].partition("=")[0])
             if _CODE_KEYS.match(key) or key.startswith("alias."):
                 w.opaque(f"`git clone -c {key}=...` configures a program git runs", "clone without it")
+            if PUSH_URL_KEYS.match(key):
+                w.push_block(f"`git clone -c {key}=...` decides where the clone's pushes go")
 
 
 def _config(w: Any, call: Any, args: list[str]) -> None:
@@ -326,6 +333,8 @@ def _config(w: Any, call: Any, args: list[str]) -> None:
     if write is None:
         return
     key, value = write
+    if PUSH_URL_KEYS.match(key):
+        w.push_block(f"`git config {key}` decides where later pushes go")
     if _CODE_KEYS.match(key) and key != "core.hookspath":
         w.opaque(f"`git config {key}` makes later git commands run a program", "leave git's configuration alone")
     if not key.startswith("alias."):
@@ -343,7 +352,14 @@ def _config(w: Any, call: Any, args: list[str]) -> None:
               [*call.wrappers, f"git alias {key[6:]}"], [])
 
 
+def _remote(w: Any, call: Any, args: list[str]) -> None:
+    """``git remote set-url --push``: an explicit push URL is not rewritten by ``pushInsteadOf``."""
+    if args[:1] == ["set-url"] and "--push" in args:
+        w.push_block("`git remote set-url --push` gives a remote a push URL of its own")
+
+
 _SUBCOMMANDS = {
+    "remote": _remote,
     "rebase": _rebase,
     "submodule": _submodule,
     "bisect": _bisect,

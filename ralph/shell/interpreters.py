@@ -49,7 +49,11 @@ def _shell(w: Walker, call: Call) -> None:
         break
     operands = words[i:]
     if code_mode:
-        if operands:
+        if operands and not operands[0].dynamic:  # `sh -c CODE NAME ARGS...`: ARGS are its $1, $@ ...
+            st = call.st.copy()
+            st.positional = list(operands[2:])
+            w.code(operands[0].text, st, call.flow, f"`{name} -c`")
+        elif operands:
             run_code(w, call, operands[0], f"`{name} -c`")
         return
     if operands and not stdin_mode:
@@ -136,8 +140,12 @@ def _query_client(w: Walker, call: Call, family: str) -> None:
     for word in inline:
         if word.dynamic or re.search(r"(^|\n|;)\s*(\.shell|\.system|\\!|system\b)", word.text):
             w.opaque(f"`{call.name}` runs shell commands from its own command language", "run the commands directly")
-    if not inline:
-        w.stdin_program(call.name, call.flow, call.st, shell=False)
+    if inline:
+        return
+    if call.flow.piped_files:  # `cat dump.sql | psql` is `psql -f dump.sql`: a script file run by name
+        w.result.scripts.extend(call.flow.piped_files)
+        return
+    w.stdin_program(call.name, call.flow, call.st, shell=False)
 
 
 def _perl_opts(words: list[Word], start: int) -> tuple[dict[str, Word | None], int]:

@@ -11,6 +11,7 @@ is an ordinary command.
 
 from __future__ import annotations
 
+from ralph.shell.containers import COMPOSE_CLIS, CONTAINER_CLIS, container_program
 from ralph.shell.environment import check_env, declaration
 from ralph.shell.interpreters import INTERPRETER, INTERPRETER_HANDLERS, _interpreter, _shell
 from ralph.shell.progutil import Handler, emit, fetches, getopts, has_long, is_stdin_path
@@ -57,4 +58,5 @@ def dispatch(w: Walker, call: Call) -> None:
         emit(w, call)
 
 
-_HANDLERS: dict[str, Handler] = {**WRAPPERS, **INTERPRETER_HANDLERS, **BUILTINS, **TOOLS}
+_HANDLERS: dict[str, Handler] = {**WRAPPERS, **INTERPRETER_HANDLERS, **BUILTINS, **TOOLS,
+                                 **dict.fromkeys(CONTAINER_CLIS | COMPOSE_CLIS, container_program)}

@@ -7,6 +7,9 @@ import re
 from ralph.shell.progutil import Handler, emit, getopts, is_stdin_path, run_code
 from ralph.shell.walker import Call, Walker, Word
 
+MAX_CDS = 32
+"""``cd`` steps followed on one line; after more, later relative paths are only known at run time."""
+
 
 def _eval(w: Walker, call: Call) -> None:
     emit(w, call)
@@ -51,11 +54,16 @@ def _trap(w: Walker, call: Call) -> None:
 
 
 def _alias(w: Walker, call: Call) -> None:
+    """``alias NAME=VALUE``: the value is checked now, and wherever ``NAME`` is used as a command."""
     emit(w, call)
     for word in call.words[1:]:
         if "=" in word.text and not word.text.startswith("-"):
             key, _, value = word.text.partition("=")
+            if word.dynamic and ("$" in key or "`" in key):
+                w.opaque(f"an alias whose name is only known at run time (`{key}`) may stand for any command",
+                         "call the commands themselves, not aliases")
             run_code(w, call, Word(value, word.dynamic), f"the alias `{key}`")
+            w.aliases.setdefault(key, []).append(None if word.dynamic else value)
 
 
 def _hash(w: Walker, call: Call) -> None:
@@ -73,11 +81,13 @@ def _enable(w: Walker, call: Call) -> None:
 def _read(w: Walker, call: Call) -> None:
     emit(w, call)
     opts, i = getopts(call.words, 1, {"-a", "-d", "-i", "-n", "-N", "-p", "-t", "-u"})
-    names = [x.text for x in call.words[i:]] or ["REPLY"]
+    targets = call.words[i:] or [Word("REPLY")]
     if opts.get("-a") is not None:
-        names.append(opts["-a"].text)  # type: ignore[union-attr]
-    for name in names:
-        call.st.vars[name] = None
+        targets.append(opts["-a"])  # type: ignore[arg-type]
+    for word in targets:
+        w.sets(None if word.dynamic else word.text, call.name)
+        call.st.vars[word.text] = None
+        call.st.inputs.add(word.text)
 
 
 def _mapfile(w: Walker, call: Call) -> None:
@@ -86,14 +96,20 @@ def _mapfile(w: Walker, call: Call) -> None:
     if "-C" in opts:
         w.opaque(f"`{call.name} -C` runs a callback for the lines it reads", "read the lines, then run commands plainly")
     for word in call.words[i:] or [Word("MAPFILE")]:
+        w.sets(None if word.dynamic else word.text, call.name)
         call.st.vars[word.text] = None
+        call.st.inputs.add(word.text)
 
 
 def _printf(w: Walker, call: Call) -> None:
     emit(w, call)
     opts, _ = getopts(call.words, 1, {"-v"})
-    if opts.get("-v") is not None:
-        call.st.vars[opts["-v"].text] = None  # type: ignore[union-attr]
+    target = opts.get("-v")
+    if target is not None:
+        w.sets(None if target.dynamic else target.text.partition("[")[0], "printf -v")
+        call.st.vars[target.text] = None
+        if any(x.dynamic for x in call.words[1:]):
+            call.st.inputs.add(target.text)
 
 
 def _let(w: Walker, call: Call) -> None:
@@ -102,13 +118,16 @@ def _let(w: Walker, call: Call) -> None:
         if word.dynamic:
             w.opaque(f"`let` of `{word.text}`, only known at run time", "use literal arithmetic")
             continue
-        for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*(?!\s*=[^=])", word.text):
+        for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*", word.text):
+            w.sets(m.group(), "let")
+        for m in re.finditer(r"\b[A-Za-z_][A-Za-z0-9_]*\b(?!\s*=[^=])", word.text):
             w.arith_name(m.group(), call.st, word.text)
 
 
 def _getopts_builtin(w: Walker, call: Call) -> None:
     emit(w, call)
     if len(call.words) > 2:
+        w.sets(None if call.words[2].dynamic else call.words[2].text, "getopts")
         call.st.vars[call.words[2].text] = None
 
 
@@ -125,6 +144,8 @@ def _cd(w: Walker, call: Call) -> None:
     target = call.words[i]
     if target.text == "-" or target.dynamic and not re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?(/[^$`]*)?",
                                                                   target.text):
+        st.cd_unknown = True
+    elif len(st.cd) >= MAX_CDS:  # every path resolves through each step: keep that work bounded
         st.cd_unknown = True
     else:  # a literal, or one variable resolve_path may know (`cd "$CLAUDE_PROJECT_DIR"`)
         st.cd.append(target.text)
@@ -147,7 +168,72 @@ def _bind(w: Walker, call: Call) -> None:
         w.opaque("`bind -x` binds a key to a command", "run the command directly")
 
 
+def _set(w: Walker, call: Call) -> None:
+    """``set -- ARGS`` / ``set ARGS``: new positional parameters (options alone change none)."""
+    emit(w, call)
+    args = call.words[1:]
+    for k, word in enumerate(args):
+        if word.dynamic:
+            call.st.positional = None  # the new parameters (or whether there are any) are not known
+            return
+        if word.text in ("--", "-"):
+            call.st.positional = args[k + 1 :]
+            return
+        if not word.text.startswith(("-", "+")):
+            call.st.positional = args[k:]
+            return
+        if word.text[1:2] == "o" and k + 1 < len(args):  # `set -o name`: its value is no parameter
+            args = args[:k + 1] + args[k + 2 :]
+
+
+def _shift(w: Walker, call: Call) -> None:
+    """``shift [N]``: the positional parameters move."""
+    emit(w, call)
+    if call.st.positional is None:
+        return
+    count = call.words[1] if len(call.words) > 1 else Word("1")
+    if count.dynamic or not count.text.isdigit():
+        call.st.positional = None
+    else:
+        call.st.positional = call.st.positional[int(count.text):]
+
+
+def _unset(w: Walker, call: Call) -> None:
+    """``unset`` run as a command (``builtin unset X``, ``command unset X``)."""
+    from ralph.shell.walker import unset_vars
+
+    emit(w, call)
+    unset_vars(w, call.words[1:], call.st)
+
+
+def _declare(w: Walker, call: Call) -> None:
+    """``export``/``declare``/``local`` ... run as a command (``builtin export X=1``)."""
+    from ralph.shell.environment import check_env
+
+    emit(w, call)
+    for word in call.words[1:]:
+        if word.dynamic:
+            w.sets(None, call.name)
+            w.opaque(f"`{call.name}` of `{word.text}`, only known at run time, can set any variable",
+                     "name the variable and its value literally")
+        elif not word.text.startswith(("-", "+")):
+            name, eq, value = word.text.partition("=")
+            if eq:
+                check_env(w, name, value, call.st, call.flow)
+                call.st.vars[name] = value
+            else:
+                w.sets(name, f"{call.name} {name}")
+
+
 BUILTINS: dict[str, Handler] = {
+    "set": _set,
+    "shift": _shift,
+    "unset": _unset,
+    "export": _declare,
+    "declare": _declare,
+    "typeset": _declare,
+    "local": _declare,
+    "readonly": _declare,
     "eval": _eval,
     "source": _source,
     ".": _source,

@@ -6,6 +6,7 @@ import os
 import re
 
 from ralph.shell.progutil import Handler, emit, expand_long, getopts, is_stdin_path
+from ralph.shell.sedscript import read_sed
 from ralph.shell import basename, resolve_path
 from ralph.shell.walker import Call, Flow, Walker, Word
 
@@ -42,20 +43,11 @@ def _make(w: Walker, call: Call) -> None:
         w.opaque("`make --eval` adds rules from the command line", "put the rule in the Makefile")
 
 
-_SED_S = re.compile(r"s(?P<d>[^\\\n])(?:\\.|(?!(?P=d)).)*(?P=d)(?:\\.|(?!(?P=d)).)*(?P=d)(?P<flags>[a-zA-Z0-9]*)", re.S)
-
-
-_SED_ADDR = r"(?:[0-9]+(?:~[0-9]+)?|\$|/(?:\\.|[^/\n])*/[IM]*|\\(.)(?:\\.|.)*?\1)"
-
-
-_SED_E = re.compile(r"(?:^|[;\n{}])\s*(?:" + _SED_ADDR + r"(?:\s*,\s*" + _SED_ADDR + r")?)?\s*!?\s*e(?:\s|;|}|$)")
-
-
 def sed_executes(script: str) -> bool:
-    """Does this sed script run shell commands (the ``e`` command or the ``s///e`` flag)?"""
-    if any("e" in m.group("flags") for m in _SED_S.finditer(script)):
-        return True
-    return bool(_SED_E.search(_SED_S.sub("", script)))
+    """Does this sed script run shell commands (the ``e`` command or the ``s///e`` flag), or is it not
+    sed the guard can read?"""
+    read = read_sed(script)
+    return read.executes or not read.readable
 
 
 _SED_LONGS = frozenset({"--expression", "--file", "--line-length", "--in-place", "--sandbox", "--quiet", "--silent",
@@ -118,15 +110,35 @@ def _sed(w: Walker, call: Call) -> None:
             w.pipe(f"sed -f {f.text}")
         elif not f.dynamic and is_stdin_path(f.text, w.cwd):
             w.stdin_program("sed", call.flow, call.st, shell=False)
+    from ralph.shell import WriteTarget
+
     for script in scripts:
-        if script.dynamic or sed_executes(script.text):
-            what = "a script only known at run time" if script.dynamic else "the `e` command or the `s///e` flag"
+        read = None if script.dynamic else read_sed(script.text)
+        if read is None or read.executes or not read.readable:
+            what = ("a script only known at run time" if read is None else "the `e` command or the `s///e` flag"
+                    if read.executes else "a script the guard cannot read")
             w.opaque(f"`sed` with {what} can run text as shell commands", "use sed without `e`, or run the command directly")
             if call.flow.piped_in:
                 w.pipe(f"{call.flow.stdin[1] if call.flow.stdin else ''} | sed (e)")
+        for target in read.writes if read is not None else []:
+            w.result.writes.append(WriteTarget(target, False, False, list(call.st.cd), call.st.cd_unknown, "sed w",
+                                               truncates=True))
 
 
-_AWK_RUNS = re.compile(r"\bsystem\s*\(|\|\s*&?\s*getline|\|&|\bprint[f]?\b[^;{}\n]*\|")
+_AWK_RUNS = re.compile(r"\bsystem\s*\(|\|\s*&?\s*getline|\|&")
+_AWK_PRINT = re.compile(r"\bprintf?\b")
+
+
+def awk_runs(program: str) -> bool:
+    """Does this awk program run commands: ``system()``, ``cmd | getline``, ``|&``, ``print ... | "cmd"``?
+    (Linear: a pipe after ``print`` is looked for within one statement.)"""
+    if _AWK_RUNS.search(program):
+        return True
+    for statement in re.split(r"[;{}\n]", program):
+        m = _AWK_PRINT.search(statement)
+        if m and "|" in statement[m.end() :]:
+            return True
+    return False
 
 
 def _awk(w: Walker, call: Call) -> None:
@@ -144,7 +156,7 @@ def _awk(w: Walker, call: Call) -> None:
     if i >= len(call.words):
         return
     program = call.words[i]
-    if program.dynamic or _AWK_RUNS.search(program.text):
+    if program.dynamic or awk_runs(program.text):
         w.opaque(f"`{call.name}` program that runs shell commands (system(), pipes to commands) or is only known at "
                  "run time", "use awk only to process text, and run commands directly")
         if call.flow.piped_in:
@@ -214,7 +226,7 @@ def _tee(w: Walker, call: Call) -> None:
         if word.procsub:
             continue
         w.result.writes.append(WriteTarget(word.text, word.dynamic, word.glob, list(call.st.cd), call.st.cd_unknown,
-                                           "tee", truncates=not append))
+                                           "tee", truncates=not append, input=word.input))
 
 
 def _links(w: Walker, call: Call) -> None:
@@ -229,11 +241,23 @@ def _links(w: Walker, call: Call) -> None:
     dest = target_dir.text if target_dir is not None else (ops[-1] if len(ops) > 1 else ".")
     sources = ops if target_dir is not None or len(ops) == 1 else ops[:-1]
     dest_path = resolve_path(dest, w.cwd, w.home, False, call.st.cd, call.st.cd_unknown)
-    if target_dir is not None or len(ops) != 2 or dest.endswith("/") or dest in (".", "..") or (
+    into_dir = target_dir is not None or len(ops) != 2 or dest.endswith("/") or dest in (".", "..") or (
         dest_path is not None and os.path.isdir(dest_path)
-    ):
+    )
+    if into_dir:
         made.update(basename(s) for s in sources)
     call.st.made.update(m for m in made if m)
+    flags = "".join(x.text[1:] for x in call.words[1:] if x.text.startswith("-") and not x.text.startswith("--"))
+    longs = [x.text for x in call.words[1:] if x.text.startswith("--")]
+    symbolic = "s" in flags or any(t.startswith("--sym") for t in longs)
+    if call.name in ("ln", "link") or (call.name == "cp" and (symbolic or "l" in flags or "--link" in longs)):
+        from ralph.shell import WriteTarget
+
+        dynamic = any(x.dynamic for x in call.words[i:])
+        for source in sources:  # the link: a write through it later on the line writes `source`
+            path = os.path.join(dest, basename(source)) if into_dir else dest
+            w.result.links.append(WriteTarget(path, dynamic, False, list(call.st.cd), call.st.cd_unknown, call.name,
+                                              truncates=False, source=source, symbolic=symbolic))
 
 
 def _git(w: Walker, call: Call) -> None:

@@ -15,21 +15,25 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any, Union
 
-from ralph.shell.grammar import parse
+from ralph.shell.budget import MAX_VALUE, NODE_COST, Budget, activate, active
+from ralph.shell.grammar import MAX_PIPES, TooManyPipes, parse
+from ralph.shell.lexical import join_continuations, mask_returns
 from ralph.shell import MAX_DEPTH, Analysis, Command, WriteTarget, basename, resolve_path
 
 Val = Union[str, list, None]
 """A variable's value on this line: text, an array, or None (only known at run time)."""
 
+PUSH_BLOCK_VARS = re.compile(r"GIT_CONFIG_(COUNT|KEY_[0-9]+|VALUE_[0-9]+|PARAMETERS)$")
+"""The variables that carry direct mode's git push block (and git's ``-c`` settings) to every git."""
 _NUMBER = re.compile(r"-?[0-9]+|0[xX][0-9a-fA-F]+|[0-9]+#[0-9A-Za-z@_]+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "&>|"})
 _C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
               "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
 _MAX_WORDS = 256
-_GLOB_TEXT = re.compile(r"[*?]|\[.*\]")
 _STDIN_FILE = re.compile(r"/dev/+(\./+)*(stdin|fd/+0)|/proc/+(self|thread-self|[0-9]+)/+fd/+0")
 # kinds of characters in a word being assembled
 _LIT, _QUOTED, _EXP, _DYNQ, _DYNU = range(5)
@@ -48,6 +52,8 @@ class Word:
     procsub: bool = False
     output: bool = False
     """Part of it is the output of a command substitution (``"$(curl ...)"``)."""
+    input: bool = False
+    """Part of it is data read at run time: a command's output, stdin (``xargs``, ``read``), a file."""
 
 
 @dataclass
@@ -62,9 +68,18 @@ class State:
     functions: set[str] = field(default_factory=set)
     stdin: tuple[str, str] | None = None
     """Set by ``exec < file``: the shell's own stdin from then on."""
+    budget: Budget | None = None
+    """The analysis's work budget (a copy costs as much as what it copies)."""
+    inputs: set[str] = field(default_factory=set)
+    """Variables holding data read at run time (``read``, ``mapfile``, ``for x in $(...)``)."""
+    positional: list[Word] | None = None
+    """The arguments of the function call being followed (None: not known, e.g. where a function is defined)."""
 
     def copy(self) -> "State":
-        return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions), self.stdin)
+        if self.budget is not None:
+            self.budget.spend(1 + len(self.vars) + len(self.cd) + len(self.made) + len(self.functions) + len(self.inputs))
+        return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions), self.stdin,
+                     self.budget, set(self.inputs), self.positional)
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,10 @@ class Flow:
     depth: int = 0
     piped_text: str | None = None
     """What a pipe carries, when the command writing it is static (``cat <<EOF``, ``echo 'x'``)."""
+    piped_paths: tuple[str, ...] | None = None
+    """The pipe carries NUL-separated paths under these start paths (``find DIR -print0``), as ``DIR/*``."""
+    piped_files: tuple[str, ...] | None = None
+    """The pipe carries the content of these files, as typed (``cat dump.sql | psql``)."""
 
     @property
     def piped_in(self) -> bool:
@@ -107,11 +126,19 @@ class Call:
 class Walker:
     """Fills ``result`` from the syntax tree of one command line (and the code it runs)."""
 
-    def __init__(self, result: Analysis, cwd: str, home: str) -> None:
+    def __init__(self, result: Analysis, cwd: str, home: str, budget: Budget | None = None) -> None:
         self.result = result
         self.cwd = cwd
         self.home = home
         self.broken = False
+        self.budget = budget or Budget()
+        self.bodies: dict[str, list[Any]] = {}
+        """Function bodies defined on the line, by name: a call walks them again with its arguments."""
+        self.calling: set[str] = set()
+        self.aliases: dict[str, list[str | None]] = {}
+        """Aliases defined anywhere on the line (None: a run-time value), expanded wherever their name is a
+        command: bash expands them once ``expand_aliases`` is on, which the agent's shell may have."""
+        self.expanding: set[str] = set()
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -121,7 +148,11 @@ class Walker:
             if self.result.unparseable is None:
                 self.result.unparseable = f"code nested deeper than {MAX_DEPTH} levels ({what})"
             return
-        tree = parse(text)
+        tree = self.parse(text)
+        if tree is None:
+            if self.result.unparseable is None:
+                self.result.unparseable = f"more than {MAX_PIPES} pipes (`|`) in one command"
+            return
         root = tree.root_node
         if root.has_error:
             self.broken = True
@@ -130,8 +161,35 @@ class Walker:
                 self.result.unparseable = _describe_error(root, text) + where
         self.statements(root.children, st, replace(flow, depth=flow.depth + (0 if what == "the command" else 1)))
 
+    def parse(self, text: str) -> Any:
+        """The syntax tree of ``text`` read as bash reads it (carriage returns kept in words, line continuations
+        removed), or None for a text with too many pipes to parse in bounded time."""
+        self.budget.spend(len(text) + NODE_COST)
+        text = mask_returns(text)
+        try:
+            tree = parse(text)
+            joined = join_continuations(text, tree.root_node) if "\\\n" in text else None
+            if joined is not None:
+                self.budget.spend(len(joined))
+                tree = parse(joined)
+        except TooManyPipes:
+            return None
+        return tree
+
     def opaque(self, construct: str, advice: str) -> None:
         self.result.add_opaque(construct, advice)
+
+    def sets(self, name: str | None, how: str) -> None:
+        """A variable is set, unset or exported differently (``None``: one named only at run time): the
+        git push block lives in ``GIT_CONFIG_*`` variables."""
+        if name is None or PUSH_BLOCK_VARS.match(name):
+            self.push_block(f"`{how}` " + ("sets a variable named only at run time" if name is None else
+                                           f"changes `{name}`"))
+
+    def push_block(self, how: str) -> None:
+        """Record a way the line clears or overrides the git push block (once)."""
+        if how not in self.result.push_block:
+            self.result.push_block.append(how)
 
     def pipe(self, detail: str) -> None:
         """A program reads its code from a pipe or a process substitution."""
@@ -166,6 +224,7 @@ class Walker:
                 self.statement(node, st, flow)
 
     def statement(self, node: Any, st: State, flow: Flow) -> None:
+        self.budget.spend(NODE_COST)
         kind = node.type
         handler = _STATEMENTS.get(kind)
         if handler is not None:
@@ -217,11 +276,14 @@ class Walker:
                 first_redirects = body.parent.children_by_field_name("redirect")
         for head in heads:
             self.statement(head, st, flow)
+        found: tuple[str, ...] | None = None
+        files: tuple[str, ...] | None = None
         for i, part in enumerate(parts):
             stdin = (first_stdin or flow.stdin) if i == 0 else ("pipe", _lead(parts[i - 1]))
             text = first_text if i == 0 else _static_output(parts[i - 1])
             here = Flow(stdin=stdin, piped_out=i < len(parts) - 1 or flow.piped_out, depth=flow.depth,
-                        piped_text=text)
+                        piped_text=text, piped_paths=found if i else None, piped_files=files if i else None)
+            mark = len(self.result.simple)
             st_here = st.copy() if len(parts) > 1 else st
             redirects = (first_redirects or []) if i == 0 else []
             if last_redirects and i == len(parts) - 1:
@@ -230,6 +292,10 @@ class Walker:
                 self._with_redirects(part, redirects, st_here, here)
             else:
                 self.statement(part, st_here, here)
+            if i < len(parts) - 1:  # what this element writes into the pipe, for the next one
+                written = self.result.simple[mark:]
+                found = _found_paths(written, flow.depth)
+                files = _cat_files(written, flow.depth)
 
     def _negated(self, node: Any, st: State, flow: Flow) -> None:
         self.statements(node.children, st, flow)
@@ -252,6 +318,10 @@ class Walker:
         name = _text(var) if var is not None else ""
         known = values and all(not w.dynamic for w in values) and len(values) <= 8
         is_select = any(c.type == "select" for c in node.children)
+        if name:
+            self.sets(name, f"for {name} in")
+            if any(w.input for w in values) or is_select:
+                st.inputs.add(name)
         for item in (values if known and not is_select else [None]):
             if name:
                 st.vars[name] = item.text if item is not None else None
@@ -295,6 +365,7 @@ class Walker:
         st.functions.add(name)
         if body is None:
             return
+        self.bodies.setdefault(name, []).append(body)
         if name and _calls_itself_in_a_pipe(body, name):
             self.result.fork_bomb = True
         # the body runs when the function is called: check it as if it ran here, arguments unknown
@@ -370,10 +441,8 @@ class Walker:
         declaration(self, node, st, flow)
 
     def _unset(self, node: Any, st: State, flow: Flow) -> None:
-        for child in node.named_children:
-            words = self.words(child, st, flow)
-            for w in words:
-                st.vars.pop(w.text, None)
+        words = [w for child in node.named_children for w in self.words(child, st, flow)]
+        unset_vars(self, words, st)
 
     def _test(self, node: Any, st: State, flow: Flow) -> None:
         double = bool(node.children) and node.children[0].type == "[["
@@ -393,19 +462,20 @@ class Walker:
 
     # -- simple commands ----------------------------------------------------------------------
 
-    def command(self, node: Any, st: State, flow: Flow, outer: list[tuple[str, str]] | None = None) -> None:
+    def command_parts(self, node: Any, st: State, flow: Flow) -> tuple[dict[str, Val], list[Word], list[Any], Any]:
+        """(prefix assignments, words, inline redirection nodes, the name node or None) of a command node."""
         env: dict[str, Val] = {}
         words: list[Word] = []
         inline: list[Any] = []
-        has_name = False
+        name_node = None
         for i, child in enumerate(node.children):
             fname = node.field_name_for_child(i)
-            if child.type == "variable_assignment" and not has_name:
+            if child.type == "variable_assignment" and name_node is None:
                 name, value = self.assignment(child, st, flow)
                 if name is not None:
                     env[name] = value
             elif fname == "name":
-                has_name = True
+                name_node = child
                 for part in child.named_children or [child]:
                     words.extend(self.words(part, st, flow))
             elif fname == "redirect" or child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
@@ -420,6 +490,11 @@ class Walker:
                 words.extend(self.words(child, st, flow))
             elif child.is_named and child.type != "comment":
                 self.unmodelled(child)
+        return env, words, inline, name_node
+
+    def command(self, node: Any, st: State, flow: Flow, outer: list[tuple[str, str]] | None = None) -> None:
+        env, words, inline, name_node = self.command_parts(node, st, flow)
+        has_name = name_node is not None
         flow2, pairs, _ = self.redirects(inline, st, flow)
         pairs = (outer or []) + pairs
         if flow2.stdin is None and st.stdin is not None:
@@ -433,6 +508,16 @@ class Walker:
                 check_env(self, name, value, st, flow)
                 st.vars[name] = value
             return
+        alias = None
+        if self.aliases:
+            from ralph.shell.aliases import expand_alias, plain_name
+
+            alias = plain_name(name_node)
+        if alias is not None and alias in self.aliases and alias not in self.expanding:
+            source = node.text
+            start, end = name_node.start_byte - node.start_byte, name_node.end_byte - node.start_byte
+            expand_alias(self, alias, words, env, st, flow2, pairs, (source[:start], source[end:]))
+            return
         self.run(words, env, st, flow2, [], pairs)
 
     def run(self, words: list[Word], env: dict[str, Val], st: State, flow: Flow, wrappers: list[str],
@@ -441,6 +526,8 @@ class Walker:
         from ralph.shell.environment import check_env
         from ralph.shell.programs import dispatch
 
+        # a Command, its dispatch, and the guards' look at each word of it (paths resolved, secrets matched)
+        self.budget.spend(4 * NODE_COST + 8 * len(words) + len(st.cd))
         words = [w for w in words if w.text or not w.split]
         if not words:
             return
@@ -451,6 +538,7 @@ class Walker:
             argv=[w.text for w in words],
             dynamic=[w.dynamic for w in words],
             glob=[w.glob for w in words],
+            input=[w.input for w in words],
             assignments={k: (v if isinstance(v, str) else "$?") for k, v in env.items()},
             redirects=list(redirects),
             piped_in=flow.piped_in,
@@ -463,6 +551,11 @@ class Walker:
         )
         call = Call(words, env, st, flow, wrappers, redirects, cmd)
         first = words[0]
+        if first.dynamic and first.text in _INTERPRETER_VARS and first.text.strip("${}") not in st.vars:
+            # `$PYTHON -m pytest`: set outside the line (a Makefile's or CI's convention), read as `python`
+            first = words[0] = Word("python", input=False)
+            cmd.argv[0], cmd.dynamic[0] = "python", False
+            call = Call(words, env, st, flow, wrappers, redirects, cmd)
         if first.positional or first.dynamic or first.glob:
             self.result.simple.append(cmd)
             if first.positional:
@@ -490,7 +583,17 @@ class Walker:
             real = self._link_target(first.text, st)
             if real not in ("busybox", "toybox"):  # multi-call programs act on the name they were called by
                 cmd.real_name = real
+        if wrappers and wrappers[-1] in ("time", "coproc") and first.text in self.aliases and (
+                first.text not in self.expanding):  # reserved words: the next word is a command, alias-expanded
+            from ralph.shell.aliases import expand_alias
+
+            expand_alias(self, first.text, words, env, st, flow, redirects, None)
+            return
         dispatch(self, call)
+        if first.text in self.bodies and first.text not in self.calling:
+            from ralph.shell.aliases import call_function
+
+            call_function(self, first.text, words[1:], st, flow)
 
     def _link_target(self, text: str, st: State) -> str | None:
         import os
@@ -525,15 +628,30 @@ class Walker:
                 for w in self.words(child, st, flow):
                     items.append(w.text)
                     dynamic = dynamic or w.dynamic
-            return name, None if dynamic else items
+            return name, None if dynamic else self.bounded(name, items)
         words = self.words(value_node, st, flow, split=False)
+        if any(w.input for w in words):
+            st.inputs.add(name)
+        else:
+            st.inputs.discard(name)
         if len(words) != 1 or words[0].dynamic:
             return name, None
         value = words[0].text
         if append:
             old = st.vars.get(name, None)
-            return name, (old + value) if isinstance(old, str) else None
-        return name, value
+            return name, self.bounded(name, (old + value) if isinstance(old, str) else None)
+        return name, self.bounded(name, value)
+
+    def bounded(self, name: str, value: Val) -> Val:
+        """``value``, or None (run time) past :data:`MAX_VALUE` characters: an opaque finding."""
+        size = len(value) if isinstance(value, str) else sum(len(v) for v in value) if isinstance(value, list) else 0
+        if size <= MAX_VALUE:
+            return value
+        self.opaque(
+            f"the value of `{name}` grows past {MAX_VALUE} characters on this line (the guard stops following it)",
+            "build long values in a file, or split the command",
+        )
+        return None
 
     def redirects(self, nodes: list[Any], st: State, flow: Flow) -> tuple[Flow, list[tuple[str, str]], list[Any]]:
         stdin = flow.stdin
@@ -542,6 +660,7 @@ class Walker:
         queue = list(nodes)
         while queue:
             node = queue.pop(0)
+            self.budget.spend(2 * NODE_COST)
             if node.type == "file_redirect":
                 stdin = self._file_redirect(node, st, flow, pairs, stdin)
             elif node.type == "herestring_redirect":
@@ -572,9 +691,10 @@ class Walker:
             return stdin
         if op in _OUTPUT_OPS:
             if not target.procsub:
+                self.budget.spend(4 * NODE_COST)  # the guards resolve and stat every written path
                 self.result.writes.append(
                     WriteTarget(target.text, target.dynamic, target.glob, list(st.cd), st.cd_unknown, fd + op,
-                                truncates=op not in (">>", "&>>"))
+                                truncates=op not in (">>", "&>>"), input=target.input)
                 )
             return stdin
         if op in ("<", "<>") and fd in ("", "0"):
@@ -623,11 +743,12 @@ class Walker:
 
     def words(self, node: Any, st: State, flow: Flow, split: bool = True) -> list[Word]:
         """The words ``node`` expands to (brace expansion and word splitting of known values applied)."""
+        self.budget.spend(NODE_COST)  # the characters are spent where they are decoded (_text)
         kind = node.type
         if kind == "word" or kind == "number":  # the common cases, without the per-character model
             text = _text(node)
             if "\\" not in text and "{" not in text:
-                return [Word(text, glob=bool(_GLOB_TEXT.search(text)))]
+                return [Word(text, glob=_glob_text(text))]
         elif kind == "raw_string":
             return [Word(_text(node)[1:-1])]
         elif kind == "string" and all(c.type in ('"', "string_content") for c in node.children):
@@ -635,10 +756,15 @@ class Walker:
         chars: list[tuple[str, int]] = []
         flags = {"positional": False, "procsub": False, "output": False}
         self._parts(node, st, flow, chars, False, flags)
-        return _assemble(chars, flags, split)
+        words = _assemble(chars, flags, split, self.budget)
+        if flags.get("truncated"):
+            self.opaque(f"`{_text(node)[:40]}` expands to more than {_MAX_WORDS} words (the guard reads the first "
+                        f"{_MAX_WORDS})", "write the words out, or loop over a shorter list")
+        return words
 
     def _parts(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
         """Append the characters of one word part to ``out``, each with its kind (quoted, literal, run-time)."""
+        self.budget.spend(NODE_COST // 2)
         handler = _WORD_PARTS.get(node.type)
         if handler is not None:
             handler(self, node, st, flow, out, quoted, flags)
@@ -681,8 +807,19 @@ class Walker:
 
     def _part_substitution(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
         self.substitution(node, st, flow)
+        if self._prints_cwd(node, st):  # `$(pwd)` is `$PWD` (resolve_path knows it)
+            _push(out, "${PWD}", _DYNQ if quoted else _DYNU)
+            return
         flags["output"] = True
+        flags["input"] = True
         _push(out, _text(node), _DYNQ if quoted else _DYNU)
+
+    def _prints_cwd(self, node: Any, st: State) -> bool:
+        """Is this substitution a plain ``pwd`` (not a function or alias of that name)?"""
+        kids = [c for c in node.named_children if c.type != "comment"]
+        if len(kids) != 1 or kids[0].type != "command" or "pwd" in st.functions or "pwd" in self.aliases:
+            return False
+        return _text(kids[0]).strip() in ("pwd", "pwd -L", "pwd -P")
 
     def _part_process(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
         writes_into = bool(node.children) and node.children[0].type == ">("
@@ -706,18 +843,52 @@ class Walker:
         self.statements(node.children, st.copy(), Flow(stdin=flow.stdin, piped_out=True, depth=flow.depth))
 
     def _var(self, name: str, shown: str, st: State, out: list, quoted: bool, flags: dict) -> None:
-        if name in ("@", "*") or name.isdigit() and name != "0":
-            flags["positional"] = True
+        if name in ("@", "*", "#") or name.isdigit() and name != "0":
+            if st.positional is not None:
+                self._positional(name, shown, st, out, quoted, flags)
+                return
+            if name != "#":
+                flags["positional"] = True
             _push(out, shown, _DYNQ if quoted else _DYNU)
             return
+        if name in st.inputs:
+            flags["input"] = True
         if name in st.vars:
             value = st.vars[name]
             if isinstance(value, list):
                 value = value[0] if value else ""
             if isinstance(value, str):
-                _push(out, value, _QUOTED if quoted else _EXP)
+                self.push_value(out, value, shown, quoted)
                 return
         _push(out, shown, _DYNQ if quoted else _DYNU)
+
+    def _positional(self, name: str, shown: str, st: State, out: list, quoted: bool, flags: dict) -> None:
+        """``$1``, ``$@``, ``$*``, ``$#`` inside a function call whose arguments are known words."""
+        args = st.positional or []
+        if name == "#":
+            _push(out, str(len(args)), _QUOTED if quoted else _EXP)
+            return
+        chosen = args if name in ("@", "*") else args[int(name) - 1 : int(name)]
+        for k, arg in enumerate(chosen):
+            if k:  # "$@" stays one word per argument; "$*" joins them; unquoted, both split
+                _push(out, " ", _QUOTED if quoted and name == "*" else _EXP)
+            if arg.dynamic:
+                flags["positional"] = True
+                flags["input"] = flags.get("input") or arg.input
+                _push(out, arg.text or shown, _DYNQ if quoted else _DYNU)
+            else:
+                self.push_value(out, arg.text, shown, quoted)
+
+    def push_value(self, out: list, value: str, shown: str, quoted: bool) -> None:
+        """A known value expanded into the word being built; past :data:`MAX_VALUE` characters of word the
+        rest is a run-time part (opaque): the word is not built in memory."""
+        if len(out) + len(value) > 4 * MAX_VALUE:
+            self.opaque(f"a word grows past {4 * MAX_VALUE} characters (the guard stops following it)",
+                        "build long values in a file, or split the command")
+            _push(out, shown, _DYNQ if quoted else _DYNU)
+            return
+        self.budget.spend(len(value))
+        _push(out, value, _QUOTED if quoted else _EXP)
 
     def _expansion(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
         """``${...}``: the value when it is known, else a run-time part; opaque forms are recorded."""
@@ -733,18 +904,27 @@ class Walker:
         target = named[0] if named else None
         name = self._expansion_target(target, st)
         self._expansion_operands(named[1:], st, flow)
-        if name in ("@", "*") or name.isdigit() and name != "0":
+        known_args = st.positional is not None and (name.isdigit() and name != "0" or name in ("@", "*"))
+        if (name in ("@", "*") or name.isdigit() and name != "0") and not known_args:
             flags["positional"] = True
+        if name in st.inputs:
+            flags["input"] = True
         if ops and ops[0] == "#" and len(named) <= 1:  # ${#x}: a length
             _push(out, _text(node), run_time)
             return
+        if known_args and not ops:
+            self._positional(name, _text(node), st, out, quoted, flags)
+            return
         value = st.vars.get(name) if name in st.vars else None
+        if known_args and name.isdigit():
+            chosen = (st.positional or [])[int(name) - 1 : int(name)]
+            value = "" if not chosen else None if chosen[0].dynamic else chosen[0].text
         if isinstance(value, list):
             value = value[0] if value else ""
         plain = not ops and target is not None and target.type != "subscript"
         default = bool(ops) and ops[0] in (":-", "-") and (bool(value) or ops[0] == "-")
         if isinstance(value, str) and (plain or default):
-            _push(out, value, _QUOTED if quoted else _EXP)
+            self.push_value(out, value, _text(node), quoted)
         else:
             _push(out, _text(node), run_time)
 
@@ -773,8 +953,11 @@ class Walker:
 
     def arith(self, node: Any, st: State) -> None:
         """Arithmetic evaluates variable values as expressions (``a[$(cmd)]`` runs cmd): only numbers are safe."""
-        for name in _arith_names(node, self):
-            self.arith_name(name, st, _text(node))
+        shown = ""
+        for name in dict.fromkeys(_arith_names(node, self)):
+            shown = shown or _text(node)[:40]
+            self.sets(name, f"(( {shown} ))")  # arithmetic may assign any name it mentions
+            self.arith_name(name, st, shown)
 
     def arith_name(self, name: str, st: State, shown: str) -> None:
         value = st.vars.get(name, None)
@@ -836,16 +1019,75 @@ _WORD_PARTS = {
 """The word parts the walker models; any other node inside a word is opaque."""
 
 
-def walk(command: str, result: Analysis, cwd: str, home: str) -> None:
-    """Analyse ``command`` into ``result`` (see :func:`ralph.shell.analyze`)."""
-    Walker(result, cwd, home).code(command, State(), Flow(), "the command")
+def walk(command: str, result: Analysis, cwd: str, home: str, budget: Budget | None = None) -> None:
+    """Analyse ``command`` into ``result`` (see :func:`ralph.shell.analyze`), spending from ``budget``."""
+    walker = Walker(result, cwd, home, budget)
+    previous = activate(walker.budget)
+    try:
+        walker.code(command, State(budget=walker.budget), Flow(), "the command")
+    finally:
+        activate(previous)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
 
 
+_INTERPRETER_VARS = frozenset({"$PYTHON", "${PYTHON}", "$PYTHON3", "${PYTHON3}"})
+"""Command names that are a variable conventionally naming the Python interpreter."""
+_FIND_PRINTS = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-print", "-printf", "-fprint", "-fprint0", "-fprintf",
+                          "-ls", "-fls", "-files0-from"})
+
+
+def _found_paths(cmds: list[Command], depth: int) -> tuple[str, ...] | None:
+    """``DIR/*`` for each start path, when what a pipeline element writes is only ``find DIR ... -print0``."""
+    top = [c for c in cmds if c.depth == depth and not any(w.startswith("find ") for w in c.wrappers)]
+    if not top:
+        return None
+    patterns: list[str] = []
+    for cmd in top:
+        if cmd.name != "find" or "-print0" not in cmd.argv or any(a in _FIND_PRINTS for a in cmd.argv):
+            return None
+        if "-L" in cmd.argv or "-follow" in cmd.argv or any("&" in op for op, _ in cmd.redirects):
+            return None  # paths through symlinks; error messages mixed into the pipe
+        from ralph.shell.tools import find_roots
+
+        roots, _ = find_roots(cmd.argv)
+        if any(cmd.dynamic[r] or cmd.glob[r] for r in roots):
+            return None
+        for root in [cmd.argv[r] for r in roots] or ["."]:
+            patterns.append(root.rstrip("/") + "/*" if root != "/" else "/*")
+    return tuple(patterns)
+
+
+def _cat_files(cmds: list[Command], depth: int) -> tuple[str, ...] | None:
+    """The files a pipeline element writes when it is only ``cat FILE...`` of literal project-style names."""
+    if len(cmds) != 1 or cmds[0].depth != depth or cmds[0].name != "cat" or len(cmds[0].argv) < 2:
+        return None
+    cmd = cmds[0]
+    if any(cmd.dynamic) or any(cmd.glob) or any(a.startswith("-") or a.startswith("/dev/") for a in cmd.args):
+        return None
+    return tuple(cmd.args)
+
+
+def unset_vars(w: Walker, words: list[Word], st: State) -> None:
+    """``unset [-v|-f|-n] NAME...``: the variables are gone (a run-time name may be any of them)."""
+    functions = False
+    for word in words:
+        if not word.dynamic and word.text.startswith("-") and len(word.text) > 1:
+            functions = functions or "f" in word.text
+            continue
+        if not functions:
+            w.sets(None if word.dynamic else word.text, "unset")
+        st.vars.pop(word.text, None)
+
+
 def _text(node: Any) -> str:
-    return node.text.decode("utf-8", "surrogatepass") if node is not None else ""
+    if node is None:
+        return ""
+    size = node.end_byte - node.start_byte
+    if size > 256:  # small decodes are paid for by the node visits that make them
+        active().spend(size)
+    return node.text.decode("utf-8", "surrogatepass")
 
 
 def _lead(node: Any) -> str:
@@ -854,9 +1096,13 @@ def _lead(node: Any) -> str:
 
 
 def _describe_error(root: Any, text: str) -> str:
-    stack = [root]
+    from collections import deque
+
+    stack = deque([root])
+    budget = active()
     while stack:
-        node = stack.pop(0)
+        budget.spend(NODE_COST)
+        node = stack.popleft()
         if node.is_error or node.is_missing:
             line, col = node.start_point
             near = _text(node)[:20] or text[node.start_byte : node.start_byte + 20]
@@ -895,7 +1141,9 @@ def _static_output(node: Any) -> str | None:
 
 def _calls_itself_in_a_pipe(node: Any, name: str) -> bool:
     stack = [node]
+    budget = active()
     while stack:
+        budget.spend(NODE_COST)
         n = stack.pop()
         if n.type == "pipeline":
             names = [_text(c.child_by_field_name("name")) for c in n.named_children if c.type == "command"]
@@ -909,6 +1157,7 @@ def _arith_names(node: Any, walker: Walker) -> list[str]:
     names: list[str] = []
     stack = [node]
     while stack:
+        walker.budget.spend(NODE_COST)
         n = stack.pop()
         t = n.type
         if t in ("variable_name", "word") and _IDENT.fullmatch(_text(n)):
@@ -920,19 +1169,34 @@ def _arith_names(node: Any, walker: Walker) -> list[str]:
             elif inner.isdigit():
                 names.append(inner)
         elif t == "expansion":
-            walker._parts(n, State(), Flow(), [], True, {"positional": False, "procsub": False, "output": False})
+            walker._parts(n, State(budget=walker.budget), Flow(), [], True, {"positional": False, "procsub": False, "output": False})
             for c in n.named_children:
                 if c.type == "variable_name":
                     names.append(_text(c))
         elif t in ("command_substitution",):
-            walker.substitution(n, State(), Flow())
+            walker.substitution(n, State(budget=walker.budget), Flow())
         else:
             stack.extend(n.children)
     return names
 
 
+def _glob_text(text: str) -> bool:
+    """Does a plain word hold ``*``, ``?`` or a ``[`` closed on its line? (Linear: no regex backtracking.)"""
+    if "*" in text or "?" in text:
+        return True
+    i = text.find("[")
+    while i >= 0:
+        line_end = text.find("\n", i)
+        if text.find("]", i + 1, len(text) if line_end < 0 else line_end) >= 0:
+            return True
+        if line_end < 0:
+            return False
+        i = text.find("[", line_end)
+    return False
+
+
 def _push(out: list, text: str, kind: int) -> None:
-    out.extend((ch, kind) for ch in text)
+    out.extend(zip(text, repeat(kind, len(text))))
 
 
 def _unquote_word(text: str, out: list) -> None:
@@ -990,10 +1254,16 @@ def _ansi_c(s: str) -> str:
     return "".join(out)
 
 
-def _assemble(chars: list[tuple[str, int]], flags: dict, split: bool) -> list[Word]:
-    variants = _brace_expand(chars) if any(ch == "{" and k == _LIT for ch, k in chars) else [chars]
+def _assemble(chars: list[tuple[str, int]], flags: dict, split: bool, budget: Budget) -> list[Word]:
+    budget.spend(4 * len(chars))  # several passes over the characters below
+    cut: list[bool] = []
+    variants = _brace_expand(chars, budget, _MAX_WORDS, cut) if any(ch == "{" and k == _LIT for ch, k in chars) \
+        else [chars]
+    if cut:
+        flags["truncated"] = True
     words: list[Word] = []
     for variant in variants:
+        budget.spend(4 * len(variant))
         pieces = _split(variant) if split else [variant]
         for piece in pieces:
             text = "".join(ch for ch, _ in piece)
@@ -1009,10 +1279,13 @@ def _assemble(chars: list[tuple[str, int]], flags: dict, split: bool) -> list[Wo
                     positional=flags["positional"],
                     procsub=flags["procsub"],
                     output=flags.get("output", False),
+                    input=bool(flags.get("input")) and bool(kinds & {_DYNQ, _DYNU}),
                 )
             )
     if not words and chars and not any(k in (_EXP, _DYNU) for _, k in chars):
         words.append(Word(""))
+    if len(words) > _MAX_WORDS:
+        flags["truncated"] = True
     return words[:_MAX_WORDS]
 
 
@@ -1040,55 +1313,63 @@ def _is_glob(chars: list[tuple[str, int]]) -> bool:
     return False
 
 
-def _brace_expand(chars: list[tuple[str, int]], budget: int = _MAX_WORDS) -> list[list[tuple[str, int]]]:
-    """Bash brace expansion over the unquoted literal characters: ``a{b,c}`` -> ``ab ac``, ``{1..3}``."""
+def _brace_expand(chars: list[tuple[str, int]], budget: Budget, most: int,
+                  cut: list[bool]) -> list[list[tuple[str, int]]]:
+    """Bash brace expansion over the unquoted literal characters: ``a{b,c}`` -> ``ab ac``, ``{1..3}``
+    (at most ``most`` words, else ``cut`` gets an item; every character scanned or copied is spent from
+    ``budget``)."""
     n = len(chars)
-    for start in range(n):
-        if chars[start] != ("{", _LIT):
+    budget.spend(n)
+    opens: list[int] = []
+    commas_of: dict[int, list[int]] = {}
+    pairs: list[tuple[int, int, list[int]]] = []
+    for j, (ch, k) in enumerate(chars):  # one pass: matching braces and the commas at their own level
+        if k != _LIT:
             continue
-        depth, commas, end = 0, [], -1
-        for j in range(start + 1, n):
-            ch, k = chars[j]
-            if k != _LIT:
-                continue
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                if depth == 0:
-                    end = j
-                    break
-                depth -= 1
-            elif ch == "," and depth == 0:
-                commas.append(j)
-        if end < 0:
-            continue
+        if ch == "{":
+            opens.append(j)
+            commas_of[j] = []
+        elif ch == "}" and opens:
+            start = opens.pop()
+            pairs.append((start, j, commas_of.pop(start)))
+        elif ch == "," and opens:
+            commas_of[opens[-1]].append(j)
+    for start, end, commas in sorted(pairs):
         prefix, suffix = chars[:start], chars[end + 1 :]
         if commas:
             bounds = [start, *commas, end]
             alternatives = [chars[bounds[i] + 1 : bounds[i + 1]] for i in range(len(bounds) - 1)]
         else:
+            if end - start > 60:  # longer than any {a..b..step}
+                continue
             inner = "".join(ch for ch, _ in chars[start + 1 : end])
-            seq = _sequence(inner)
+            seq = _sequence(inner, cut)
             if seq is None:
                 continue
             alternatives = [[(ch, _LIT) for ch in item] for item in seq]
         out: list[list[tuple[str, int]]] = []
-        for alt in alternatives:
-            for tail in _brace_expand(alt + suffix, budget):
+        for n_alt, alt in enumerate(alternatives):
+            for tail in _brace_expand(alt + suffix, budget, most - len(out), cut):
+                budget.spend(len(prefix) + len(tail))
                 out.append(prefix + tail)
-                if len(out) >= budget:
+                if len(out) >= most:
+                    if n_alt < len(alternatives) - 1:
+                        cut.append(True)
                     return out
         return out
     return [chars]
 
 
-def _sequence(inner: str) -> list[str] | None:
-    m = re.fullmatch(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?", inner)
+def _sequence(inner: str, cut: list[bool]) -> list[str] | None:
+    """The words of ``{a..b[..step]}`` (at most ``_MAX_WORDS``, else ``cut`` gets an item: never the whole range)."""
+    m = re.fullmatch(r"(-?\d{1,18})\.\.(-?\d{1,18})(?:\.\.(-?\d{1,18}))?", inner)
     if m:
         a, b = int(m.group(1)), int(m.group(2))
         step = abs(int(m.group(3) or 1)) or 1
         rng = range(a, b + 1, step) if a <= b else range(a, b - 1, -step)
-        return [str(x) for x in list(rng)[:_MAX_WORDS]]
+        if len(rng) > _MAX_WORDS:
+            cut.append(True)
+        return [str(x) for x in rng[:_MAX_WORDS]]
     m = re.fullmatch(r"([A-Za-z])\.\.([A-Za-z])", inner)
     if m:
         a, b = ord(m.group(1)), ord(m.group(2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ralph.shell.environment import check_env
-from ralph.shell.progutil import Handler, emit, getopts, inner, quote, run_code
+from ralph.shell.progutil import Handler, emit, expand_long, getopts, inner, quote, run_code
 from ralph.shell.walker import Call, Flow, Val, Walker, Word
 
 
@@ -22,33 +22,80 @@ def _wrapper(values: frozenset[str] | set[str], operands_before: int = 0, no_com
     return handle
 
 
+_ENV_VALUES = frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string", "-P", "--default-signal",
+                         "--ignore-signal", "--block-signal"})
+_ENV_LONGS = frozenset({"--unset", "--chdir", "--split-string", "--ignore-environment", "--null", "--debug",
+                        "--default-signal", "--ignore-signal", "--block-signal", "--list-signal-handling"})
+
+
 def _env(w: Walker, call: Call) -> None:
-    opts, i = getopts(call.words, 1, {"-u", "--unset", "-C", "--chdir", "-S", "--split-string", "-P"})
-    env: dict[str, Val] = {}
     words = call.words
+    unset: list[Word] = []
+    values: dict[str, Word] = {}
+    i = 1
+    while i < len(words):  # options by hand: every -u counts, and `-` alone is -i
+        word = words[i]
+        t = word.text
+        if word.dynamic or t == "--" or not t.startswith("-"):
+            i += 1 if t == "--" and not word.dynamic else 0
+            break
+        if t == "-":
+            w.push_block("`env -` starts the program with an empty environment")
+            i += 1
+            break
+        if t.startswith("--"):
+            key, eq, attached = t.partition("=")
+            key = expand_long(key, _ENV_LONGS)
+            given = Word(attached) if eq else (words[i + 1] if i + 1 < len(words) and key in _ENV_VALUES else None)
+            i += 1 if eq or key not in _ENV_VALUES else 2
+            if key == "--ignore-environment":
+                w.push_block("`env --ignore-environment` starts the program with an empty environment")
+            elif key == "--unset" and given is not None:
+                unset.append(given)
+            elif given is not None:
+                values[key] = given
+            continue
+        i += 1
+        for j, ch in enumerate(t[1:], 1):
+            opt = "-" + ch
+            if opt == "-i":
+                w.push_block("`env -i` starts the program with an empty environment")
+            elif opt in _ENV_VALUES:
+                given = Word(t[j + 1 :]) if t[j + 1 :] else (words[i] if i < len(words) else None)
+                if not t[j + 1 :]:
+                    i += 1
+                if given is not None:
+                    if opt == "-u":
+                        unset.append(given)
+                    else:
+                        values[opt] = given
+                break
+    for gone in unset:
+        w.sets(None if gone.dynamic else gone.text, f"env -u {gone.text}")
+    env: dict[str, Val] = {}
     while i < len(words) and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[i].text) and not words[i].split:
         key, _, value = words[i].text.partition("=")
         env[key] = None if words[i].dynamic else value
         i += 1
-    if i < len(words) and words[i].text == "-":
-        i += 1
     st = call.st
-    chdir = opts.get("-C") or opts.get("--chdir")
+    chdir = values.get("-C") or values.get("--chdir")
     if chdir is not None:
         st = st.copy()
         if chdir.dynamic:
             st.cd_unknown = True
         else:
             st.cd.append(chdir.text)
-    split = opts.get("-S") or opts.get("--split-string")
-    if split is not None:
-        for name, val in env.items():
-            check_env(w, name, val, st, call.flow, persistent=False)
+    split = values.get("-S") or values.get("--split-string")
+    if split is not None:  # `env -S 'ARGS'`: ARGS are split into words and read as env's own arguments
+        for var, val in env.items():
+            check_env(w, var, val, st, call.flow, persistent=False)
         rest = " ".join(quote(x.text) for x in words[i:])
-        run_code(w, call, Word(split.text + (" " + rest if rest else ""), split.dynamic), "`env -S`")
+        run_code(w, call, Word("env " + split.text + (" " + rest if rest else ""), split.dynamic), "`env -S`")
         return
     if i >= len(words):
         call.cmd.assignments.update({k: v if isinstance(v, str) else "$?" for k, v in env.items()})
+        for var, val in env.items():
+            check_env(w, var, val, st, call.flow, persistent=False)
         emit(w, call)
         return
     inner(w, call, i, env=env, st=st)
@@ -64,6 +111,8 @@ def _command(w: Walker, call: Call) -> None:
 
 def _exec(w: Walker, call: Call) -> None:
     opts, i = getopts(call.words, 1, {"-a"})
+    if "-c" in opts:
+        w.push_block("`exec -c` runs the program with an empty environment")
     if i >= len(call.words):
         emit(w, call)
         return
@@ -79,11 +128,21 @@ def _xargs(w: Walker, call: Call) -> None:
         replace = Word("{}")
     rest = call.words[i:] or [Word("echo")]
     flow = Flow(stdin=None, depth=call.flow.depth)
-    if replace is not None:
-        words = [Word(x.text, True, x.glob, False, x.positional) if replace.text in x.text else x for x in rest]
-    else:
-        words = [*rest, Word("<arguments from stdin>", dynamic=True, split=True)]
-    inner(w, call, 0, words=words, flow=flow)
+    delimiter = opts.get("-d") or opts.get("--delimiter")
+    nul = "-0" in opts or "--null" in opts or (delimiter is not None and delimiter.text in ("\0", "\x00", "\000"))
+    found = call.flow.piped_paths if nul and "-a" not in opts and "--arg-file" not in opts else None
+    # Arguments read from stdin can be anything (a crafted file name too), unless they are NUL-separated
+    # paths from `find DIR -print0`: then each is a path under DIR, as with `find -exec`.
+    for pattern in found or [None]:
+        if replace is not None:
+            words = [(Word(x.text.replace(replace.text, pattern), x.dynamic, True) if pattern is not None else
+                      Word(x.text, True, x.glob, False, x.positional, input=True)) if replace.text in x.text else x
+                     for x in rest]
+        elif pattern is not None:
+            words = [*rest, Word(pattern, glob=True)]
+        else:
+            words = [*rest, Word("<arguments from stdin>", dynamic=True, split=True, input=True)]
+        inner(w, call, 0, words=words, flow=flow)
 
 
 def _timeout(w: Walker, call: Call) -> None:
@@ -193,6 +252,21 @@ def _busybox(w: Walker, call: Call) -> None:
         emit(w, call)
 
 
+def _coproc(w: Walker, call: Call) -> None:
+    """``coproc CMD``, ``coproc NAME { CMD; }``, ``coproc { CMD; }`` (the grammar reads the braces as words)."""
+    words = call.words
+    start = 1
+    if len(words) > 2 and words[2].text in ("{", "(") and not words[1].dynamic:
+        w.sets(words[1].text, f"coproc {words[1].text}")  # NAME becomes an array of file descriptors
+        start = 3
+    elif len(words) > 1 and words[1].text in ("{", "("):
+        start = 2
+    if len(words) > start:
+        inner(w, call, start)
+    else:
+        emit(w, call)
+
+
 def _run_subcommand(subs: dict[str, frozenset[str]]) -> Handler:
     """``uv run CMD``, ``poetry run CMD``, ``npx CMD``...: the rest is a command (``{"": ...}``: no subcommand)."""
 
@@ -248,7 +322,7 @@ WRAPPERS: dict[str, Handler] = {
     "script": _script,
     "xargs": _xargs,
     "busybox": _busybox,
-    "coproc": _busybox,
+    "coproc": _coproc,
     "sudo": _privileged(_SUDO_VALUES, shell_flags=("-s", "-i", "--shell", "--login"),
                         no_command=("-l", "--list", "-v", "--validate", "-k", "-K", "--reset-timestamp",
                                     "--remove-timestamp", "-V", "--version", "-e", "--edit")),

@@ -24,6 +24,7 @@ from ralph.testing.scripted_server import ScriptedRequest, ScriptedServer, Scrip
 
 __all__ = [
     "ErrorReply",
+    "StreamError",
     "IterationScript",
     "ModelRequest",
     "RATE_LIMIT_MESSAGE",
@@ -37,6 +38,8 @@ __all__ = [
     "claude_env",
     "text",
     "tool",
+    "unified_headers",
+    "usage_limit_reply",
 ]
 
 EXHAUSTED_TEXT = "(script exhausted)"
@@ -103,6 +106,51 @@ class ErrorReply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class StreamError:
+    """A reply that starts streaming (HTTP 200, ``message_start``) and then fails with an SSE ``error``
+    event, as the API reports an overload mid-response (``overloaded_error``)."""
+
+    type: str = "overloaded_error"
+    message: str = "Overloaded"
+
+
+def unified_headers(
+    five_hour: float = 0.0, seven_day: float = 0.0, *, status: str = "allowed", resets_5h: int | None = None,
+    resets_7d: int | None = None, claim: str = "five_hour",
+) -> dict[str, str]:
+    """The ``anthropic-ratelimit-unified-*`` headers the API sends a subscription (OAuth) client:
+    utilization of the 5-hour and 7-day windows (fractions), their resets (epoch seconds), the status."""
+    import time as _time
+
+    now = int(_time.time())
+    r5, r7 = resets_5h or now + 3600, resets_7d or now + 5 * 86400
+    window_status = lambda used: "rejected" if used >= 1 else ("allowed_warning" if used >= 0.8 else "allowed")  # noqa: E731
+    return {
+        "anthropic-ratelimit-unified-status": status,
+        "anthropic-ratelimit-unified-reset": str(r5 if claim == "five_hour" else r7),
+        "anthropic-ratelimit-unified-representative-claim": claim,
+        "anthropic-ratelimit-unified-5h-status": window_status(five_hour),
+        "anthropic-ratelimit-unified-5h-utilization": str(five_hour),
+        "anthropic-ratelimit-unified-5h-reset": str(r5),
+        "anthropic-ratelimit-unified-7d-status": window_status(seven_day),
+        "anthropic-ratelimit-unified-7d-utilization": str(seven_day),
+        "anthropic-ratelimit-unified-7d-reset": str(r7),
+    }
+
+
+def usage_limit_reply(resets_at: int, claim: str = "five_hour", message: str | None = None) -> ErrorReply:
+    """A subscription's usage limit as the API sends it: HTTP 429, ``rate_limit_error``, the unified
+    headers with status ``rejected`` and the reset time (no usage wording needed in the body)."""
+    headers = unified_headers(1.0 if claim == "five_hour" else 0.5, 1.0 if claim == "seven_day" else 0.5,
+                              status="rejected", claim=claim,
+                              resets_5h=resets_at if claim == "five_hour" else None,
+                              resets_7d=resets_at if claim == "seven_day" else None)
+    headers["x-should-retry"] = "false"
+    body = {"type": "error", "error": {"type": "rate_limit_error", "message": message or RATE_LIMIT_MESSAGE}}
+    return ErrorReply(429, body, headers)
+
+
 # -- requests -------------------------------------------------------------------
 
 
@@ -138,7 +186,7 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-Reply = Union[Turn, ErrorReply]
+Reply = Union[Turn, ErrorReply, StreamError]
 Responder = Callable[[ModelRequest], Reply]
 """What chooses each reply: called with the request, returns a :class:`Turn` or an :class:`ErrorReply`
 (:class:`IterationScript`, :class:`SequenceScript` and :class:`RejectFirst` are responders)."""
@@ -314,10 +362,16 @@ def encode_turn(turn: Turn, model: str, input_tokens: int, usage: dict[str, int]
     out.append(sse({
         "type": "message_delta",
         "delta": {"stop_reason": turn.stop_reason, "stop_sequence": None},
-        "usage": {"output_tokens": estimate_tokens(" " * output_chars)},
+        "usage": {"output_tokens": _output_tokens(turn)},
     }))
     out.append(sse({"type": "message_stop"}))
     return b"".join(out)
+
+
+def _output_tokens(turn: Turn) -> int:
+    """The output tokens a turn is reported to cost: ~4 characters of text or tool input JSON per token."""
+    chars = sum(len(json.dumps(b.input)) if isinstance(b, ToolBlock) else len(b.text) for b in turn.blocks)
+    return estimate_tokens(" " * chars)
 
 
 # -- the server -------------------------------------------------------------------
@@ -344,15 +398,24 @@ class _Handler(ScriptHandler):
             {"type": "error", "error": {"type": "api_error", "message": f"responder raised: {exc!r}"}},
             {"x-should-retry": "false"},
         ))
-        if isinstance(reply, ErrorReply):
-            self.send_json(reply.status, reply.body_json, reply.headers)
-            return
         owner = self.server.owner
         assert isinstance(owner, ScriptedModelServer)
-        turn = settle_turn(reply, owner)
+        if isinstance(reply, ErrorReply):
+            owner._sent_reply(reply.status, {})
+            self.send_json(reply.status, reply.body_json, reply.headers)
+            return
         usage = owner._usage(body, raw)
-        self.send_body(200, encode_turn(turn, request.model, usage["input_tokens"], usage), "text/event-stream",
-                       {"cache-control": "no-cache", "request-id": "req_scripted"})
+        headers = {"cache-control": "no-cache", "request-id": "req_scripted", **owner.headers_for(request)}
+        if isinstance(reply, StreamError):
+            owner._sent_reply(200, {**usage, "output_tokens": 1})
+            stream = encode_turn(Turn([]), request.model, usage["input_tokens"], usage).split(b"event: message_delta")[0]
+            error = sse({"type": "error", "error": {"type": reply.type, "message": reply.message}})
+            self.send_body(200, stream + error, "text/event-stream", headers)
+            return
+        turn = settle_turn(reply, owner)
+        encoded = encode_turn(turn, request.model, usage["input_tokens"], usage)
+        owner._sent_reply(200, {**usage, "output_tokens": _output_tokens(turn)})
+        self.send_body(200, encoded, "text/event-stream", headers)
 
 
 class ScriptedModelServer(ScriptedServer[ModelRequest]):
@@ -366,12 +429,39 @@ class ScriptedModelServer(ScriptedServer[ModelRequest]):
     handler = _Handler
     thread_name = "scripted-model-server"
 
-    def __init__(self, responder: Responder, host: str = "127.0.0.1", cache: bool = False) -> None:
+    def __init__(
+        self,
+        responder: Responder,
+        host: str = "127.0.0.1",
+        cache: bool = False,
+        headers: dict[str, str] | Callable[[ModelRequest], dict[str, str]] | None = None,
+    ) -> None:
         super().__init__(responder, host)
         self.cache = cache
         """Simulate prompt caching in the reported usage: the request's tools + system prefix is
         a cache write the first time the server sees it and a cache read afterwards."""
+        self.headers = headers
+        """Extra response headers of every streamed reply (e.g. :func:`unified_headers`), or a function
+        of the request that returns them."""
         self._prefixes: set[str] = set()
+        self._sent: list[tuple[int, dict[str, int]]] = []
+
+    def headers_for(self, request: ModelRequest) -> dict[str, str]:
+        """The extra headers of the reply to ``request``."""
+        if callable(self.headers):
+            return dict(self.headers(request))
+        return dict(self.headers or {})
+
+    def _sent_reply(self, status: int, usage: dict[str, int]) -> None:
+        with self._lock:
+            self._sent.append((status, dict(usage)))
+
+    @property
+    def sent(self) -> list[tuple[int, dict[str, int]]]:
+        """Every reply sent so far: (HTTP status, the usage it reported, in the API's names:
+        ``input_tokens``, ``cache_read_input_tokens``, ``cache_creation_input_tokens``, ``output_tokens``)."""
+        with self._lock:
+            return list(self._sent)
 
     def _usage(self, body: Any, raw: str) -> dict[str, int]:
         """Token counts for a request: ~4 bytes per token, split by the cache simulation."""

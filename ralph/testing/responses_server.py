@@ -27,6 +27,7 @@ from ralph.testing.scripted_server import ScriptedRequest, ScriptedServer, Scrip
 
 __all__ = [
     "ResponsesRequest",
+    "usage_limit_reply",
     "ScriptedResponsesServer",
     "StreamFailure",
     "codex_env",
@@ -205,6 +206,13 @@ class ScriptedResponsesServer(ScriptedServer[ResponsesRequest]):
     handler = _Handler
     url_path = "/v1"
     thread_name = "scripted-responses-server"
+
+
+def usage_limit_reply(resets_in_seconds: int, plan: str = "plus") -> ErrorReply:
+    """A usage limit as the Codex backend sends it: HTTP 429, ``usage_limit_reached`` with the plan and
+    the seconds until the limit resets (the loop's meter reads the reset from the body)."""
+    return ErrorReply(429, {"error": {"type": "usage_limit_reached", "message": "The usage limit has been reached",
+                                      "plan_type": plan, "resets_in_seconds": resets_in_seconds}})
 
 
 def codex_env(server_url: str, home: Path) -> dict[str, str]:

@@ -24,6 +24,7 @@ from docker.utils.socket import frames_iter
 from ralph.api import ProcessOutcome, ProcessSpec, hook_packages
 
 from .naming import (
+    ASK_SHIM,
     IN_CONTAINER_BIN,
     IN_CONTAINER_HOME,
     IN_CONTAINER_LIB,
@@ -37,8 +38,6 @@ from .naming import (
 
 ENGINE_TIMEOUT = 60
 KILL_GRACE = 10
-HOOK_SOCKET_ENV = "RALPH_HOOK_SOCKET"
-RUN_DIR_ENV = "RALPH_RUN_DIR"
 BUILD_HINT = "build it with `ralph sandbox build --offline-base` (or `ralph sandbox build --base IMAGE`)"
 
 
@@ -166,6 +165,23 @@ class Options:
     """Seconds the container's PID 1 (``sleep``) lives: orphans expire on their own."""
 
 
+METERED_HOSTS = ("api.anthropic.com:443", "api.openai.com:443")
+"""The model APIs the allowlist lets through by default; dropped when the loop meters the traffic."""
+
+
+def model_hosts(env: dict[str, str], env_names: list[str]) -> list[str]:
+    """The ``host:port`` of the model endpoints the agents are configured with (``ANTHROPIC_BASE_URL``,
+    ``RALPH_CODEX_BASE_URL``)."""
+    bases = [env.get("ANTHROPIC_BASE_URL") if "ANTHROPIC_BASE_URL" in env_names else None]
+    bases.append(env.get("RALPH_CODEX_BASE_URL"))  # the codex agent's endpoint (see docs/agents.md)
+    hosts = []
+    for base in bases:
+        url = urlsplit(base) if base else None
+        if url is not None and url.hostname:
+            hosts.append(f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}")
+    return hosts
+
+
 class Sandbox:
     """One project's sandbox: a long-lived container, one exec per iteration."""
 
@@ -180,6 +196,11 @@ class Sandbox:
         self.network: Any = None
         self.proxy: Any = None
         self.sweep = True
+        self._gateway: str | None = None
+        self._allowed: set[str] = set()
+        self._extra_allowed: list[str] = []
+        self._metered = False
+        """The agent's model traffic goes through the loop's meter: the model APIs are not let through."""
         """Kill what the agent's user left in the container after every exec (off only to measure it)."""
         """Seconds from run() to the exec running (including container creation when it happened)."""
 
@@ -227,17 +248,59 @@ class Sandbox:
 
     def allow_list(self, env: dict[str, str]) -> list[str]:
         hosts = list(self.options.allow_hosts)
-        bases = [env.get("ANTHROPIC_BASE_URL") if "ANTHROPIC_BASE_URL" in self.options.env_names else None]
-        bases.append(env.get("RALPH_CODEX_BASE_URL"))  # the codex agent's endpoint (see docs/agents.md)
-        for base in bases:
-            url = urlsplit(base) if base else None
-            if url is not None and url.hostname:
-                port = url.port or (443 if url.scheme == "https" else 80)
-                hosts.append(f"{url.hostname}:{port}")
+        hosts += model_hosts(env, self.options.env_names)
+        if self._metered:  # the container reaches the model only through the loop's meter
+            hosts = [host for host in hosts if host not in METERED_HOSTS and host not in model_hosts(env, self.options.env_names)]
         return sorted(set(hosts))
 
-    def _start_proxy(self) -> None:
-        allow = self.allow_list(dict(os.environ))
+    def route_models_through(self, url: str) -> None:
+        """The agent's model traffic goes through the loop's meter at ``url``: let the proxy through to it
+        and to none of the model APIs (so nothing the agent runs bypasses the meter)."""
+        if self.options.network != "allowlist" or self._metered:
+            self.allow(url)
+            return
+        self._metered = True
+        parts = urlsplit(url)
+        if parts.hostname:
+            self._extra_allowed.append(f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}")
+        if self.proxy is not None:
+            self.proxy.remove(force=True)
+            self.proxy = None
+            self._start_proxy(reuse_network=True)
+
+    def gateway(self) -> str:
+        """This machine's address on the default bridge (what a container reaches it at)."""
+        if self._gateway is None:
+            import ipaddress
+
+            config = (self.client.networks.get("bridge").attrs.get("IPAM") or {}).get("Config") or [{}]
+            gateway = config[0].get("Gateway")
+            if not gateway and config[0].get("Subnet"):
+                gateway = str(next(ipaddress.ip_network(config[0]["Subnet"]).hosts()))
+            self._gateway = str(gateway or "172.17.0.1")
+        return self._gateway
+
+    def allow(self, url: str) -> None:
+        """Let the allowlist proxy through to ``url``'s host (a loop-owned endpoint named later than
+        ``prepare``): the proxy is made again with it when it is not listed yet."""
+        parts = urlsplit(url)
+        if self.options.network != "allowlist" or not parts.hostname:
+            return
+        entry = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+        if entry in self._allowed:
+            return
+        self._extra_allowed.append(entry)
+        if self.proxy is not None:
+            self.proxy.remove(force=True)
+            self.proxy = None
+            self._start_proxy(reuse_network=True)
+
+    def _start_proxy(self, reuse_network: bool = False) -> None:
+        allow = sorted(set(self.allow_list(dict(os.environ)) + self._extra_allowed))
+        self._allowed = set(allow)
+        if reuse_network and self.network is not None:
+            self._proxy_container(allow)
+            return
         self.network = self.client.networks.create(
             f"{self.name}-net",
             driver="bridge",
@@ -247,6 +310,9 @@ class Sandbox:
             # this machine's own addresses (measured); with it the proxy is the only way out
             options={"com.docker.network.bridge.inhibit_ipv4": "true"},
         )
+        self._proxy_container(allow)
+
+    def _proxy_container(self, allow: list[str]) -> None:
         self.proxy = self.client.containers.create(
             self.options.image,
             ["python3", "-P", "/opt/ralph/proxy.py", "--port", str(PROXY_PORT), "--allow", ",".join(allow)],
@@ -279,15 +345,17 @@ class Sandbox:
         mounts = self.base_mounts()
         for name, path in hook_packages().items():
             mounts.append(Mount(f"{IN_CONTAINER_LIB}/{name}", str(path), type="bind", read_only=True))
-        run_dir = spec.env.get(RUN_DIR_ENV)
-        if run_dir and Path(run_dir).is_dir():
-            mounts.append(Mount(run_dir, run_dir, type="bind", read_only=True))
-        hook_socket = spec.env.get(HOOK_SOCKET_ENV)
-        if hook_socket:
+        channel = spec.channel
+        if channel is not None and Path(channel.run_dir).is_dir():
+            mounts.append(Mount(str(channel.run_dir), str(channel.run_dir), type="bind", read_only=True))
+        if channel is not None:
             # read-only: the agent can connect to the socket but not delete or replace it
-            socket_dir = Path(hook_socket).parent
-            self._share_socket(socket_dir, Path(hook_socket))
+            socket_dir = Path(channel.hook_socket).parent
+            self._share_socket(socket_dir, Path(channel.hook_socket))
             mounts.append(Mount(str(socket_dir), str(socket_dir), type="bind", read_only=True))
+            if Path(channel.run_dir).is_dir():  # `ralph ask` inside: the hook client's ask, over that socket
+                mounts.append(Mount(f"{IN_CONTAINER_BIN}/ralph", str(write_ask_shim(Path(channel.run_dir))), type="bind",
+                                    read_only=True))
         argv = list(spec.argv)
         program = program_of(spec)
         if program == "claude":
@@ -415,6 +483,7 @@ class Sandbox:
         timeout: float | None,
         cancel: threading.Event,
     ) -> ProcessOutcome:
+        spec.write_files()  # under the run directory, mounted read-only at the same path
         mounts, argv = self.mounts_for(spec)
         self.ensure_container(mounts)
         if timeout is not None:
@@ -515,8 +584,12 @@ class Sandbox:
     def run_command(self, command: str, cwd: Path, timeout: float | None) -> tuple[int, str, bool]:
         """Run a loop-owned shell command (a gate) in the agent's container, as the agent's user,
         with the container's network; (exit code, merged output, timed out).  Processes it
-        leaves behind are swept."""
-        if self.container is None:
+        leaves behind are swept.  A ``cwd`` outside the project (a directory the loop made) is
+        bind-mounted at its own path for the command (the container is made anew with it)."""
+        outside = not Path(cwd).resolve().is_relative_to(self.project_dir.resolve())
+        if outside:  # a directory the loop made (the trusted tests' tree): mounted for this command
+            self.ensure_container([*self.base_mounts(), Mount(str(cwd), str(cwd), type="bind")])
+        elif self.container is None:
             self.ensure_container(self.base_mounts())
         argv = ["sh", "-c", command]
         if timeout is not None:
@@ -600,3 +673,17 @@ def _pump(sock: Any, on_line: Callable[[str], None], on_err: Callable[[str], Non
     for stream, rest in buffers.items():
         if rest:
             sinks[stream](rest.decode("utf-8", "replace"))
+
+
+def write_ask_shim(run_dir: Path) -> Path:
+    """``<run dir>/bin/ralph``: the container's ``ralph`` (only ``ralph ask``; :data:`ASK_SHIM`), mode 0755."""
+    import tempfile
+
+    path = run_dir / "bin" / "ralph"
+    path.parent.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ralph-")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(ASK_SHIM)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)  # whatever is at the name is replaced, never written through
+    return path

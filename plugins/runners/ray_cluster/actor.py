@@ -38,8 +38,13 @@ HOOK_ANSWER_SECONDS = 55.0
 class WorkspaceActor:
     """A checkout, an agent process and a hook relay on one node."""
 
-    def __init__(self, hook_client_source: str, sandbox: dict[str, Any] | None = None) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="ralph-ray-"))
+    def __init__(self, hook_client_source: str, sandbox: dict[str, Any] | None = None, name: str | None = None) -> None:
+        if name:  # the run's name: an actor started again after a lost node has the same paths
+            self.root = Path(tempfile.gettempdir()) / name
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root.mkdir(mode=0o700)
+        else:
+            self.root = Path(tempfile.mkdtemp(prefix="ralph-ray-"))
         self.repo = self.root / "workspace"
         init_checkout(self.repo)
         self.private = self.root / "private"
@@ -72,7 +77,7 @@ class WorkspaceActor:
             "workspace": str(self.repo),
             "agent_runs": "docker-sandbox" if sandboxed else "direct",
             "hook_socket": str(self.relay.path),
-            "hook_command": self._sandbox_runner.hook_command() if sandboxed else f"{sys.executable} -S -P {self.client}",
+            "hook_command": self._sandbox_runner.hook_command() if sandboxed else f"{sys.executable} -I -S {self.client}",
         }
 
     def sandbox_check(self) -> str | None:
@@ -99,16 +104,19 @@ class WorkspaceActor:
         """The checkout as it is, with the commits a peer that has ``known`` lacks."""
         return capture(self.repo, known)
 
-    def put_file(self, name: str, data: bytes) -> str:
-        """Store a loop-owned file (the hook settings) in the private directory; returns its path."""
-        target = self.private / "files" / name
-        target.parent.mkdir(mode=0o700, exist_ok=True)
-        target.write_bytes(data)
-        return str(target)
+    def put_files(self, files: dict[str, str]) -> None:
+        """Write loop-owned files (a settings file the agent's command line names) at their paths,
+        which must lie in the private directory (the node's run directory)."""
+        spec = ProcessSpec([], {}, self.repo, files={Path(path): text for path, text in files.items()})
+        for path in spec.files:
+            if self.private not in Path(path).parents:
+                raise ValueError(f"{path} is not in the actor's private directory {self.private}")
+        spec.write_files()
 
     # -- the agent process ------------------------------------------------------------
 
-    def start(self, argv: list[str], env: dict[str, str], stdin: str | None, program: str | None) -> None:
+    def start(self, argv: list[str], env: dict[str, str], stdin: str | None, program: str | None,
+              channel: Any = None) -> None:
         """Start the agent in the checkout with hooks pointed at the relay: ``run_process`` on this
         node (own session, the sweep of what it leaves behind) or the sandbox runner's exec."""
         if not Path(argv[0]).exists() and program and shutil.which(program):
@@ -119,7 +127,7 @@ class WorkspaceActor:
             self._lines, self._pending, self._answers, self._exit = [], [], {}, None
             self._stderr.clear()
         spec = ProcessSpec(argv, {**env, "RALPH_HOOK_SOCKET": str(self.relay.path)}, self.repo, stdin=stdin,
-                           program=program)
+                           program=program, channel=channel)
         self._cancel = cancel = threading.Event()
 
         def on_line(line: str) -> None:
@@ -180,7 +188,7 @@ class WorkspaceActor:
         """Stop the agent: its process group, then every process it left behind (or its container exec)."""
         thread = self._thread
         if thread is not None and thread.is_alive():
-            self._cancel.set()  # run_process stops the group and sweeps; the docker runner removes the container
+            self._cancel.set()  # run_process ends the agent and all it started; the docker runner removes the container
             thread.join(timeout=60)
 
     def close(self) -> None:

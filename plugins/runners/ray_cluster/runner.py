@@ -23,6 +23,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -32,6 +33,7 @@ from ralph.api import Availability, CommandResult, ProcessOutcome, ProcessSpec, 
 from ralph.api import section_or_default
 
 if TYPE_CHECKING:
+    from ralph.api import AgentChannel
     from ralph.api.workspace import WorkspaceState
 
 SECTION = "ray"
@@ -67,6 +69,11 @@ class RayRunner(Runner):
         self._lost_nodes: list[str] = []
         self._project: Path | None = None
         self._branch: str | None = None
+        self._name = f"ralph-ray-{secrets.token_hex(6)}"
+        """The actor's directory name on its node (the same for an actor started again after a lost node,
+        so the paths the agent's files name stay right)."""
+        self._loop_channel: AgentChannel | None = None
+        """The loop's channel of the running agent (its own socket and run directory, on this machine)."""
         self.placements: list[dict[str, Any]] = []
 
     # -- configuration ------------------------------------------------------------------
@@ -153,8 +160,27 @@ class RayRunner(Runner):
             self._cluster.close()
             self._cluster = None
 
-    def hook_command(self) -> str | None:
-        return self._where.get("hook_command")
+    def agent_channel(self, channel: AgentChannel) -> AgentChannel:
+        """The channel on the node: the actor's relay socket, its private directory as the run
+        directory, its checkout instead of the project, the hook client that works there (the
+        node's interpreter, or the sandbox container's) and no loader variables of this machine.
+        No config home: the one the loop made holds this machine's login, which the node cannot
+        see; the node's CLI keeps its own home (its login), whose user settings and MCP servers the
+        agent's flags leave unread (``--setting-sources``, ``--strict-mcp-config``)."""
+        import dataclasses
+        import shlex
+
+        assert self._project is not None, "prepare() was not called"
+        self._loop_channel = channel
+        private = Path(self._where["workspace"]).parent / "private"
+        node = channel.remap(self._project, Path(self._where["workspace"])).remap(channel.run_dir, private)
+        return dataclasses.replace(
+            node,
+            hook_socket=Path(self._where["hook_socket"]),
+            hook_command=tuple(shlex.split(self._where["hook_command"])),
+            loader_env={},
+            config_home=None,
+        )
 
     def describe(self) -> dict[str, Any]:
         """Where the current actor runs (node id, host, pid, checkout path)."""
@@ -174,7 +200,7 @@ class RayRunner(Runner):
         remote = ray.remote(WorkspaceActor).options(**options)
         from ralph.api.hooks import hook_client_path
 
-        self._actor = remote.remote(hook_client_path().read_text(encoding="utf-8"), self._sandbox_settings())
+        self._actor = remote.remote(hook_client_path().read_text(encoding="utf-8"), self._sandbox_settings(), self._name)
         self._known = set()
         try:
             self._where = ray.get(self._actor.where.remote(), timeout=max(cfg.call_timeout, 120))
@@ -258,7 +284,7 @@ class RayRunner(Runner):
                 self._restore(start)
                 node = self._where.get("node_id", "?")
                 self._lost_nodes.append(node)
-                self._record(spec, {"event": "node_lost", "node_id": node, "attempt": attempt, "error": str(lost)})
+                self._record({"event": "node_lost", "node_id": node, "attempt": attempt, "error": str(lost)})
                 if attempt == 2 or cancel.is_set():
                     raise RalphError(
                         f"ray runner: the agent's node was lost twice ({lost}); the project is as it was before "
@@ -281,14 +307,16 @@ class RayRunner(Runner):
 
         assert self._project is not None
         cfg = self.config()
-        loop_socket = spec.env.get("RALPH_HOOK_SOCKET")
+        loop_socket = str(self._loop_channel.hook_socket) if self._loop_channel is not None else None
         if shipped is None:  # a retry on a fresh actor: it has nothing yet
             shipped = capture(self._project, self._known)
         self._call(self._actor.sync_in.remote(shipped, self._branch))
         self._known.add(shipped.head)
-        argv, env = self._node_command(spec)
-        self._record(spec, {"event": "iteration_placed", **self._where, "shipped_bytes": shipped.size})
-        self._call(self._actor.start.remote(argv, env, spec.stdin, spec.program))
+        spec = self._on_node(spec)
+        env = _forwarded_env(cfg.env)
+        env.update(spec.env)
+        self._record({"event": "iteration_placed", **self._where, "shipped_bytes": shipped.size})
+        self._call(self._actor.start.remote(spec.argv, env, spec.stdin, spec.program, spec.channel))
         timed_out = interrupted = False
         while True:
             if cancel.is_set():
@@ -357,51 +385,23 @@ class RayRunner(Runner):
         except (RayActorError, GetTimeoutError) as exc:
             raise NodeLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
 
-    def _node_command(self, spec: ProcessSpec) -> tuple[list[str], dict[str, str]]:
-        """argv and env for the node: loop files (hook settings) shipped, run-dir paths remapped."""
-        run_dir = spec.env.get("RALPH_RUN_DIR")
-        argv = list(spec.argv)
-        private = str(Path(self._where["workspace"]).parent / "private")
-        for index, arg in enumerate(argv):
-            path = Path(arg)
-            if index and run_dir and arg.startswith(run_dir + os.sep) and path.is_file():
-                data = _node_settings(path.read_bytes(), run_dir, private, self._where["hook_socket"])
-                argv[index] = self._call(self._actor.put_file.remote(path.name, data))
-        env = _forwarded_env(self.config().env)
-        env.update(spec.env)
-        env.pop("RALPH_HOOK_SOCKET", None)  # the actor points it at its relay
-        if run_dir:
-            env["RALPH_RUN_DIR"] = private
-        return argv, env
+    def _on_node(self, spec: ProcessSpec) -> ProcessSpec:
+        """``spec`` for the node: the loop-owned files it names written there (in the actor's private
+        directory, where the node's channel puts them), the channel remapped when a retry started a new actor."""
+        import dataclasses
 
-    def _record(self, spec: ProcessSpec, data: dict[str, Any]) -> None:
+        if self._loop_channel is not None and spec.channel is not None:
+            spec = dataclasses.replace(spec, channel=self.agent_channel(self._loop_channel))
+        if spec.files:
+            self._call(self._actor.put_files.remote({str(path): text for path, text in spec.files.items()}))
+        return spec
+
+    def _record(self, data: dict[str, Any]) -> None:
         """Append placement facts to ``<run dir>/ray.jsonl`` (the run directory stays on this machine)."""
-        run_dir = spec.env.get("RALPH_RUN_DIR")
-        if not run_dir:
+        if self._loop_channel is None:
             return
-        with open(Path(run_dir) / "ray.jsonl", "a", encoding="utf-8") as handle:
+        with open(Path(self._loop_channel.run_dir) / "ray.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"ts": time.time(), **data}) + "\n")
-
-
-def _node_settings(data: bytes, run_dir: str, private: str, hook_socket: str) -> bytes:
-    """A hook settings file for the node: its pinned ``env`` names the relay's socket and the private dir.
-
-    The loop pins ``RALPH_HOOK_SOCKET`` and ``RALPH_RUN_DIR`` in the settings it passes to the
-    agent; on the node they must name the actor's relay and private directory instead.
-    """
-    try:
-        settings = json.loads(data)
-    except ValueError:
-        return data
-    pins = settings.get("env") if isinstance(settings, dict) else None
-    if not isinstance(pins, dict):
-        return data
-    for key, value in pins.items():
-        if key == "RALPH_HOOK_SOCKET":
-            pins[key] = hook_socket
-        elif isinstance(value, str):
-            pins[key] = _translate(value, run_dir, private)
-    return json.dumps(settings, indent=2).encode("utf-8")
 
 
 def _translate(value: Any, old: str, new: str) -> Any:

@@ -1,0 +1,48 @@
+"""What a policy plugin needs beyond ``ralph.api.Policy``: its transition table and the loop's view of it.
+
+A policy declares its workflow as data (docs/plugins.md, "Policies"): ``state_fields``,
+``initial_state`` and ``table``, a :class:`ModeRules` per mode made of :class:`Transition`
+entries.  The loop derives every check of the task list from it; :func:`state_changes` is that
+derivation for the state fields (what the loop and the Stop hook use), :class:`StateChange` what
+:meth:`Policy.describe_changes` words, :class:`StoryHistory` what :meth:`Policy.select_next` sees.
+``LOOP_FIELDS`` and ``PERSON_FIELDS`` are the story fields no mode may change.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ralph.contracts import GateAttempt, ModeRules, StateChange, StoryHistory, Transition
+from ralph.transitions import allowed_by, diff_text, fmt, state_changes, state_violations
+
+if TYPE_CHECKING:
+    from ralph.tasks import LOOP_FIELDS, PERSON_FIELDS, blocked_reason
+
+__all__ = [
+    "GateAttempt",
+    "LOOP_FIELDS",
+    "ModeRules",
+    "PERSON_FIELDS",
+    "StateChange",
+    "StoryHistory",
+    "Transition",
+    "allowed_by",
+    "blocked_reason",
+    "diff_text",
+    "fmt",
+    "state_changes",
+    "state_violations",
+]
+
+_LAZY = {"LOOP_FIELDS": "ralph.tasks", "PERSON_FIELDS": "ralph.tasks", "blocked_reason": "ralph.tasks"}
+"""Names backed by the pydantic task model, imported on first use (loading a policy stays cheap)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ralph.api.policies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,453 @@
+"""The person's branches are safe (Trust boundary rule 8): the run stays on its branch, and every
+other ref keeps what it points to, objects included.
+
+When the run starts, the loop copies the repository's objects into a mirror outside the project
+(``<project state dir>/refs-mirror.git``, a bare repository only the loop touches: the object files
+copied as they are, :mod:`ralph.loop.objectcopy`; before every iteration the new ones follow, which
+keeps the run's own history too) with the protected refs named there, and writes those refs into the
+run directory (``refs.json``).  The values it compares with live in this process; a restore fetches
+the objects back from the mirror by id.
+
+After every agent session (:meth:`RefGuard.check`) and after the gates' sessions:
+
+- a protected ref the agent moved or deleted is put back from the mirror (so a commit only reachable
+  from a rewound branch survives ``git reflog expire`` + ``git gc --prune=now``); where the agent
+  had moved it to is kept in the mirror (``refs/ralph-kept/...``) and named in the event;
+- HEAD goes back to the run's branch (the work tree as the run's branch has it; a copy of the
+  agent's tree saved in the run directory first);
+- the run's branch must still contain the iteration's checkpoint: deleted, it is put back; rewritten,
+  the agent's tree is committed on top of the checkpoint (nothing of the agent's work is lost, no
+  history the loop accepted is dropped).
+
+Protected: every ref but the run's branch, remote-tracking refs (a copy of the remote: a fetch of
+the person's during a run is not undone) and the branches of ralph's own worktrees (another loop's
+run branch, ``ralph run --parallel``).  A branch checked out in another worktree of the person's may
+move forward (the person may commit there during the run); rewound, rewritten or deleted, it is put
+back like the others.  Each is an ``error`` violation the next iteration is told about, with a
+``refs_restored`` / ``head_restored`` event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ralph.contracts import Violation
+from ralph.errors import UsageError
+from ralph.gitutil import git
+
+if TYPE_CHECKING:
+    from ralph.loop.objectcopy import ObjectCopy
+    from ralph.loop.records import IterationRecord
+
+MIRROR_NAME = "refs-mirror.git"
+MIRRORED = "refs/project/"
+"""Where the mirror keeps the project's refs (``refs/heads/main`` as ``refs/project/heads/main``)."""
+KEPT = "refs/ralph-kept/"
+"""Where the mirror keeps what the agent had moved a ref to."""
+RESTORE = "refs/ralph-restore/"
+"""Temporary refs in the project while a restore fetches objects back."""
+UNPROTECTED = ("refs/remotes/", RESTORE)
+CHECK = "person-refs"
+HEAD_CHECK = "run-branch"
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A ref's value: the object it names, or the ref a symbolic ref points to."""
+
+    sha: str
+    symref: str = ""
+
+
+def read_refs(project_dir: Path) -> dict[str, Ref]:
+    """Every ref of the repository (HEAD aside) as ``for-each-ref`` lists it; a ref whose object is gone
+    from the object store (deleted by hand) has the ``sha`` ``""``."""
+    fields = "--format=%(refname)%00%(objectname)%00%(symref)"
+    checked = git(project_dir, "for-each-ref", fields + "%00%(objecttype)", check=False)  # fails on a missing tip
+    out = checked.stdout if checked.returncode == 0 else git(project_dir, "for-each-ref", fields, check=False).stdout
+    refs = {}
+    for line in out.splitlines():
+        name, sha, symref = (line.split("\0") + ["", ""])[:3]
+        if name:
+            refs[name] = Ref(sha, symref)
+    if checked.returncode != 0:
+        missing = _missing(project_dir, {ref.sha for ref in refs.values() if not ref.symref})
+        refs = {name: Ref("", ref.symref) if ref.sha in missing else ref for name, ref in refs.items()}
+    return refs
+
+
+def _missing(project_dir: Path, shas: set[str]) -> set[str]:
+    """The objects of ``shas`` the repository does not have."""
+    if not shas:
+        return set()
+    out = git(project_dir, "cat-file", "--batch-check", input="\n".join(sorted(shas)) + "\n", check=False).stdout
+    return {line.split()[0] for line in out.splitlines() if line.endswith(" missing")}
+
+
+def head_ref(project_dir: Path) -> str | None:
+    """The branch HEAD is on (``refs/heads/...``), None when detached."""
+    result = git(project_dir, "symbolic-ref", "-q", "HEAD", check=False)
+    return result.stdout.strip() or None
+
+
+class RefGuard:
+    """Keeps the run on its branch and the person's other refs where they were, for one run."""
+
+    def __init__(self, project_dir: Path, mirror: Path, emit: Callable[..., None]) -> None:
+        self.project_dir = project_dir
+        self.mirror = mirror
+        self.emit = emit
+        self.branch: str | None = None
+        """The run's branch (``refs/heads/...``); None when the run started on a detached HEAD."""
+        self.protected: dict[str, Ref] = {}
+        """The refs kept for the person, with the values they must have."""
+        self.forward_only: set[str] = set()
+        """Protected branches checked out in another worktree of the person's: they may move forward."""
+        self.run_dir: Path | None = None
+        self._synced: dict[str, Ref] | None = None
+        self.objects: ObjectCopy | None = None
+        """The mirror's copy of the object store (made by :meth:`start`)."""
+        self._git_dir: Path | None = None
+        self._loops: set[str] = set()
+        self._persons: set[str] = set()
+
+    # -- taking the copy --------------------------------------------------------------------------
+
+    def start(self, run_dir: Path) -> None:
+        """Note the run's branch, copy the objects and refs into the mirror, list the protected refs in ``refs.json``."""
+        from ralph.gitutil import common_dir
+        from ralph.loop.objectcopy import ObjectCopy
+
+        self.run_dir = run_dir
+        self.branch = head_ref(self.project_dir)
+        self._loops, self._persons = self._checked_out_elsewhere()  # decided once: the agent can add worktrees
+        if not (self.mirror / "HEAD").is_file():
+            self.mirror.mkdir(parents=True, exist_ok=True)
+            git(self.mirror, "init", "-q", "--bare", ".")
+        # its objects are copied as files, without refs for the run's branch: restores ask for them by id
+        git(self.mirror, "config", "uploadpack.allowAnySHA1InWant", "true")
+        source = common_dir(self.project_dir) / "objects"
+        self._alternates(source)
+        self.objects = ObjectCopy(source, self.mirror / "objects")
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Before an iteration: the protected refs as they are now (the loop's own new refs join them), and
+        the objects written since the last refresh copied into the mirror (files: no git process)."""
+        refs = read_refs(self.project_dir)
+        loops, persons = self._loops, self._persons
+        self.protected = {
+            name: ref for name, ref in refs.items()
+            if name != self.branch and name not in loops and not name.startswith(UNPROTECTED)
+        }
+        self.forward_only = persons & set(self.protected)
+        self._copy_objects()
+        if self.protected != self._synced:
+            self._name_in_mirror({f"{MIRRORED}{name.removeprefix('refs/')}": ref.sha
+                                  for name, ref in self.protected.items() if ref.sha and not ref.symref})
+            self._synced = dict(self.protected)
+            self._write_record()
+
+    def _head(self) -> str | None:
+        """The branch HEAD is on, read from ``HEAD`` itself as git reads it (no process); git asked when the
+        file is anything but a regular file with a ref or an id (git's own check then names the problem)."""
+        from ralph.gitutil import git_dir
+
+        if self._git_dir is None:
+            self._git_dir = git_dir(self.project_dir)
+        try:
+            fd = os.open(self._git_dir / "HEAD", os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            return head_ref(self.project_dir)
+        with os.fdopen(fd, "rb") as handle:
+            text = handle.read(4096).decode(errors="replace").strip()
+        if text.startswith("ref: refs/"):
+            return text.removeprefix("ref: ")
+        if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text):
+            return None
+        return head_ref(self.project_dir)
+
+    def _copy_objects(self) -> None:
+        assert self.objects is not None, "start() first"
+        self.objects.update()
+
+    def _name_in_mirror(self, refs: dict[str, str]) -> None:
+        """Point ``refs`` of the mirror at their objects (so they stay reachable there, and a person finds them)."""
+        if not refs:
+            return
+        lines = "".join(f"update {name} {sha}\n" for name, sha in refs.items())
+        result = git(self.mirror, "update-ref", "--stdin", input=lines, check=False)
+        if result.returncode != 0:
+            raise UsageError(
+                f"could not record the repository's refs in {self.mirror} (the copy that keeps your branches safe "
+                f"during the run): {(result.stderr or result.stdout).strip()}"
+            )
+
+    def _alternates(self, source: Path) -> None:
+        """The project's ``objects/info/alternates`` for the mirror too (objects the project borrows are not copied)."""
+        try:
+            fd = os.open(source / "info" / "alternates", os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
+        listed = [line for line in data.decode(errors="replace").splitlines() if line.strip() and not line.startswith("#")]
+        absolute = [line if os.path.isabs(line) else str((source / line).resolve()) for line in listed]
+        (self.mirror / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (self.mirror / "objects" / "info" / "alternates").write_text("".join(f"{line}\n" for line in absolute))
+
+    def _write_record(self) -> None:
+        if self.run_dir is None:
+            return
+        from ralph.fsutil import atomic_write_text
+
+        record = {
+            "run_branch": self.branch,
+            "mirror": str(self.mirror),
+            "protected": {name: ref.symref or ref.sha for name, ref in sorted(self.protected.items())},
+            "restore": f"git fetch {self.mirror} +{MIRRORED}heads/BRANCH:refs/heads/BRANCH (or the id: SHA:refs/heads/BRANCH)",
+        }
+        atomic_write_text(self.run_dir / "refs.json", json.dumps(record, indent=2) + "\n")
+
+    def _checked_out_elsewhere(self) -> tuple[set[str], set[str]]:
+        """Branches checked out in the repository's other worktrees: (ralph's own worktrees', the person's)."""
+        from ralph.gitutil import common_dir
+
+        out = git(self.project_dir, "worktree", "list", "--porcelain", check=False).stdout
+        here = self.project_dir.resolve()
+        ralphs = (common_dir(self.project_dir) / "ralph-worktrees").resolve()
+        loops: set[str] = set()
+        persons: set[str] = set()
+        path = Path()
+        for line in out.splitlines():
+            if line.startswith("worktree "):
+                path = Path(line.removeprefix("worktree ")).resolve()
+            elif line.startswith("branch ") and path != here:
+                (loops if ralphs in path.parents else persons).add(line.removeprefix("branch "))
+        return loops, persons
+
+    # -- the check ----------------------------------------------------------------------------------
+
+    def check(
+        self, record: IterationRecord, checkpoint: str | None, untracked_before: set[str] | None = None, *,
+        after_agent: bool = True,
+    ) -> list[Violation]:
+        """Put back what the agent moved; one violation per kind of move.
+
+        ``checkpoint`` is the run branch's commit before the iteration: after the agent's session
+        (``after_agent``) the branch must still contain it.  After the gates only the person's refs
+        and HEAD are checked (the loop itself may have reset the branch).  ``untracked_before``: the
+        untracked files before the iteration (others are removed when HEAD is moved back).
+        """
+        violations = []
+        refs = read_refs(self.project_dir)
+        moved: dict[str, Ref | None] = {
+            name: now if now is not None and (now.sha or now.symref) else None
+            for name, ref in self.protected.items() if (now := refs.get(name)) != ref
+        }
+        adopted = []
+        for name in [n for n in moved if n in self.forward_only]:
+            now = moved[name]
+            if now is not None and not now.symref and self._contains(now.sha, self.protected[name].sha):
+                self.protected[name] = now  # the person's commit in their other worktree: it stays
+                del moved[name]
+                adopted.append(name)
+        if adopted:  # the person's new commits: into the mirror too
+            self._copy_objects()
+            self._name_in_mirror({f"{MIRRORED}{name.removeprefix('refs/')}": self.protected[name].sha for name in adopted})
+        branch_fix = self._branch_fix(refs, checkpoint, after_agent)
+        if moved:
+            violations.append(self._restore_refs(record, moved))
+        if branch_fix is not None:
+            violations.append(self._fix_branch(record, refs, checkpoint, branch_fix))
+        head_violation = self._fix_head(record, checkpoint, untracked_before)
+        if head_violation is not None:
+            violations.append(head_violation)
+        return violations
+
+    def _branch_fix(self, refs: dict[str, Ref], checkpoint: str | None, after_agent: bool) -> str | None:
+        """``deleted`` / ``rewritten`` when the run's branch lost the checkpoint, else None."""
+        if self.branch is None or not checkpoint:
+            return None
+        now = refs.get(self.branch)
+        if now is None or now.symref or not now.sha:  # gone, made a link to another ref, or its objects deleted
+            return "deleted"
+        if after_agent and now.sha != checkpoint and not self._contains(now.sha, checkpoint):
+            return "rewritten"
+        return None
+
+    def _contains(self, tip: str, commit: str) -> bool:
+        return git(self.project_dir, "merge-base", "--is-ancestor", commit, tip, check=False).returncode == 0
+
+    def _fetch_back(self, shas: list[str]) -> set[str]:
+        """Fetch the objects of ``shas`` (and all they reach) back from the mirror; the ids now in the project."""
+        wanted = sorted(set(shas))
+        specs = [f"+{sha}:{RESTORE}{index}" for index, sha in enumerate(wanted)]
+        result = git(self.project_dir, "fetch", "-q", "--no-write-fetch-head", "--no-auto-gc", str(self.mirror), *specs,
+                     check=False)
+        if result.returncode != 0:
+            raise UsageError(
+                f"could not restore {', '.join(s[:10] for s in wanted)} from {self.mirror}: "
+                f"{(result.stderr or result.stdout).strip()} (the values the refs must have are in {self.run_dir}/refs.json)"
+            )
+        fetched = set()
+        for index, sha in enumerate(wanted):
+            got = git(self.project_dir, "rev-parse", "--verify", "-q", f"{RESTORE}{index}", check=False).stdout.strip()
+            git(self.project_dir, "update-ref", "-d", f"{RESTORE}{index}", check=False)
+            if got == sha:
+                fetched.add(sha)
+        return fetched
+
+    def _keep(self, record: IterationRecord, moved: dict[str, Ref | None]) -> dict[str, str]:
+        """Keep where the agent moved refs to in the mirror (``refs/ralph-kept/iteration-N/...``)."""
+        kept = {name: ref.sha for name, ref in moved.items() if ref is not None and not ref.symref}
+        if not kept:
+            return {}
+        prefix = f"{KEPT}iteration-{record.number:03d}/"
+        self._copy_objects()
+        names = {name: f"{prefix}{name.removeprefix('refs/')}" for name in kept}
+        try:
+            self._name_in_mirror({names[name]: sha for name, sha in kept.items()})
+        except UsageError:
+            return {}  # the agent's objects are not all there: the restore goes on without keeping them
+        return names
+
+    def _restore_refs(self, record: IterationRecord, moved: dict[str, Ref | None]) -> Violation:
+        """Put every moved or deleted protected ref back; the event and the violation say which."""
+        kept = self._keep(record, moved)
+        plain = [self.protected[name].sha for name in moved if not self.protected[name].symref]
+        fetched = self._fetch_back(plain) if plain else set()
+        failed = []
+        for name in moved:
+            want = self.protected[name]
+            if want.symref:
+                result = git(self.project_dir, "symbolic-ref", name, want.symref, check=False)
+            elif want.sha in fetched:  # --no-deref: a ref the agent made a link moves itself, not the target
+                result = git(self.project_dir, "update-ref", "--no-deref", name, want.sha, check=False)
+            else:
+                failed.append(name)
+                continue
+            if result.returncode != 0:
+                failed.append(name)
+        shown = [
+            {"ref": name, "was": self.protected[name].symref or self.protected[name].sha,
+             "moved_to": (ref.symref or ref.sha) if ref is not None else None, "kept_as": kept.get(name)}
+            for name, ref in moved.items()
+        ]
+        self.emit("refs_restored", iteration=record.number, refs=shown, mirror=str(self.mirror), failed=failed)
+        if failed:
+            raise UsageError(
+                f"the agent moved {', '.join(failed)} and the loop could not put them back; the values they must "
+                f"have are in {self.run_dir}/refs.json, their objects in {self.mirror}"
+            )
+        what = "; ".join(
+            f"{_short(name)} {'deleted' if ref is None else 'moved'}" for name, ref in list(moved.items())[:5]
+        ) + (" ..." if len(moved) > 5 else "")
+        return Violation(
+            CHECK,
+            f"The iteration changed refs that are the person's, not the run's ({what}); the loop put them back "
+            f"as they were (where they had been moved to is kept outside the project). Work only on the run's "
+            f"branch{'' if self.branch is None else ' ' + _short(self.branch)}: never check out, reset, delete or "
+            "rewrite another branch or tag.",
+        )
+
+    def _fix_branch(self, record: IterationRecord, refs: dict[str, Ref], checkpoint: str | None, how: str) -> Violation:
+        """Put the run's branch back (deleted), or the agent's tree on top of the checkpoint (rewritten)."""
+        assert self.branch is not None and checkpoint
+        now = refs.get(self.branch)
+        self._bring_back(checkpoint)
+        if how == "deleted" or now is None:
+            git(self.project_dir, "update-ref", "--no-deref", self.branch, checkpoint)
+            message = "deleted the run's branch; the loop put it back at the iteration's starting commit"
+            new = checkpoint
+        else:
+            tree = f"{now.sha}^{{tree}}"
+            new = git(
+                self.project_dir, "commit-tree", tree, "-p", checkpoint, "-m",
+                f"ralph: iteration {record.number} rewrote the run's history; its tree, on top of {checkpoint[:10]}",
+            ).stdout.strip()
+            git(self.project_dir, "update-ref", "--no-deref", self.branch, new)
+            message = (
+                "rewrote the run's branch (its history no longer contained the iteration's starting commit); the "
+                "loop committed the work tree it left on top of that commit instead"
+            )
+        self.emit("head_restored", iteration=record.number, branch=self.branch, how=how, was=now.sha if now else None,
+                  now=new, saved=None)
+        return Violation(HEAD_CHECK, f"The iteration {message}. History the loop accepted is never rewritten.")
+
+    def _bring_back(self, checkpoint: str) -> None:
+        """Make sure ``checkpoint``'s objects are in the project (the mirror has them: it was the branch's tip)."""
+        if git(self.project_dir, "cat-file", "-e", f"{checkpoint}^{{commit}}", check=False).returncode != 0:
+            self._fetch_back([checkpoint])
+
+    def _fix_head(self, record: IterationRecord, checkpoint: str | None, untracked_before: set[str] | None) -> Violation | None:
+        """HEAD back on the run's branch (or detached, as the run started) and the tree as that commit has it
+        (files that were untracked before the iteration stay); the agent's tree saved first."""
+        current = self._head()
+        if current == self.branch:
+            return None
+        if self.branch is None and current is None:
+            return None
+        target = self.branch or checkpoint
+        if target is None:
+            return None
+        where = _short(current) if current else "a detached HEAD"
+        saved = self._save_tree(record, target, where)
+        head_commit = git(self.project_dir, "rev-parse", "--verify", "-q", "HEAD", check=False).stdout.strip()
+        if head_commit:  # an index without stat data: the reset below compares every file by content
+            git(self.project_dir, "read-tree", head_commit, check=False)
+        if self.branch is not None:
+            git(self.project_dir, "symbolic-ref", "HEAD", self.branch)
+        else:
+            git(self.project_dir, "update-ref", "--no-deref", "HEAD", target)
+        if untracked_before is None:
+            git(self.project_dir, "reset", "-q", "--hard", "HEAD")
+        else:
+            from ralph.gitutil import rollback
+
+            rollback(self.project_dir, "HEAD", untracked_before)
+        self.emit("head_restored", iteration=record.number, branch=self.branch, how="moved", was=current or head_commit,
+                  now=git(self.project_dir, "rev-parse", "HEAD", check=False).stdout.strip(), saved=saved)
+        run = _short(self.branch) if self.branch else "the detached HEAD the run started on"
+        return Violation(
+            HEAD_CHECK,
+            f"The iteration left HEAD on {where}; the loop moved it back to {run} and reset the work tree to it "
+            f"(a copy of the tree it left is saved outside the project). Stay on {run}: never check out another branch.",
+        )
+
+    def _save_tree(self, record: IterationRecord, base: str, where: str) -> str | None:
+        """A copy of the work tree (against ``base``) in the run directory before HEAD is moved back."""
+        from ralph.gitutil import work_patch
+        from ralph.loop.savedwork import record_saved_work
+
+        if self.run_dir is None:
+            return None
+        try:
+            patch = work_patch(self.project_dir, base)
+        except Exception:  # noqa: BLE001 - a copy that cannot be made must not keep HEAD where the agent put it
+            return None
+        if not patch:
+            return None
+        what = f"the work tree iteration {record.number} left on {where}"
+        where_saved = record_saved_work(self.run_dir, "head-moved", patch, what)
+        self.emit("work_saved", iteration=record.number, what=what, where=where_saved)
+        return where_saved
+
+
+def mirror_path(project_dir: Path, state_dir: str | None) -> Path:
+    """The project's ref mirror in its state directory (outside the project)."""
+    from ralph.loop.rundir import project_state_dir
+
+    return project_state_dir(project_dir, state_dir) / MIRROR_NAME
+
+
+def _short(ref: str) -> str:
+    for prefix in ("refs/heads/", "refs/tags/"):
+        if ref.startswith(prefix):
+            return ref.removeprefix(prefix)
+    return ref

@@ -1,0 +1,148 @@
+"""Which files are tests and test configuration: language-aware defaults plus the project's config.
+
+A path (POSIX, relative to the project root) is
+
+- a **test path** when one of its directory names (or its own name) is a test directory
+  (``tests/``, ``test/``, ``spec/``, ``__tests__/``, ``testdata/`` ...) or its name matches a test
+  file pattern (``test_*.py``, ``*_test.go``, ``*.test.ts``, ``*.spec.js``, ``*_spec.rb`` ...);
+- **test configuration** as a whole file (``conftest.py`` anywhere, ``pytest.ini``, ``tox.ini``,
+  jest/vitest/mocha configs ...);
+- a file with **test sections** (``pyproject.toml``, ``setup.cfg``, ``package.json``,
+  ``Cargo.toml``): only those sections are test configuration (:mod:`ralph.testintegrity.sections`).
+
+A pattern of the project's (``[tool.ralph.test-integrity]``, a story's ``allowTestChanges``) is
+matched by :func:`matches`: ``name/`` is a directory name anywhere in the path, a pattern without a
+``/`` matches the file name, any other is a glob on the whole path (``*`` crosses ``/``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+TEST_DIRS = frozenset({
+    "tests", "test", "testing-data", "testdata", "test-data", "test_data", "spec", "specs", "__tests__",
+    "__snapshots__", "__mocks__", "e2e", "integration-tests", "integration_tests",
+})
+"""Directory names whose whole content is tests (fixtures, snapshots and golden files decide results too)."""
+
+TEST_FILES = (
+    # Python
+    "test_*.py", "*_test.py", "tests.py",
+    # JavaScript / TypeScript
+    "*.test.js", "*.test.jsx", "*.test.ts", "*.test.tsx", "*.test.mjs", "*.test.cjs", "*.test.mts", "*.test.cts",
+    "*.spec.*", "*.snap",
+    # Go, Rust benches/tests live in tests/; Ruby, Elixir, Java/Kotlin, C#, PHP, shell
+    "*_test.go", "*_spec.rb", "*_test.rb", "*_test.exs", "*Test.java", "*Tests.java", "*IT.java", "*Test.kt",
+    "*Tests.kt", "*Tests.cs", "*Test.cs", "*Test.php", "*.bats",
+)
+"""File-name patterns of test files, whatever directory they are in."""
+
+CONFIG_FILES = (
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "noxfile.py",
+    ".coveragerc", "jest.config.*", "jest.setup.*", "jest.preset.*", "vitest.config.*", "vitest.workspace.*",
+    "vitest.setup.*", ".mocharc*", "karma.conf.*", "ava.config.*", "playwright.config.*", "cypress.config.*",
+    ".nycrc*", ".c8rc*", "setupTests.*", "phpunit.xml*", ".rspec", "nextest.toml",
+)
+"""File-name patterns of whole-file test configuration (restored whole)."""
+
+SECTION_FILES = frozenset({"pyproject.toml", "setup.cfg", "package.json", "Cargo.toml"})
+"""Files of which only the test sections are test configuration."""
+
+
+def matches(path: str, pattern: str) -> bool:
+    """Does the relative POSIX ``path`` match the project's ``pattern`` (see the module's docstring)?"""
+    pattern = pattern.strip()
+    if pattern.startswith("./"):
+        pattern = pattern[2:]
+    if not pattern:
+        return False
+    if pattern.endswith("/"):
+        name = pattern.rstrip("/")
+        if "/" in name:  # a directory path: the path is in it
+            return path == name or path.startswith(name + "/") or fnmatch.fnmatchcase(path, name + "/*")
+        return any(fnmatch.fnmatchcase(part, name) for part in path.split("/"))
+    if "/" not in pattern:
+        return fnmatch.fnmatchcase(path.rsplit("/", 1)[-1], pattern)
+    return path == pattern or fnmatch.fnmatchcase(path, pattern) or path.startswith(pattern.rstrip("/") + "/")
+
+
+def matches_any(path: str, patterns: Iterable[str]) -> bool:
+    """Does ``path`` match one of ``patterns``?"""
+    return bool(patterns) and any(matches(path, pattern) for pattern in patterns)
+
+
+@functools.lru_cache(maxsize=8)
+def _names(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex matching a file name against every pattern of ``patterns``."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+
+
+_TEST_NAME = _names(TEST_FILES)
+_CONFIG_NAME = _names(CONFIG_FILES)
+
+
+@dataclass(frozen=True)
+class TestRules:
+    """The test paths and test configuration of one project: the defaults, plus and minus its config."""
+
+    __test__ = False  # not a pytest test class
+
+    extra_tests: tuple[str, ...] = ()
+    """More test paths (``test_paths``)."""
+    extra_config: tuple[str, ...] = ()
+    """More whole-file test configuration (``config_files``; scripts the verifyCommands name join it)."""
+    excluded: tuple[str, ...] = ()
+    """Paths that are not tests although a default says so (``not_test_paths``)."""
+    defaults: bool = True
+    """Use the language-aware defaults (False: only the configured patterns)."""
+    section_files: frozenset[str] = field(default=SECTION_FILES)
+
+    def is_test(self, path: str) -> bool:
+        """A test file (or directory) by the defaults or the config, and not excluded."""
+        if matches_any(path, self.excluded):
+            return False
+        if matches_any(path, self.extra_tests):
+            return True
+        if not self.defaults:
+            return False
+        parts = path.split("/")
+        return not TEST_DIRS.isdisjoint(parts) or _TEST_NAME.match(parts[-1]) is not None
+
+    def is_config(self, path: str) -> bool:
+        """Whole-file test configuration."""
+        if matches_any(path, self.extra_config):
+            return True
+        if not self.defaults or matches_any(path, self.excluded):
+            return False
+        return _CONFIG_NAME.match(path.rsplit("/", 1)[-1]) is not None
+
+    def is_protected(self, path: str) -> bool:
+        """A test file or whole-file test configuration: restored to its story-start version."""
+        return self.is_test(path) or self.is_config(path)
+
+    def has_sections(self, path: str) -> bool:
+        """A shared file whose test sections are test configuration (when not protected whole)."""
+        return self.defaults and path.rsplit("/", 1)[-1] in self.section_files and not self.is_protected(path)
+
+    def kind(self, path: str) -> str | None:
+        """``protected``, ``sections`` or None (neither), in one pass."""
+        if self.is_protected(path):
+            return "protected"
+        if self.defaults and path.rsplit("/", 1)[-1] in self.section_files:
+            return "sections"
+        return None
+
+    def touches(self, path: str) -> bool:
+        """Is a change of ``path`` a change of the tests or their configuration (a section file counts)?"""
+        return self.is_protected(path) or self.has_sections(path)
+
+    def with_config(self, paths: Iterable[str]) -> TestRules:
+        """These rules with ``paths`` as more whole-file test configuration."""
+        added = tuple(p for p in paths if p not in self.extra_config)
+        if not added:
+            return self
+        return TestRules(self.extra_tests, self.extra_config + added, self.excluded, self.defaults, self.section_files)

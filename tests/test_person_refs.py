@@ -1,0 +1,208 @@
+"""The person's refs kept for a run (unit level: ``ralph.loop.personrefs.RefGuard`` on a real repository).
+
+End to end through the real CLI: tests/test_person_refs_claude.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ralph.loop.personrefs import RefGuard, read_refs
+from ralph.loop.records import IterationRecord
+from ralph.testing.project import GIT_IDENTITY
+
+
+def sh(repo: Path, *args: str) -> str:
+    env = {**__import__("os").environ, **GIT_IDENTITY}
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def commit(repo: Path, name: str) -> str:
+    (repo / name).write_text(name + "\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", name)
+    return sh(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    sh(path, "init", "-q", "-b", "main")
+    commit(path, "a")
+    sh(path, "checkout", "-q", "-b", "run")
+    return path
+
+
+def guard(repo: Path, tmp_path: Path) -> tuple[RefGuard, list[tuple[str, dict[str, Any]]]]:
+    events: list[tuple[str, dict[str, Any]]] = []
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(exist_ok=True)
+    refs = RefGuard(repo, tmp_path / "mirror.git", lambda kind, **data: events.append((kind, data)))
+    refs.start(run_dir)
+    return refs, events
+
+
+def test_an_untouched_repository_passes_and_the_record_lists_the_protected_refs(repo: Path, tmp_path: Path) -> None:
+    sh(repo, "tag", "v1")
+    refs, events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    commit(repo, "work on the run branch")
+    assert refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set()) == [] and events == []
+    assert set(refs.protected) == {"refs/heads/main", "refs/tags/v1"} and refs.branch == "refs/heads/run"
+    assert '"refs/heads/main"' in (tmp_path / "run" / "refs.json").read_text()
+
+
+def test_deleted_branch_tag_and_stash_come_back_even_after_gc(repo: Path, tmp_path: Path) -> None:
+    sh(repo, "checkout", "-q", "-b", "idea")
+    idea = commit(repo, "idea")
+    sh(repo, "tag", "-a", "-m", "release", "v2")
+    tag = sh(repo, "rev-parse", "v2")
+    sh(repo, "checkout", "-q", "run")
+    (repo / "a").write_text("stashed\n")
+    sh(repo, "stash", "-q")
+    stash = sh(repo, "rev-parse", "refs/stash")
+    refs, events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    for args in (["branch", "-D", "idea"], ["tag", "-d", "v2"], ["stash", "drop", "-q"],
+                 ["reflog", "expire", "--expire=now", "--all"], ["gc", "-q", "--prune=now"]):
+        sh(repo, *args)
+    assert subprocess.run(["git", "cat-file", "-e", idea], cwd=repo).returncode != 0  # really gone
+
+    (violation,) = refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    assert violation.check == "person-refs" and "idea deleted" in violation.message
+    assert (sh(repo, "rev-parse", "idea"), sh(repo, "rev-parse", "v2"), sh(repo, "rev-parse", "refs/stash")) == (idea, tag, stash)
+    assert sh(repo, "show", f"{idea}:idea") == "idea"
+    kind, data = events[0]
+    assert kind == "refs_restored" and {r["ref"] for r in data["refs"]} == {"refs/heads/idea", "refs/tags/v2", "refs/stash"}
+    assert all(r["moved_to"] is None for r in data["refs"]) and data["failed"] == []
+    assert not [name for name in read_refs(repo) if name.startswith("refs/ralph-restore/")]
+
+
+def test_a_moved_branch_is_put_back_and_where_it_went_is_kept(repo: Path, tmp_path: Path) -> None:
+    main = sh(repo, "rev-parse", "main")
+    refs, events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    evil = commit(repo, "evil")
+    sh(repo, "update-ref", "refs/heads/main", evil)
+    refs.check(IterationRecord(3, "implement", "US-001"), checkpoint, set())
+    assert sh(repo, "rev-parse", "main") == main
+    (moved,) = events[0][1]["refs"]
+    assert moved["moved_to"] == evil and moved["kept_as"] == "refs/ralph-kept/iteration-003/heads/main"
+    assert sh(tmp_path / "mirror.git", "rev-parse", moved["kept_as"]) == evil
+
+
+def test_head_on_another_branch_goes_back_with_the_tree(repo: Path, tmp_path: Path) -> None:
+    refs, events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    sh(repo, "checkout", "-q", "main")
+    commit(repo, "landed-on-main")
+    (repo / "loose").write_text("untracked\n")
+    violations = refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    assert {v.check for v in violations} == {"person-refs", "run-branch"}
+    assert sh(repo, "symbolic-ref", "HEAD") == "refs/heads/run"
+    assert not (repo / "landed-on-main").exists() and not (repo / "loose").exists()
+    assert sh(repo, "status", "--porcelain") == ""
+    head = next(data for kind, data in events if kind == "head_restored")
+    assert head["how"] == "moved" and Path(head["saved"].split(" (")[0].removeprefix("a copy is in ")).is_file()
+
+
+def test_a_rewritten_run_branch_gets_the_tree_on_top_of_the_checkpoint(repo: Path, tmp_path: Path) -> None:
+    refs, events = guard(repo, tmp_path)
+    commit(repo, "accepted")
+    refs.refresh()
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    sh(repo, "reset", "-q", "--hard", "HEAD~1")
+    commit(repo, "rewritten")
+    (violation,) = refs.check(IterationRecord(2, "implement", "US-001"), checkpoint, set())
+    assert violation.check == "run-branch"
+    assert sh(repo, "rev-parse", "HEAD~1") == checkpoint
+    assert sorted(sh(repo, "ls-tree", "--name-only", "HEAD").split()) == ["a", "rewritten"]
+    assert events[0][1]["how"] == "rewritten"
+
+
+def test_the_loops_own_new_refs_join_at_the_next_refresh(repo: Path, tmp_path: Path) -> None:
+    refs, _ = guard(repo, tmp_path)
+    sh(repo, "branch", "wip/ralph-fail-US-001")  # made by the loop (tier 3) between iterations
+    refs.refresh()
+    assert "refs/heads/wip/ralph-fail-US-001" in refs.protected
+    sh(repo, "branch", "-D", "wip/ralph-fail-US-001")
+    refs.check(IterationRecord(2, "implement", "US-001"), sh(repo, "rev-parse", "HEAD"), set())
+    assert "wip/ralph-fail-US-001" in sh(repo, "branch", "--list", "wip/*")
+
+
+def test_a_branch_of_the_persons_other_worktree_may_move_forward_only(repo: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    sh(repo, "worktree", "add", "-q", "-b", "mine", str(other), "main")
+    sh(repo, "tag", "v1")
+    refs, events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    mine = commit(other, "the person commits there")
+    sh(repo, "tag", "-d", "v1")  # while the agent deletes a tag
+    (violation,) = refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    assert "v1 deleted" in violation.message and "mine" not in violation.message
+    assert sh(repo, "rev-parse", "mine") == mine and sh(repo, "rev-parse", "v1") == checkpoint
+    sh(repo, "update-ref", "refs/heads/mine", "main")  # rewound
+    assert refs.check(IterationRecord(2, "implement", "US-001"), checkpoint, set())[0].check == "person-refs"
+    assert sh(repo, "rev-parse", "mine") == mine
+
+
+def test_remote_tracking_refs_are_not_the_runs_to_keep(repo: Path, tmp_path: Path) -> None:
+    sh(repo, "update-ref", "refs/remotes/origin/main", "main")
+    refs, _ = guard(repo, tmp_path)
+    sh(repo, "update-ref", "-d", "refs/remotes/origin/main")
+    assert refs.check(IterationRecord(1, "implement", "US-001"), sh(repo, "rev-parse", "HEAD"), set()) == []
+
+
+def test_a_tip_whose_object_was_deleted_by_hand_comes_back(repo: Path, tmp_path: Path) -> None:
+    sh(repo, "checkout", "-q", "-b", "idea")
+    idea = commit(repo, "idea")
+    sh(repo, "checkout", "-q", "run")
+    refs, events = guard(repo, tmp_path)
+    loose = repo / ".git" / "objects" / idea[:2] / idea[2:]
+    loose.chmod(0o644)
+    loose.unlink()  # the ref is unchanged; the commit it names is gone
+    (violation,) = refs.check(IterationRecord(1, "implement", "US-001"), sh(repo, "rev-parse", "HEAD"), set())
+    assert violation.check == "person-refs"
+    assert sh(repo, "cat-file", "-t", idea) == "commit" and sh(repo, "rev-parse", "idea") == idea
+    assert events[0][1]["refs"][0]["moved_to"] is None
+
+
+def test_a_ref_made_a_link_to_the_run_branch_is_put_back_without_moving_the_run_branch(repo: Path, tmp_path: Path) -> None:
+    main = sh(repo, "rev-parse", "main")
+    refs, _ = guard(repo, tmp_path)
+    checkpoint = commit(repo, "run work")
+    refs.refresh()
+    sh(repo, "symbolic-ref", "refs/heads/main", "refs/heads/run")
+    refs.check(IterationRecord(2, "implement", "US-001"), checkpoint, set())
+    assert sh(repo, "rev-parse", "run") == checkpoint and sh(repo, "rev-parse", "main") == main
+    assert subprocess.run(["git", "symbolic-ref", "-q", "refs/heads/main"], cwd=repo).returncode != 0
+
+
+def test_the_object_copy_never_follows_a_link_or_opens_a_fifo(repo: Path, tmp_path: Path) -> None:
+    from ralph.loop.objectcopy import ObjectCopy
+
+    secret = tmp_path / "host-secret"
+    secret.write_text("the person's private key\n")
+    objects = repo / ".git" / "objects"
+    os = __import__("os")
+    (objects / "ab").mkdir(exist_ok=True)
+    planted = [objects / "ab" / ("c" * 38), objects / "ab" / ("d" * 38), objects / "cd"]
+    os.symlink(secret, planted[0])
+    os.mkfifo(planted[1])
+    os.symlink(tmp_path, planted[2])  # a linked fan-out folder
+    copy = ObjectCopy(objects, tmp_path / "copy")
+    copied = copy.update()
+    assert copied > 0 and copy.update() == 0  # each once
+    assert not (tmp_path / "copy" / "ab" / ("c" * 38)).exists() and not (tmp_path / "copy" / "ab" / ("d" * 38)).exists()
+    assert not (tmp_path / "copy" / "cd").exists()
+    head = sh(repo, "rev-parse", "HEAD")
+    assert (tmp_path / "copy" / head[:2] / head[2:]).is_file()
+    for path in planted:
+        path.unlink()
+    sh(repo, "gc", "-q")  # objects packed: the pack joins the copy, .idx last
+    assert copy.update() >= 2 and list((tmp_path / "copy" / "pack").glob("pack-*.idx"))

@@ -1,0 +1,187 @@
+"""A review changes no code, and "complete" means the gates pass on the final tree: a scripted
+agent (through the real Claude Code CLI) changes code in a review and approves, or approves a tree
+that fails ``verifyCommands``; the loop undoes the one and does not end "complete" on the other
+(Trust boundary rule 4; ``ralph/loop/reviewtree.py``, ``GateKeeper.final_check``).
+
+The commands are built here in Python and travel as JSON to the model server.  The docker-sandbox
+variants run the same attacks with the agent and the gates in the sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from typing import Any, Callable
+
+import pytest
+
+from ralph.testing.model_server import IterationScript, Turn, text, tool
+from ralph.testing.project import RalphProject, story
+
+pytestmark = pytest.mark.real_claude
+
+CHECK = "import sys, os\nok = open('US-001.txt').read() == 'hello' and not os.path.exists('build/flag')\n" \
+        "sys.exit(0 if ok else 'US-001.txt must say hello, and no build/flag')\n"
+
+
+def py(code: str, *args: Any) -> str:
+    return " ".join(["python3", "-c", shlex.quote(code), *(shlex.quote(json.dumps(a)) for a in args)])
+
+
+EDIT_TASKS = (
+    "import json,sys;p='ralph/tasks.json';d=json.load(open(p));"
+    "exec(json.loads(sys.argv[1]));open(p,'w').write(json.dumps(d,indent=2)+'\\n')"
+)
+
+
+def set_fields(story_id: str, **fields: Any) -> str:
+    return py(EDIT_TASKS, f"[s.update({fields!r}) for s in d['userStories'] if s['id']=={story_id!r}]")
+
+
+def commit(message: str) -> str:
+    return f"git add -A && git commit -q -m {shlex.quote(message)}"
+
+
+def iteration(*commands: str, say: str = "Done.") -> list[Turn]:
+    return [Turn([tool("Bash", {"command": c, "description": "step"})]) for c in commands] + [Turn([text(say)])]
+
+
+def implement(story_id: str) -> list[Turn]:
+    return iteration(f"printf hello > {story_id}.txt", set_fields(story_id, reviewStatus="needs_review"),
+                     commit(f"feat: [{story_id}] - implement"))
+
+
+def approve(story_id: str, count: int, *before: str) -> list[Turn]:
+    return iteration(
+        *before,
+        set_fields(story_id, reviewStatus="approved", passes=True, reviewCount=count, notes="reviewed"),
+        commit(f"review: [{story_id}] - approved"),
+        say="Approved. <promise>COMPLETE</promise>",
+    )
+
+
+def fix(story_id: str, *commands: str) -> list[Turn]:
+    return iteration(*commands, set_fields(story_id, reviewStatus="needs_review", reviewFeedback=""),
+                     commit(f"fix: [{story_id}] - review feedback"))
+
+
+def project_with_check(project: RalphProject) -> None:
+    (project.path / "check.py").write_text(CHECK)
+    (project.path / ".gitignore").write_text("build/\n")
+    project.write_stories([story("US-001")], verifyCommands=["python3 check.py"])
+
+
+RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow)]
+CLAUDE_TEST_ENV = ["CLAUDE_CODE_MAX_RETRIES", "API_TIMEOUT_MS"]
+
+
+@pytest.fixture
+def run_loop(request: pytest.FixtureRequest, ralph_project: RalphProject, scripted_model: Any, claude_binary: Any,
+             claude_agent_env: Any) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``result = run_loop(runner, script, *args)``: ``ralph run`` with the real CLI, in ``runner``."""
+
+    def run(runner: str, script: IterationScript, *args: str) -> subprocess.CompletedProcess[str]:
+        host = "127.0.0.1"
+        if runner == "docker-sandbox":
+            request.getfixturevalue("sandbox_project")
+            host = request.getfixturevalue("gateway")
+            lines = ["[docker-sandbox]", 'network = "allowlist"', f"env = {json.dumps(CLAUDE_TEST_ENV)}"]
+            (ralph_project.path / "ralph.toml").write_text("\n".join(lines) + "\n")
+            ralph_project.commit_all("sandbox config")
+        server = scripted_model(script, host=host)
+        return ralph_project.run("run", "--runner", runner, "--agent", "claude", "--timeout", "180", *args,
+                                 env=claude_agent_env(server.url), timeout=900)
+
+    return run
+
+
+# the docker fixtures, for the sandbox cases (requested lazily above)
+import test_docker_sandbox as _docker  # noqa: E402
+
+docker_client, gateway, sandbox_image, sandbox_project = (
+    _docker.docker_client, _docker.gateway, _docker.sandbox_image, _docker.sandbox_project)
+
+
+def review_that_changes_code(project: RalphProject, run_loop: Any, runner: str) -> None:
+    project_with_check(project)
+    tamper = "printf helo > US-001.txt && printf 'print(1)\\n' > extra.py"
+    script = IterationScript({1: implement("US-001"), 2: approve("US-001", 1, tamper), 3: approve("US-001", 1)})
+    result = run_loop(runner, script, "-n", "3")
+
+    assert result.returncode == 0, result.stdout + result.stderr  # complete, by the honest third iteration
+    # iteration 2's code change was undone and its approval did not count ...
+    assert (project.path / "US-001.txt").read_text() == "hello" and not (project.path / "extra.py").exists()
+    assert [e["mode"] for e in project.events("iteration_started")] == ["implement", "review", "review"]
+    (undone,) = project.events("review_changes_undone")
+    assert undone["iteration"] == 2 and sorted(undone["paths"]) == ["US-001.txt", "extra.py"] and undone["saved"]
+    violations = [v for v in project.events("violation") if v["check"] == "review-changed-code"]
+    assert [v["iteration"] for v in violations] == [2]
+    assert (project.path / "US-001.txt").read_text() == "hello" and not (project.path / "extra.py").exists()
+    finished = {e["iteration"]: e for e in project.events("iteration_finished")}
+    assert finished[2]["stories_done"] == 0 and finished[3]["stories_done"] == 1
+    # ... and was told to the next review, which approved the honest tree: one review counted
+    prompt3 = (project.run_dirs()[-1] / "iteration-003.prompt.md").read_text(encoding="utf-8")
+    assert "A review changes no code" in prompt3
+    final = project.story("US-001")
+    assert final["passes"] is True and final["reviewStatus"] == "approved" and final["reviewCount"] == 1
+    assert [e["passed"] for e in project.events("final_gate")] == [True]
+    log = project.git("log", "--format=%s")
+    assert log.count("review: [US-001] - approved") == 1  # the tampering review's commit is not in the history
+    assert project.git("status", "--porcelain") == ""
+
+
+def approval_of_a_tree_that_fails(project: RalphProject, run_loop: Any, runner: str) -> None:
+    project_with_check(project)
+    # build/ is ignored: not code, so the review may leave it; but the tests fail on the tree it approves
+    script = IterationScript({
+        1: implement("US-001"),
+        2: approve("US-001", 1, "mkdir -p build && touch build/flag"),
+        3: fix("US-001", "rm -rf build"),
+        4: approve("US-001", 2),
+    })
+    result = run_loop(runner, script, "-n", "4")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    started = [(e["iteration"], e["mode"]) for e in project.events("iteration_started")]
+    assert started == [(1, "implement"), (2, "review"), (3, "review-fix"), (4, "review")]
+    assert not (project.path / "build").exists()
+    finals = project.events("final_gate")
+    assert [(e["iteration"], e["passed"]) for e in finals] == [(2, False), (4, True)]
+    assert "$ python3 check.py" in finals[0]["output"] and "no build/flag" in finals[0]["output"]
+    (failed,) = project.events("final_check_failed")
+    assert failed["iteration"] == 2 and failed["story"] == "US-001"
+    prompt3 = (project.run_dirs()[-1] / "iteration-003.prompt.md").read_text(encoding="utf-8")
+    assert "no build/flag" in prompt3  # the verbatim output of the failed final gate
+    assert project.story("US-001")["reviewCount"] == 2 and project.story("US-001")["passes"] is True
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_review_that_changes_code_is_undone_and_its_verdict_not_accepted(
+    ralph_project: RalphProject, run_loop: Any, runner: str
+) -> None:
+    review_that_changes_code(ralph_project, run_loop, runner)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_run_is_not_complete_while_the_final_tree_fails_the_gates(
+    ralph_project: RalphProject, run_loop: Any, runner: str
+) -> None:
+    approval_of_a_tree_that_fails(ralph_project, run_loop, runner)
+    if runner == "docker-sandbox":
+        assert {e["where"] for e in ralph_project.events("final_gate")} == {"sandbox"}
+
+
+def test_a_run_that_finds_every_story_done_checks_the_tree_first(ralph_project: RalphProject, run_loop: Any) -> None:
+    """An earlier run may have ended (killed) between an approval and its final check."""
+    (ralph_project.path / "check.py").write_text(CHECK)
+    (ralph_project.path / "US-001.txt").write_text("helo")
+    done = story("US-001", passes=True, reviewStatus="approved", reviewCount=1, notes="approved earlier")
+    ralph_project.write_stories([done], verifyCommands=["python3 check.py"])
+    script = IterationScript({1: fix("US-001", "printf hello > US-001.txt"), 2: approve("US-001", 2)})
+    result = run_loop("direct", script, "-n", "3")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [e["mode"] for e in ralph_project.events("iteration_started")] == ["review-fix", "review"]
+    assert [(e["iteration"], e["passed"]) for e in ralph_project.events("final_gate")] == [(0, False), (2, True)]
+    assert (ralph_project.path / "US-001.txt").read_text() == "hello"
