@@ -537,7 +537,7 @@ SAFE_ARGS = {"plan": ["--check"], "demo": ["--agent", "replay"], "run": ["--agen
                          ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_item6_every_command_with_hostile_paths_ends_in_one_line(ralph_project, tmp_path, words, option, name) -> None:
     project = gated_project(ralph_project, [])
-    assert words[0] in {"archive", "demo", "doctor", "init", "nice", "plan", "plugin", "report", "restore", "run",
+    assert words[0] in {"answer", "archive", "demo", "doctor", "init", "nice", "plan", "plugin", "report", "restore", "run",
                         "sandbox", "status", "worktrees"}, f"a new command: check what SAFE_ARGS it needs: {words}"
     for label, path in hostile_paths(tmp_path / "hostile").items():
         given = [str(path)] if option == "ARG" else [option, str(path)]

@@ -263,14 +263,14 @@ def test_sigint_stops_every_child(two_prds: RalphProject, tmp_path: Path) -> Non
         assert summary["reason"] == "interrupted"
 
 
-def test_children_get_the_users_run_options() -> None:
+def test_children_get_the_users_run_options(tmp_path: Path) -> None:
     import click
 
     from ralph.cli.main import run
     from ralph.lifecycle.parallel import passthrough_args
 
     args = ["--parallel", "--no-sandbox", "--agent", "replay", "-n", "3", "-q", "--resume", "--skip-review",
-            "--max-cost", "2.5", "--dry-run", "-d", "/x"]
+            "--max-cost", "2.5", "--dry-run", "-d", str(tmp_path)]
     ctx = run.make_context("run", args)
     skip = {"project_dir", "ralph_dir", "prd", "parallel", "groups", "dry_run"}
     assert passthrough_args(ctx, skip) == [

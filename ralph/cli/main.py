@@ -105,7 +105,7 @@ class RalphGroup(click.Group):
         except click.ClickException as exc:
             fail(exc.format_message(), exc.exit_code)
         except click.exceptions.Abort:
-            click.echo("Aborted!", err=True)
+            echo("Aborted!", err=True)
             sys.exit(1)
         except OSError as exc:
             import errno
