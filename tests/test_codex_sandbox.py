@@ -138,12 +138,14 @@ def test_the_agent_cannot_replace_codex_sandbox_helper(
 
 
 def test_helper_placement_outside_the_temporary_directory_changes_nothing(tmp_path) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    placement = helper_placement(home, {"TMPDIR": str(tmp_path / "elsewhere")}, "workspace-write")
-    if str(home.resolve()).startswith("/tmp/"):
-        pytest.skip("tmp_path is under /tmp here")
-    assert placement.env == {} and placement.overrides == [] and placement.why is None
+    import tempfile
+
+    # a home outside /tmp and outside TMPDIR (pytest's tmp_path is under /tmp on most machines)
+    with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="ralph-codex-home-") as outside:
+        home = Path(outside)
+        placement = helper_placement(home, {"TMPDIR": str(tmp_path / "elsewhere")}, "workspace-write")
+        assert placement.env == {} and placement.overrides == [] and placement.why is None
+        assert not (home / "agent-tmp").exists()
 
 
 @pytest.mark.parametrize("sandbox, overrides", [
