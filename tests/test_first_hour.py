@@ -510,7 +510,7 @@ def test_item11_seed_001_tokens_are_filled(ralph_project: RalphProject, tmp_path
     assert f"Plan: {ralph_project.tasks_path}\n" in result.stdout
     assert f"Progress: {ralph_project.ralph_dir / 'progress.txt'}\n" in result.stdout
     assert "PRD: \n" in result.stdout  # not a .ralph/PRD-N folder
-    assert "Story: US-007 Filter by status\n" in result.stdout
+    assert 'Story: US-007 "Filter by status"\n' in result.stdout  # task-list text: quoted
     assert "{{" not in result.stdout
 
 

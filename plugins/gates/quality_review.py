@@ -8,16 +8,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ralph.api import Gate, GateContext, GateResult, hookimpl
+from ralph.api import Gate, GateContext, GateResult, fence_for, hookimpl
 
 QUALITY_PROMPT = """You are a code-quality reviewer with a fresh context. Do not change any file.
 Review this diff of story {story} for code quality only (naming, duplication, error handling,
 tests, dead code). Reply with one line per finding, each starting with "WARNING: ", or the single
 line "NO WARNINGS" when you find nothing worth changing.
 
-```diff
+{fence}diff
 {diff}
-```
+{fence}
 """
 MAX_DIFF_CHARS = 60_000
 
@@ -53,7 +53,8 @@ class QualityReviewGate(Gate):
         section = self.settings.section("quality")
         if section is not None and section.prompt:
             template = Path(section.prompt).read_text(encoding="utf-8")
-        answer = context.ask_agent(template.format(story=context.story_id, diff=diff[:MAX_DIFF_CHARS]))
+        diff = diff[:MAX_DIFF_CHARS]  # the agent's code: a fence longer than any backtick run in it
+        answer = context.ask_agent(template.format(story=context.story_id, diff=diff, fence=fence_for(diff)))
         warnings = [
             line.strip()[len("WARNING:") :].strip()
             for line in answer.splitlines()

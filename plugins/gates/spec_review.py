@@ -20,7 +20,7 @@ import re
 import time
 from pathlib import Path
 
-from ralph.api import Gate, GateContext, GateResult, hookimpl
+from ralph.api import Gate, GateContext, GateResult, fence_for, fenced, hookimpl, one_line, quote
 
 MAX_DIFF_CHARS = 60_000
 MAX_PRD_CHARS = 8_000
@@ -32,7 +32,7 @@ file, do not commit, do not edit the task list: you may only read (the diff belo
 Decide whether the change below meets the story's acceptance criteria, every one of them, within the PRD's
 constraints. Missing behaviour is "not met"; note anything built that the story did not ask for as "extra".
 
-## Story {story_id}: {title}
+## Story {story_id}, titled {title}
 {description}
 
 ## Acceptance criteria
@@ -42,9 +42,9 @@ constraints. Missing behaviour is "not met"; note anything built that the story 
 {constraints}
 
 ## The diff since the story started ({base})
-```diff
+{fence}diff
 {diff}
-```
+{fence}
 
 {answer_format}
 """
@@ -130,15 +130,19 @@ class SpecReviewGate(Gate):
         template = SPEC_PROMPT
         if section is not None and section.prompt:
             template = Path(section.prompt).read_text(encoding="utf-8")
+        diff = story_diff(context.project_dir, base)
+        # the title and description may be the agent's (a split), the diff is its code: quoted and fenced,
+        # a fence longer than any backtick run in the diff (a context line "```" cannot close it)
         return template.format(
             story_id=story.id,
-            title=story.title,
-            description=story.description or "(no description)",
-            criteria="\n".join(f"{i}. {c}" for i, c in enumerate(story.acceptanceCriteria, 1)),
+            title=quote(story.title, 300),
+            description=fenced(story.description, "text") if story.description else "(no description)",
+            criteria="\n".join(f"{i}. {one_line(c)}" for i, c in enumerate(story.acceptanceCriteria, 1)),
             prd_name=prd_path.name if prd_path is not None else "prd.md",
             constraints=prd_constraints(prd_text) if prd_text else "(no PRD found)",
             base=(base or "HEAD~1")[:12],
-            diff=story_diff(context.project_dir, base),
+            diff=diff,
+            fence=fence_for(diff),
             answer_format=ANSWER_FORMAT,
         )
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ralph.api import AUTO_APPROVED_PREFIX, IterationMode, Policy, Selection, StoryState, Violation, hookimpl
-from ralph.api.policies import ModeRules, StateChange, Transition, diff_text, fmt
-from ralph.api import one_line, strip_controls
+from ralph.api.policies import ModeRules, StateChange, Transition, diff_text, fmt, story_line
+from ralph.api import strip_controls
 
 if TYPE_CHECKING:
     from ralph.api import Story, TaskList
@@ -147,10 +147,9 @@ class ReviewPolicy(Policy):
 
     def prompt_section(self, selection: Selection, tasks: TaskList) -> str:
         story = tasks.story(selection.story_id or "")
-        title = f"{story.id} - {one_line(story.title)}" if story else str(selection.story_id)
         lines = [
             f"- Mode: **{selection.mode}**",
-            f"- Story: **{title}**",
+            story_line(selection.story_id, story),
             f"- Review cap: {self.cap}",
         ]
         if selection.mode == "implement":

@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ralph.api import Policy, Selection, hookimpl
-from ralph.api.policies import ModeRules, Transition
-from ralph.api import one_line
+from ralph.api.policies import ModeRules, Transition, story_line
 
 if TYPE_CHECKING:
     from ralph.api import TaskList
@@ -59,11 +58,10 @@ class SkipReviewPolicy(Policy):
 
     def prompt_section(self, selection: Selection, tasks: TaskList) -> str:
         story = tasks.story(selection.story_id or "")
-        title = f"{story.id} - {one_line(story.title)}" if story else str(selection.story_id)
         return "\n".join(
             [
                 "- Mode: **implement** (skip-review: no review cycle in this run)",
-                f"- Story: **{title}**",
+                story_line(selection.story_id, story),
                 "- When the story is implemented and verifyCommands pass, set passes=true, write what "
                 "you did in notes, and leave reviewStatus null and reviewCount 0.",
             ]

@@ -65,7 +65,7 @@ from ralph.ralphfiles import progress_log, story_id_problem
 from ralph.settings import Settings, section_or_default
 
 if TYPE_CHECKING:
-    from ralph.agenttext import fenced, one_line, quote, safe_data, strip_controls
+    from ralph.agenttext import fence_for, fenced, one_line, quote, safe_data, strip_controls
     from ralph.config import ConfigSection, RalphConfig
     from ralph.gitutil import git
     from ralph.loop.start import BUILTIN_PROMPT_NOTE
@@ -212,6 +212,7 @@ __all__ = [
     "one_line",
     "quote",
     "fenced",
+    "fence_for",
     "safe_data",
 ]
 
@@ -276,6 +277,7 @@ _LAZY = {
     "one_line": "ralph.agenttext",
     "quote": "ralph.agenttext",
     "fenced": "ralph.agenttext",
+    "fence_for": "ralph.agenttext",
     "safe_data": "ralph.agenttext",
 }
 

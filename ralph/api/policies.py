@@ -33,10 +33,25 @@ __all__ = [
     "fmt",
     "state_changes",
     "state_violations",
+    "story_line",
 ]
 
 _LAZY = {"LOOP_FIELDS": "ralph.tasks", "PERSON_FIELDS": "ralph.tasks", "blocked_reason": "ralph.tasks"}
 """Names backed by the pydantic task model, imported on first use (loading a policy stays cheap)."""
+
+
+def story_line(story_id: str | None, story: Any) -> str:
+    """The prompt line naming the iteration's story: ``- Story: **US-001**, titled "Add login"``.
+
+    The title is the task list's (an agent may have written it in a split), so it is quoted
+    (:func:`ralph.agenttext.quote`): inside the loop's authoritative section it can neither start a
+    line nor end the value early.  ``story`` None: the id alone.
+    """
+    from ralph.agenttext import name, quote
+
+    if story is None:
+        return f"- Story: **{name(story_id or '')}**"
+    return f"- Story: **{name(story.id)}**, titled {quote(story.title, 300)}"
 
 
 def __getattr__(name: str) -> Any:

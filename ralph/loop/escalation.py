@@ -6,7 +6,7 @@ stop (:mod:`ralph.loop.hardstop`).  :meth:`StoryAttempts.escalation` decides whi
 
 from __future__ import annotations
 
-from ralph.agenttext import fenced, quote
+from ralph.agenttext import fenced, name, quote
 
 import re
 from pathlib import Path
@@ -61,7 +61,7 @@ class Escalation:
         last = state.attempts[-1]
         if last.strategy_shift:
             first_line = next((line for line in last.output.splitlines() if line.strip()), last.gate)
-            files = ", ".join(state.files_modified[:10]) or "the same files"
+            files = ", ".join(name(path) for path in state.files_modified[:10]) or "the same files"  # the agent named them
             items.append(
                 "IMPORTANT: Strategy Shift Required. You have failed "
                 f"{state.stuck_count}x with the same error at the {last.gate} gate (error hash "
@@ -89,15 +89,16 @@ class Escalation:
                 inside = False
             if inside and candidate not in named:
                 named.append(candidate)
+        # the agent chose these names: the listing is fenced (a name cannot pose as a line of the loop's)
         parts = [
             "Context expansion: the error points at missing information. Files tracked in the project "
-            f"({len(listing)}):\n" + "\n".join(f"- {name}" for name in listing[:300])
+            f"({len(listing)}):\n" + fenced("\n".join(listing[:300]), "")
         ]
-        for name in named[:CONTEXT_FILES]:
+        for path in named[:CONTEXT_FILES]:
             try:
-                data = safeio.read_bytes(project / name, project)
+                data = safeio.read_bytes(project / path, project)
             except OSError:
                 continue
             text = data.decode("utf-8", errors="replace").splitlines()[:CONTEXT_LINES]
-            parts.append(f"Contents of {name}:\n" + fenced("\n".join(text), ""))
+            parts.append(f"Contents of {name(path)}:\n" + fenced("\n".join(text), ""))
         return "\n\n".join(parts)

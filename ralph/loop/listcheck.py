@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ralph.agenttext import name as shown_name, safe_data
+from ralph.agenttext import name as shown_name, quote, safe_data
 from ralph.contracts import ModeRules, Violation
 from ralph.ralphfiles import story_id_problem
 from ralph import tasks as model
@@ -183,7 +183,7 @@ def check_list(
             if story.id not in result.copies:
                 result.copies.append(story.id)
                 result.violations.append(
-                    Violation(CHECK, f"Story {story.id} appears more than once; the loop removed the copies.", story.id, undoable=True)
+                    Violation(CHECK, f"Story {shown_name(story.id)} appears more than once; the loop removed the copies.", story.id, undoable=True)
                 )
             continue
         new[story.id] = story
@@ -332,7 +332,7 @@ def _check_added(
             reason = f"a split makes at most one new story per criterion it moves ({len(dropped)} moved)."
         if reason:
             result.drop.append(story.id)
-            result.violations.append(Violation(CHECK, f"Story {story.id} was added, but {reason} The loop removed it.", story.id, undoable=True))
+            result.violations.append(Violation(CHECK, f"Story {shown_name(story.id)} was added, but {reason} The loop removed it.", story.id, undoable=True))
             continue
         owned = [name for name in (*model.LOOP_FIELDS, *model.PERSON_FIELDS) if _fields(story).get(name, _default(name)) != _default(name)]
         _owned_elsewhere(result, story.id, owned)
@@ -355,7 +355,7 @@ def _check_added(
         for story in orphans:
             result.drop.append(story.id)
             gone.add(story.id)
-            missing = ", ".join(repr(dep) for dep in story.dependsOn if dep in gone)
+            missing = ", ".join(quote(dep, 60) for dep in story.dependsOn if dep in gone)
             result.violations.append(Violation(
                 CHECK, f"Story {story.id} was added, but its dependsOn names {missing}, which the loop removed. "
                 "The loop removed it too.", story.id, undoable=True,
@@ -374,14 +374,14 @@ def _split_problem(
         return "new stories come only from splitting the iteration's story."
     foreign = [c for c in story.acceptanceCriteria if _norm(c) not in dropped]
     if foreign:
-        shown = "; ".join(repr(c) for c in foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+        shown = "; ".join(quote(c, 200) for c in foreign[:3]) + (" ..." if len(foreign) > 3 else "")
         return (
             f"its acceptance criteria must be ones that {was.id} dropped in this iteration, word for word ({shown} "
             f"{'is' if len(foreign) == 1 else 'are'} not). A split moves criteria; it does not write new ones."
         )
     unknown = [dep for dep in story.dependsOn if dep not in new or dep == story.id]
     if unknown:
-        return f"its dependsOn names {', '.join(repr(d) for d in unknown)}, not another story of the task list."
+        return f"its dependsOn names {', '.join(quote(d, 60) for d in unknown)}, not another story of the task list."
     return None
 
 
@@ -420,7 +420,7 @@ def _narrowing_problem(was: Story, now: Story, kept: list[Story], rules: ModeRul
     old_criteria = {_norm(c) for c in was.acceptanceCriteria}
     extra = [c for c in now.acceptanceCriteria if _norm(c) not in old_criteria]
     if extra:
-        shown = "; ".join(repr(c) for c in extra[:3]) + (" ..." if len(extra) > 3 else "")
+        shown = "; ".join(quote(c, 200) for c in extra[:3]) + (" ..." if len(extra) > 3 else "")
         return (
             f"acceptance criteria were added or reworded ({shown}). The story's criteria are the person's: a split "
             "keeps some of them word for word and moves the others."
@@ -429,7 +429,7 @@ def _narrowing_problem(was: Story, now: Story, kept: list[Story], rules: ModeRul
     moved = {_norm(c) for story in kept for c in story.acceptanceCriteria}
     missing = [c for c in was.acceptanceCriteria if _norm(c) not in kept_criteria and _norm(c) not in moved]
     if missing:
-        shown = "; ".join(repr(c) for c in missing[:3]) + (" ..." if len(missing) > 3 else "")
+        shown = "; ".join(quote(c, 200) for c in missing[:3]) + (" ..." if len(missing) > 3 else "")
         return (
             f"acceptance criteria were dropped without moving them to a story added in this iteration ({shown}). "
             "A story may only be narrowed by splitting it: every criterion it loses goes to a new story, word for word."

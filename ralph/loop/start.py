@@ -13,6 +13,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from ralph.agenttext import quote
 from ralph.errors import TaskListError, UsageError
 from ralph.tasks import TaskList
 
@@ -162,13 +163,14 @@ def check_prd(prompt: PromptSource, ralph_dir: Path, project_dir: Path) -> None:
 def seed_tokens(
     story_id: str | None, tasks: TaskList, tasks_path: Path, progress_path: Path, ralph_dir: Path
 ) -> dict[str, str]:
-    """Seed 001's prompt tokens: ``{{STORY_ID}}``, ``{{STORY_TITLE}}``, ``{{PLAN_PATH}}``,
+    """Seed 001's prompt tokens: ``{{STORY_ID}}``, ``{{STORY_TITLE}}`` (a JSON string), ``{{PLAN_PATH}}``,
     ``{{PROGRESS_PATH}}`` (absolute paths) and ``{{PRD_NUMBER}}`` (N of ``.ralph/PRD-N``, else empty)."""
     story = tasks.story(story_id or "")
     match = re.fullmatch(r"PRD-(\d+)", ralph_dir.name)
     return {
         "STORY_ID": story_id or "",
-        "STORY_TITLE": story.title if story is not None else "",
+        # the title is task-list text (a split lets the agent write it): quoted, so it never starts a line
+        "STORY_TITLE": quote(story.title, 300) if story is not None else "",
         "PLAN_PATH": str(tasks_path),
         "PROGRESS_PATH": str(progress_path),
         "PRD_NUMBER": match.group(1) if match else "",
