@@ -6,6 +6,7 @@ that is what the person would run)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,72 @@ def test_item4_init_refuses_a_second_loop_inside_a_project_and_finds_the_top_lev
         assert f"{repo} already has a Ralph loop ({repo / 'ralph'})" in nested.stderr
         assert nested.stderr.count("\n") == 1 and "nothing was written" in nested.stderr
         assert not (where / "ralph").exists()
+
+
+def test_item4_init_refuses_a_second_loop_folder_beside_the_one_there(tmp_path) -> None:
+    """`--ralph-dir` does not get around it: one loop per project, except `.ralph/PRD-N/` folders side by side."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    env = person_env(tmp_path)
+    assert ralph_at(repo, env, "init", "--name", "x").returncode == 0
+    for second in ("loop2", "ralph/inner", ".ralph/PRD-1"):
+        refused = ralph_at(repo, env, "init", "--ralph-dir", second)
+        assert refused.returncode == 2, (second, refused.stdout)
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+        assert f"{repo} already has a Ralph loop ({repo / 'ralph'})" in refused.stderr
+        assert "`ralph init --ralph-dir ralph`" in refused.stderr and "nothing was written" in refused.stderr
+        assert not (repo / second).exists()
+    assert "kept ralph/tasks.json" in ralph_at(repo, env, "init", "--ralph-dir", "ralph").stdout  # the same loop: fine
+    # a loop in the folder the config names counts too
+    (repo / "loops").mkdir()
+    shutil.move(repo / "ralph", repo / "loops" / "main")
+    (repo / "ralph.toml").write_text('ralph_dir = "loops/main"\n')
+    refused = ralph_at(repo, env, "init")
+    assert refused.returncode == 2 and f"({repo / 'loops' / 'main'})" in refused.stderr, refused.stderr
+    assert not (repo / "ralph").exists()
+    # PRD folders for `ralph run --parallel` are the way to have several
+    (repo / "ralph.toml").unlink()
+    (repo / ".ralph").mkdir()
+    shutil.move(repo / "loops" / "main", repo / ".ralph" / "PRD-1")
+    added = ralph_at(repo, env, "init", "--ralph-dir", ".ralph/PRD-2")
+    assert added.returncode == 0, added.stderr
+    assert (repo / ".ralph" / "PRD-2" / "tasks.json").is_file()
+
+
+# -- item 9: a person's change is never the agent's ---------------------------------------------------
+
+
+def test_item9_init_force_waits_for_no_run_it_refuses_while_one_is_active(ralph_project, tmp_path) -> None:
+    """`ralph init --force` during a run: refused (the run's files untouched); the run is not disturbed."""
+    from ralph.testing.project import wait_for
+
+    project = gated_project(ralph_project, [])
+    started = tmp_path / "started"
+    steps = [replay.run(f"touch {started} && sleep 4"), replay.write_file("a.txt", "a"),
+             replay.set_fields("US-001", reviewStatus="needs_review"), replay.commit("feat: [US-001] - a"),
+             replay.say("implemented")]
+    env = replay.ReplayScript().default(*steps).env(tmp_path / "script.json")
+    before = {name: (project.ralph_dir / name).read_bytes() for name in ("prd.md", "prompt.md", "progress.txt")}
+    proc = project.start("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=env)
+    try:
+        wait_for(started.exists, timeout=60)
+        during = project.run("init", "--force", "--name", "other")
+    finally:
+        out, err = proc.communicate(timeout=120)
+    assert during.returncode == 2, during.stdout
+    assert during.stderr.count("\n") == 1 and "Traceback" not in during.stderr
+    assert during.stderr.startswith(f"ralph: error: a `ralph run` is active in {project.path} (pid {proc.pid}, started ")
+    assert "then run `ralph init` again; nothing was written" in during.stderr
+    assert not list(project.ralph_dir.glob("init-backup-*"))
+    assert proc.returncode == 1, err  # one iteration: implemented, waiting for its review
+    assert project.story("US-001")["reviewStatus"] == "needs_review"
+    assert project.events("violation") == [] and "failed" not in err
+    assert (project.ralph_dir / "prd.md").read_bytes() == before["prd.md"]
+    assert (project.ralph_dir / "prompt.md").read_bytes() == before["prompt.md"]
+    after = project.run("init", "--force", "--name", "other")  # the run is over: now it may
+    assert after.returncode == 0, after.stderr
+    assert "backed up ralph/prd.md" in after.stdout
 
 
 # -- item 13: regressions against the original specification -------------------------------------------
@@ -580,3 +647,20 @@ def test_item6_an_error_nobody_expected_is_one_line_naming_its_traceback(tmp_pat
     assert result.stderr.startswith("ralph: error: ZeroDivisionError: division by zero (")
     kept = Path(result.stderr.split("the traceback is in ", 1)[1].split(";", 1)[0])
     assert kept.parent == tmp_path / "state" and "Traceback" in kept.read_text() and "1 / 0" in kept.read_text()
+
+
+# -- item 14: small things a person notices -------------------------------------------------------------
+
+
+def test_item14_init_commit_does_not_ask_to_commit_what_it_committed(tmp_path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo, check=True)
+    done = ralph_at(repo, person_env(tmp_path), "init", "--name", "x", "--commit")
+    assert done.returncode == 0, done.stderr
+    steps = done.stdout.split("Next steps:", 1)[1]
+    assert "committed what init wrote: " in done.stdout
+    assert "`ralph init --commit` commits what init wrote" not in steps and ".gitignore" not in steps
+    assert "Commit your edits: `git add ralph && git commit" in steps and "what init wrote is committed already" in steps
+    plain = ralph_at(tmp_path / "repo", person_env(tmp_path), "init", "--force")
+    assert "`ralph init --commit` commits what init wrote" in plain.stdout  # without --commit: the hint stays

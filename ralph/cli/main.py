@@ -252,7 +252,9 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
     prompt.md and progress.txt) only what is missing is added, and what was
     kept is named; no second task list is created beside an existing one.
     """
-    from ralph.lifecycle.init import check_repository, commit_init, init_project, refuse_nested_loop
+    from ralph.lifecycle.init import (
+        check_repository, commit_init, init_project, next_steps, no_run_active, refuse_nested_loop,
+    )
     from ralph.ralphfiles import KNOWN_LOOP_DIRS, holds_loop
 
     project_dir = project_dir.resolve()
@@ -275,7 +277,9 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
                 f"`ralph init --ralph-dir {found[0]}` (adds only what is missing) or run it as it is with "
                 f"`ralph run --ralph-dir {found[0]}`; nothing was written"
             )
-    result = init_project(project_dir, name=name, ralph_dir=ralph_dir, force=force)
+    with no_run_active(project_dir):
+        result = init_project(project_dir, name=name, ralph_dir=ralph_dir, force=force)
+        committed = commit_init(project_dir, result) if commit and (result.files_written or result.gitignore_changed) else None
 
     def rel(path: Path) -> str:
         return path.relative_to(project_dir).as_posix() if path.is_relative_to(project_dir) else str(path)
@@ -294,10 +298,10 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
         echo("added .ralph-active to .gitignore")
     if not result.files_written:
         echo(f"nothing to add: {rel(result.ralph_dir)}/ already holds a complete loop")
-    if commit and (result.files_written or result.gitignore_changed):
-        echo(f"committed what init wrote: {commit_init(project_dir, result)} \"ralph init: {result.project_name}\"")
+    if committed is not None:
+        echo(f"committed what init wrote: {committed} \"ralph init: {result.project_name}\"")
     echo("\nNext steps:")
-    for number, step in enumerate(result.next_steps, 1):
+    for number, step in enumerate(next_steps(result, committed=committed is not None), 1):
         echo(f"  {number}. {step}")
 
 

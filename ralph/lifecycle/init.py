@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path, PurePosixPath
 
-from ralph.errors import UsageError
+from ralph.errors import RalphError, UsageError
 from ralph import safeio
 from ralph.ralphfiles import TASK_LIST_FILES
 from ralph.templates import render, template_text
 
 __all__ = [
     "SCAFFOLD_FILES", "GITIGNORE_ENTRY", "InitResult", "init_project", "slugify", "check_repository",
-    "commit_init",
+    "commit_init", "next_steps", "no_run_active", "refuse_nested_loop", "refuse_second_loop",
 ]
 
 #: Files written into the ralph directory: (file name in the project, template name).
@@ -66,6 +68,8 @@ class InitResult:
     """The other Ralph tool whose loop was taken over (``ralph-claude-code``, ``ralph-orchestrator``)."""
     imported: list[str] = field(default_factory=list)
     """What was taken over from it (and left out), one line each."""
+    task_file: str = "tasks.json"
+    """The task list's file name (another format's, when one was there)."""
 
 
 def slugify(name: str) -> str:
@@ -127,6 +131,7 @@ def init_project(
     target_dir = project_dir / rel
     if target_dir.exists() and not target_dir.is_dir():
         raise UsageError(f"{target_dir} exists and is not a directory")
+    refuse_second_loop(project_dir, rel.as_posix())
 
     if name is not None and not name.strip():
         name = None
@@ -239,6 +244,7 @@ def init_project(
         next_steps=_next_steps(rel.as_posix(), own_list or "tasks.json", adopted=adoption is not None),
         adopted_from=adoption.tool if adoption is not None else None,
         imported=adoption.report if adoption is not None else [],
+        task_file=own_list or "tasks.json",
     )
 
 
@@ -294,6 +300,32 @@ def check_repository(project_dir: Path) -> None:
         )
 
 
+@contextmanager
+def no_run_active(project_dir: Path) -> Iterator[None]:
+    """Hold the project's run lock while init writes: a ``ralph run`` reads and checks these files the whole
+    run (a change would be taken for its agent's), so init waits for no run and refuses while one is active.
+    Also keeps a run from starting halfway through init's writes."""
+    from ralph.errors import LockedError
+    from ralph.gitutil import git_dir
+    from ralph.loop.lock import ProjectLock
+
+    lock = ProjectLock(git_dir(project_dir))
+    try:
+        lock.acquire()
+    except LockedError:
+        holder = lock.holder()
+        who = f" (pid {holder.get('pid')}, started {holder.get('started')})" if holder.get("pid") else ""
+        raise LockedError(
+            f"a `ralph run` is active in {project_dir}{who}: it reads and checks the loop's files until it ends, "
+            f"and a change now would be taken for its agent's; let it finish or stop it (Ctrl-C in its terminal, or "
+            f"kill {holder.get('pid', '<pid>')}), then run `ralph init` again; nothing was written"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def refuse_nested_loop(project_dir: Path) -> None:
     """UsageError when a folder above ``project_dir``, up to its repository's top level, already holds
     a Ralph loop: a second loop inside that project would be a second source of truth, found or not
@@ -313,6 +345,39 @@ def refuse_nested_loop(project_dir: Path) -> None:
             )
         if directory == top:
             return
+
+
+def refuse_second_loop(project_dir: Path, ralph_dir: str) -> None:
+    """UsageError when ``project_dir`` already holds a loop in another folder than ``ralph_dir``: a
+    second task list beside it would be run or not depending on which folder a command names.
+    ``.ralph/PRD-N/`` folders are the one way to keep loops side by side (``ralph run --parallel``)."""
+    from ralph.configfile import find_config_file
+    from ralph.ralphfiles import holds_loop, loop_folders
+
+    existing = loop_folders(project_dir)
+    try:
+        _, table = find_config_file(project_dir)
+    except RalphError:
+        table = {}
+    configured = table.get("ralph_dir")
+    if isinstance(configured, str) and configured.strip() and not Path(configured).is_absolute():
+        configured = PurePosixPath(configured).as_posix()
+        if configured not in existing and holds_loop(project_dir / configured):
+            existing.append(configured)
+    others = [folder for folder in existing if folder != ralph_dir]
+    if not others:
+        return
+    if _PRD_FOLDER.fullmatch(ralph_dir) and all(_PRD_FOLDER.fullmatch(folder) for folder in others):
+        return
+    raise UsageError(
+        f"{project_dir} already has a Ralph loop ({project_dir / others[0]}); a second one in {ralph_dir}/ would be "
+        f"a second task list, run or not depending on which folder a command names: work in that loop "
+        f"(`ralph init --ralph-dir {others[0]}` adds what it lacks; --force replaces its files, keeping a backup), "
+        f"or keep loops side by side as .ralph/PRD-N/ folders (`ralph run --parallel`); nothing was written"
+    )
+
+
+_PRD_FOLDER = re.compile(r"\.ralph/PRD-[1-9][0-9]*")
 
 
 def commit_init(project_dir: Path, result: InitResult) -> str:
@@ -362,8 +427,15 @@ def _gitignore_with_entry(gitignore: Path, project_dir: Path) -> bytes | None:
     return current + entry + newline
 
 
-def _next_steps(rel_dir: str, task_file: str = "tasks.json", adopted: bool = False) -> list[str]:
-    """What to do after ``ralph init``, one item per step (``adopted``: prd.md and the stories were taken over)."""
+def next_steps(result: InitResult, committed: bool = False) -> list[str]:
+    """What to do after ``ralph init`` (``committed``: ``--commit`` committed what it wrote), one item per step."""
+    rel_dir = result.ralph_dir.relative_to(result.project_dir).as_posix()
+    return _next_steps(rel_dir, result.task_file, adopted=result.adopted_from is not None, committed=committed)
+
+
+def _next_steps(rel_dir: str, task_file: str = "tasks.json", adopted: bool = False, committed: bool = False) -> list[str]:
+    """What to do after ``ralph init``, one item per step (``adopted``: prd.md and the stories were taken over;
+    ``committed``: init's own files are committed, so only the person's edits are left to commit)."""
     if adopted:
         first = [
             f"Read {rel_dir}/prd.md and {rel_dir}/{task_file} (taken over, see above) and fix what the import got "
@@ -380,7 +452,9 @@ def _next_steps(rel_dir: str, task_file: str = "tasks.json", adopted: bool = Fal
         *first,
         f"Optionally list the checks the loop runs after each iteration (tests, lint, "
         f"typecheck) in `verifyCommands` in {rel_dir}/{task_file}.",
-        f"Commit: `git add {rel_dir} .gitignore && git commit -m \"ralph: plan\"` "
-        "(`ralph run` starts only on a clean working tree; `ralph init --commit` commits what init wrote).",
+        (f"Commit your edits: `git add {rel_dir} && git commit -m \"ralph: plan\"` (what init wrote is committed "
+         "already; `ralph run` starts only on a clean working tree)." if committed else
+         f"Commit: `git add {rel_dir} .gitignore && git commit -m \"ralph: plan\"` "
+         "(`ralph run` starts only on a clean working tree; `ralph init --commit` commits what init wrote)."),
         "Preview with `ralph run --dry-run`, then start the loop with `ralph run`.",
     ]
