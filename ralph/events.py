@@ -191,6 +191,13 @@ class EventKind(str, Enum):
         "Payload: iteration, calls, errors, denied (results of calls the guards denied), first_error (the "
         "first failed call's output, at most 1000 characters).",
     )
+    PERSON_CHANGED = (
+        "person_changed",
+        "Between two iterations, while no agent ran, files of the project changed (a person's edit, commit or "
+        "checkout): the run stops before the next iteration so that nothing undoes the change or counts it "
+        "against the agent. Payload: iteration (the one that did not start), paths (what changed; `HEAD (a "
+        "commit or a checkout)` first when HEAD moved).",
+    )
     USAGE_LIMIT_WAIT = (
         "usage_limit_wait",
         "The loop waits for the usage limit to reset. Payload: until, seconds.",

@@ -275,6 +275,61 @@ def test_item9_init_force_waits_for_no_run_it_refuses_while_one_is_active(ralph_
     assert "backed up ralph/prd.md" in after.stdout
 
 
+@pytest.mark.real_claude
+def test_item9_a_change_between_iterations_is_the_persons_never_the_agents(ralph_project, scripted_model, claude_binary,
+                                                                           claude_agent_env) -> None:
+    """While the loop waits out a usage limit after iteration 1, the person edits the task list and prd.md: the
+    loop stops before the agent starts again, names the files, and leaves the edits as they are (before, the
+    next iteration undid them and blamed the agent)."""
+    import json
+    import time
+
+    from ralph.testing.model_server import ErrorReply, IterationScript
+    from ralph.testing.project import wait_for
+    from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
+
+    project = gated_project(ralph_project, [])
+    script = IterationScript({
+        1: bash_turns(["printf hi > hi.txt", set_fields_command("US-001", reviewStatus="needs_review"),
+                       commit_command("feat: [US-001] - hi")], "implemented"),
+        2: bash_turns([set_fields_command("US-001", reviewStatus="approved", passes=True, reviewCount=1, notes="ok"),
+                       commit_command("review: [US-001] - approved")], "approved"),
+    })
+    limited = {"done": False}
+
+    def responder(request: Any) -> Any:
+        if script.key_of(request) == 2 and not limited["done"]:
+            limited["done"] = True
+            message = f"Claude AI usage limit reached|{int(time.time()) + 8}"
+            return ErrorReply(429, {"type": "error", "error": {"type": "rate_limit_error", "message": message}},
+                              {"x-should-retry": "false"})
+        return script(request)
+
+    server = scripted_model(responder)
+    proc = project.start("run", "--runner", "direct", "--agent", "claude", "-n", "3", env=claude_agent_env(server.url))
+    try:
+        wait_for(lambda: project.run_dirs() and project.events("usage_limit_wait"), timeout=120)
+        tasks = json.loads(project.tasks_path.read_text())
+        tasks["userStories"][0]["acceptanceCriteria"].append("hi.txt ends with a newline")
+        edited = json.dumps(tasks, indent=2) + "\n"
+        project.tasks_path.write_text(edited)  # what the person's editor saves
+        (project.ralph_dir / "prd.md").write_text("# The plan, rewritten by its person\n")
+    finally:
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out + err
+    assert "ralph/prd.md, ralph/tasks.json changed between iterations 1 and 2, while no agent ran: your change" in err
+    assert "commit it (or undo it) and `ralph run` again" in out + err
+    assert project.tasks_path.read_text() == edited  # kept as the person saved it
+    assert (project.ralph_dir / "prd.md").read_text() == "# The plan, rewritten by its person\n"
+    kinds = [e["kind"] for e in project.events()]
+    after_wait = kinds[kinds.index("usage_limit_wait"):]
+    assert after_wait == ["usage_limit_wait", "person_changed", "run_finished"], after_wait  # nothing undone, no blame
+    assert [e["paths"] for e in project.events("person_changed")] == [["ralph/prd.md", "ralph/tasks.json"]]
+    assert [e["iteration"] for e in project.events("iteration_started")] == [1, 2]  # the one limited call, no more
+    assert project.summary()["exit_code"] == 2
+    assert project.git("log", "-1", "--format=%s").strip() == "feat: [US-001] - hi"  # nothing committed after it
+
+
 # -- item 13: regressions against the original specification -------------------------------------------
 
 
@@ -568,14 +623,12 @@ def hostile_paths(base: Path) -> dict[str, Path]:
     }
 
 
-def every_path_parameter() -> list[tuple[list[str], str, str]]:
-    """(command words, how the parameter is given: an option or ``ARG``, its name) for every command of the
-    command line, plugins' included, and each parameter that names a path."""
+def leaf_commands() -> list[tuple[list[str], Any]]:
+    """(command words, the click command) for every command of the command line, plugins' included."""
     import click
 
     from ralph.cli.main import cli
 
-    path_names = {"project_dir", "ralph_dir", "file", "directory", "html_path", "run", "label"}
     found = []
     ctx = click.Context(cli)
 
@@ -586,42 +639,81 @@ def every_path_parameter() -> list[tuple[list[str], str, str]]:
                 if sub is not None:
                     walk(sub, [*words, name])
             return
-        for param in command.params:
-            if param.name in path_names or isinstance(param.type, click.Path):
-                option = param.opts[0] if isinstance(param, click.Option) else "ARG"
-                found.append((words, option, str(param.name)))
+        found.append((words, command))
 
     walk(cli, [])
     return found
 
 
+PATH_NAMES = {"project_dir", "ralph_dir", "file", "directory", "html_path", "run", "label", "state_dir"}
+
+PATH_FROM_ENVIRONMENT = {("ask",): "RALPH_HOOK_SOCKET"}
+"""Commands whose path comes from the environment: the agent's ``ralph ask`` reaches the loop at the socket
+the loop names there."""
+
+NO_PATH = {("plugins",): "lists what is loaded", ("sandbox", "build"): "builds an image from the shipped recipe"}
+"""Commands that take no path at all, and why."""
+
+
+def every_path_parameter() -> list[tuple[list[str], str, str]]:
+    """(command words, how the path is given: an option, ``ARG`` or ``ENV:NAME``, its name) for every command of
+    the command line, plugins' included, and each parameter (or environment variable) that names a path."""
+    import click
+
+    found = []
+    for words, command in leaf_commands():
+        for param in command.params:
+            if param.name in PATH_NAMES or isinstance(param.type, click.Path):
+                option = param.opts[0] if isinstance(param, click.Option) else "ARG"
+                found.append((words, option, str(param.name)))
+        if tuple(words) in PATH_FROM_ENVIRONMENT:
+            found.append((words, f"ENV:{PATH_FROM_ENVIRONMENT[tuple(words)]}", "environment"))
+    return found
+
+
+def test_item6_the_hostile_paths_walk_covers_every_command() -> None:
+    """A new command (or a plugin's) is either walked with hostile paths below or said to take none."""
+    walked = {tuple(words) for words, _, _ in every_path_parameter()}
+    for words, _ in leaf_commands():
+        assert tuple(words) in walked or tuple(words) in NO_PATH, f"a new command takes no path the walk knows: {words}"
+    assert {("serve",), ("ask",), ("answer",)} <= walked
+
+
 SAFE_ARGS = {"plan": ["--check"], "demo": ["--agent", "replay"], "run": ["--agent", "replay", "--runner", "direct"],
-             "doctor": ["--agent", "replay", "--runner", "direct"]}
-"""What keeps a command from starting an agent of its own when the hostile path happens to be accepted."""
+             "doctor": ["--agent", "replay", "--runner", "direct"], "serve": ["--check", "--port", "0"],
+             "ask": ["is", "this", "a", "question?"], "answer": ["US-001", "an answer"]}
+"""What keeps a command from starting an agent (or a server) of its own when the hostile path happens to be
+accepted: ``serve --check`` checks everything and exits without serving."""
 
 
 @pytest.mark.parametrize("words, option, name", every_path_parameter(),
                          ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_item6_every_command_with_hostile_paths_ends_in_one_line(ralph_project, tmp_path, words, option, name) -> None:
     project = gated_project(ralph_project, [])
-    assert words[0] in {"answer", "archive", "demo", "doctor", "init", "nice", "plan", "plugin", "report", "restore", "run",
-                        "sandbox", "status", "worktrees"}, f"a new command: check what SAFE_ARGS it needs: {words}"
+    assert words[0] in {"answer", "archive", "ask", "demo", "doctor", "init", "nice", "plan", "plugin", "report", "restore",
+                        "run", "sandbox", "serve", "status", "worktrees"}, f"a new command: check what SAFE_ARGS it needs: {words}"
+    [command] = [c for w, c in leaf_commands() if w == words]
+    takes_project = any(param.name == "project_dir" for param in command.params)
     for label, path in hostile_paths(tmp_path / "hostile").items():
-        given = [str(path)] if option == "ARG" else [option, str(path)]
-        pinned = [] if name == "project_dir" or words[0] in ("demo", "plugin") else ["-d", str(project.path)]
-        args = [*words, *pinned, *SAFE_ARGS.get(words[0], []), *given]
-        result = ralph_at(project.path, project.process_env(replay.ReplayScript().env(tmp_path / "script.json")),
-                          *args, timeout=120)
+        env = project.process_env(replay.ReplayScript().env(tmp_path / "script.json"))
+        given: list[str] = []
+        if option.startswith("ENV:"):
+            env[option[4:]] = str(path)
+        else:
+            given = [str(path)] if option == "ARG" else [option, str(path)]
+        pinned = ["-d", str(project.path)] if takes_project and name != "project_dir" else []
+        args = [*words, *pinned, *given, *SAFE_ARGS.get(words[0], [])]
+        result = ralph_at(project.path, env, *args, timeout=120)
         seen = f"ralph {' '.join(args)} ({label}): exit {result.returncode}\n{result.stdout}\n{result.stderr}"
         assert "Traceback" not in result.stdout + result.stderr, seen
         if words == ["doctor"] and result.returncode == 1:  # its answer is the list of checks, a failed one among them
             assert "[FAIL] " in result.stdout, seen
         elif result.returncode != 0:
             lines = result.stderr.strip().splitlines()
-            assert lines and lines[-1].startswith("ralph: error: "), seen
+            # the agent's `ralph ask` answers in its own words (the agent reads them), one line too
+            prefix = "ralph ask: " if words == ["ask"] else "ralph: error: "
+            assert lines and lines[-1].startswith(prefix), seen
             assert len(lines) == 1 or all(line.startswith("ralph: warning: ") for line in lines[:-1]), seen
-        import shutil
-
         shutil.rmtree(tmp_path / "hostile")
         hostile_paths(tmp_path / "hostile")
 

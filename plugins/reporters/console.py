@@ -250,6 +250,11 @@ class ConsoleView:
     def on_usage_limit_wait(self, data: dict[str, Any]) -> None:
         self.status(f"waiting {data['seconds']:g}s until {data['until']} (Ctrl-C stops; state is saved)")
 
+    def on_person_changed(self, data: dict[str, Any]) -> None:
+        shown = ", ".join(data["paths"][:5]) + (f" and {len(data['paths']) - 5} more" if len(data["paths"]) > 5 else "")
+        self.status(f"{shown} changed between iterations {data['iteration'] - 1} and {data['iteration']}, while no "
+                    "agent ran: your change, not the agent's; stopping before the agent starts")
+
     def on_story_flagged(self, data: dict[str, Any]) -> None:
         self.status(f"{data['story']} flagged and skipped: {data['reason']}")
 

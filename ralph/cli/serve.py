@@ -17,8 +17,9 @@ __all__ = ["serve"]
 @click.option("--token", metavar="TEXT", help="The token every request must carry (at least 16 characters).  [default: a new random one]")
 @click.option("--allow-remote", is_flag=True, help="Allow a --host that other machines can reach (plain HTTP: only on a network you trust).")
 @click.option("--state-dir", metavar="DIR", help="ralph's state directory to show.  [default: $RALPH_STATE_DIR, else $XDG_STATE_HOME/ralph]")
+@click.option("--check", is_flag=True, help="Check everything (address, token, state directory, web stack, the port) and exit without serving.")
 @handles_errors
-def serve(host: str, port: int, token: str | None, allow_remote: bool, state_dir: str | None) -> None:
+def serve(host: str, port: int, token: str | None, allow_remote: bool, state_dir: str | None, check: bool) -> None:
     """A live dashboard of every loop on this machine, in your browser.
 
     Shows every run under ralph's state directory: the iteration stream as it
@@ -33,7 +34,7 @@ def serve(host: str, port: int, token: str | None, allow_remote: bool, state_dir
     from ralph.dashboard.server import serve as run_server
     from ralph.dashboard.server import state_root_of
 
-    sys.exit(run_server(state_root_of(state_dir), host, port, token, allow_remote, echo=_echo))
+    sys.exit(run_server(state_root_of(state_dir), host, port, token, allow_remote, echo=_echo, check_only=check))
 
 
 def _echo(line: str) -> None:

@@ -51,8 +51,12 @@ def serve(
     token: str | None = None,
     allow_remote: bool = False,
     echo: Callable[[str], None] = print,
+    check_only: bool = False,
 ) -> int:
     """Serve the dashboard of the runs under ``root`` until Ctrl-C; 0 then.
+
+    ``check_only``: check everything and bind the port as serving would, print the address, then
+    close it and return 0 without serving (``ralph serve --check``).
 
     A ``host`` that is not a loopback address is refused unless ``allow_remote``: the token is then
     the only thing between the network and the loops (and it travels unencrypted).
@@ -84,6 +88,10 @@ def serve(
     echo(f"  every loop under {root}; this address (with its token) is the only way in; Ctrl-C stops it")
     if not is_loopback(host):
         echo("  warning: listening beyond this machine (--allow-remote): plain HTTP, the token travels in the clear")
+    if check_only:
+        sock.close()
+        echo("  --check: everything is in place; not serving")
+        return 0
     try:
         asyncio.run(server.serve(sockets=[sock]))
     except KeyboardInterrupt:

@@ -37,6 +37,8 @@ from ralph.loop.limits import RunLimits
 from ralph.loop.lock import ProjectLock
 from ralph.loop.loopfiles import LoopFiles
 from ralph.loop.opening import Opening, announce, prepare_repository
+from ralph.loop.personchanges import PersonChanges
+from ralph.loop.personchanges import describe as describe_person_changes
 from ralph.loop.progressnotes import ProgressNotes
 from ralph.loop.prompt import iteration_feedback, relative_dir, render_iteration
 from ralph.loop.sessionslog import log_incomplete
@@ -140,6 +142,7 @@ class Loop:
         from ralph.loop.parking import Parking
 
         self.parking = Parking(self.project_dir, self.config.state_dir, self.taskfile, self.notes, self.emit)
+        self.gap = PersonChanges(self.project_dir, self._loop_inputs, lambda: [progress_log(self.ralph_dir)])
         """The agent's questions to a person and the stories they park (``ralph ask`` / ``ralph answer``)."""
         self.bridge: HookBridge | None = None
         """The hook server and the running iteration (from the run's start)."""
@@ -397,6 +400,10 @@ class Loop:
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
             if self.limits.global_time_up():
                 return self._finish(EXIT_GLOBAL_TIMEOUT, "global hard timeout reached: the loop stopped cleanly", tasks)
+            changed = self.gap.since_last_iteration()  # no agent ran since: a person's change, never the agent's
+            if changed:
+                self.emit("person_changed", iteration=iteration + 1, paths=changed)
+                return self._finish(EXIT_USAGE, describe_person_changes(changed, iteration + 1), tasks)
             tasks = self.parking.settle(tasks, iteration + 1)
             selection = self.select(tasks)
             if selection is None:
@@ -416,6 +423,7 @@ class Loop:
             limited = bool(record.usage_limit or record.rate_limit) and not self.cancel.is_set()
             if limited and record.rejected:
                 # the meter saw the model answer nothing and the tree is unchanged: nothing to count or gate
+                self.gap.iteration_over()
                 stop = self.limits.wait_out(record, counted=False)
                 if stop is not None:
                     return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
@@ -445,6 +453,7 @@ class Loop:
             end = self._end_after(record, tasks)
             if end is not None:
                 return self._finish(*end, tasks)
+            self.gap.iteration_over()  # what the loop left; anything else changing before the next one is a person's
             if record.promise:
                 self.emit("false_completion", iteration=iteration)
             if limited:  # the iteration did work (it counts, its gates ran); wait before the next one
@@ -666,6 +675,11 @@ class Loop:
         if stories != self._stories_shown:
             self._stories_shown = stories
             self.emit("story_states", stories=stories, done=_done(tasks))
+
+    def _loop_inputs(self) -> list[Path]:
+        """The files the loop reads and checks that a person may change, ignored by git or not."""
+        protected = self.trusted.files.paths if self.trusted.files is not None else []
+        return [self.tasks_path, *protected, self.project_dir / "pyproject.toml"]
 
     def _finish(self, exit_code: int, reason: str, tasks: TaskList) -> RunResult:
         """End the run: summary, report and end marker written, ``run_finished`` emitted."""
