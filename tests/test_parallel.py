@@ -32,13 +32,8 @@ import json, os, pathlib, subprocess, sys, time
 unit = os.environ["RALPH_PARALLEL_UNIT"]
 tasks_path = pathlib.Path(os.environ["RALPH_TASKS_FILE"])
 hold = os.environ.get("UNIT_AGENT_HOLD")
-if hold:  # record this process and its ancestors, then hang until stopped
-    chain, pid = [], os.getpid()
-    while pid > 1:
-        chain.append(pid)
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-        pid = int(stat.rsplit(")", 1)[1].split()[1])
-    pathlib.Path(hold, unit + ".pids").write_text(json.dumps(chain))
+if hold:  # say it is running (its pid is its namespace's: the test finds it from outside), then hang until stopped
+    pathlib.Path(hold, unit + ".held").write_text(str(os.getpid()))
     time.sleep(120)
     sys.exit(0)
 data = json.loads(tasks_path.read_text())
@@ -238,21 +233,47 @@ def test_refusals(ralph_project: RalphProject) -> None:
     assert (misused.returncode, misused.stderr) == (2, "ralph: error: --force and --delete-branches only go with --clean\n")
 
 
+def descendants(pid: int) -> dict[int, str]:
+    """Every process below ``pid`` as this machine's /proc shows it (host pids, also of processes in pid
+    namespaces below), with its command line."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    below, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child, of in parents.items():
+            if of == parent and child not in below:
+                try:
+                    below[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    below[child] = ""
+                todo.append(child)
+    return below
+
+
 def test_sigint_stops_every_child(two_prds: RalphProject, tmp_path: Path) -> None:
+    """SIGINT to `ralph run --parallel` ends every process under it: the child loops, their agents' pid
+    namespaces and the agents (found from outside: inside its namespace an agent sees other pids)."""
     project = two_prds
     holds = tmp_path / "holds"
     holds.mkdir()
     proc = project.start("run", "--parallel", *RUN_OPTIONS, env=agent_env(tmp_path, UNIT_AGENT_HOLD=str(holds)))
     try:
-        wait_for(lambda: {p.name for p in holds.iterdir()} == {"PRD-1.pids", "PRD-2.pids"}, timeout=60)
+        wait_for(lambda: {p.name for p in holds.iterdir()} == {"PRD-1.held", "PRD-2.held"}, timeout=60)
     except AssertionError:
         proc.kill()
         raise AssertionError(proc.communicate()) from None
-    below_parent = []
-    for name in ("PRD-1.pids", "PRD-2.pids"):
-        chain = json.loads((holds / name).read_text())
-        assert proc.pid in chain
-        below_parent += chain[: chain.index(proc.pid)]  # agent ... child `ralph run`
+    below_parent = descendants(proc.pid)
+    agents = [pid for pid, cmdline in below_parent.items() if cmdline.startswith(sys.executable) and "unit_agent.py" in cmdline]
+    assert len(agents) == 2, below_parent  # one held agent per unit, each in its own pid namespace below the parent
+    loops = [pid for pid, cmdline in below_parent.items() if " run " in f" {cmdline} " and "--ralph-dir" in cmdline]
+    assert len(loops) == 2, below_parent
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stdout + stderr
