@@ -1,60 +1,75 @@
-"""Ship a git workspace to another machine and back: commits, uncommitted changes, untracked files.
+"""Ship a git workspace to where the agent works and back: commits, uncommitted changes, untracked files.
 
-A runner whose agent does not share this machine's filesystem (a Ray node, a
-Kubernetes pod, a Slurm job) keeps its own checkout of the project.  Before an
-iteration the loop sends it a :class:`WorkspaceState` (a git bundle of the
-commits it lacks, the binary diff of tracked files against ``HEAD``, and a tar
-of untracked, not-ignored files); after the iteration the checkout sends one
-back and :func:`mirror` makes the project exactly what the agent left, so the
-loop's validators, gates and git checks see what direct mode would show them.
+A runner whose agent does not work on the project itself keeps a checkout of its own for it: a
+container's volume (``docker-sandbox``), a sandbox directory (bubblewrap), a Ray node's temp
+directory (``ray``).  Before the agent runs, the project's state goes there as a
+:class:`WorkspaceState` (a git bundle of the commits the checkout lacks, the binary diff of tracked
+files against ``HEAD``, a tar of untracked, not-ignored files); after it ran, the checkout's state
+comes back, captured *where the checkout is* (:mod:`ralph.workspace_inside`, so no git of this
+machine ever runs on the agent's ``.git``), and :func:`mirror` makes the project exactly what the
+agent left, so the loop's validators, gates and git checks see what direct mode would show them.
 
-Standard library and the ``git`` binary only.  Ignored files (``.venv``,
-build output) never travel: each side keeps its own.
+What comes back is the agent's: :func:`check` reads it as bytes before anything touches the project.
+
+- the bundle's objects go to a quarantine object directory first (``index-pack --strict``: git's
+  fsck, which refuses ``.git`` entries in trees and malformed objects), must be complete, and the new
+  ``HEAD`` must descend from the run's branch (``must_descend``);
+- the trees that would be checked out (``HEAD``'s, and ``HEAD`` with the diff applied) may hold only
+  files, executables, directories and symlinks: no gitlink (submodule), no path with a ``.git``,
+  ``.`` or ``..`` component, and no symlink that leads out of the tree or into ``.git`` (resolved
+  through the tree's other symlinks) unless the project's own ``HEAD`` has the very same link;
+- untracked files are regular files, symlinks (checked the same way) or directories, each once, on
+  no tracked path, under no symlink, and not in the way of a symlinked directory on this machine.
+
+Only then is the project changed, by git's own checkout (which never writes through a symlink) and
+by :mod:`ralph.safeio`; a refusal is :class:`WorkspaceRefused`, naming the entry, with the project
+as it was.  Ignored files (``.venv``, build output) never travel: each side keeps its own.
+
+:class:`AgentCheckout` is the one exchange every such runner uses, given its own primitive that runs
+a command where the checkout is (``docker exec``, ``bwrap``, a Ray actor call).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import os
+import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterable
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterable, Sequence
+
+from ralph.errors import RalphError
+from ralph.workspace_inside import WorkspaceError, WorkspaceState, decode, encode
+from ralph.workspace_inside import capture as _capture
+from ralph.workspace_inside import untracked_names as _untracked_names
+
+MAX_STATE_BYTES = 2 << 30
+"""Bytes a state from a checkout may have (the rest is refused unread)."""
+MAX_SYMLINK_HOPS = 40
+"""Symlinks followed while resolving one link's target (the kernel's limit)."""
+ALLOWED_MODES = {"100644", "100755", "120000"}
 
 # Nothing a repository's files configure may run a program while we read or write it: every
-# call goes through ralph.gitutil.git (hardened, and on the loop's side after the metadata check).
+# call on this machine goes through ralph.gitutil.git (hardened, after the metadata check).
 
 
-class WorkspaceError(Exception):
-    """A workspace state that cannot be captured or applied; the target was left as it was."""
+class WorkspaceRefused(WorkspaceError, RalphError):
+    """What came back from the agent's checkout breaks a rule of :func:`check`: nothing was applied."""
+
+    exit_code = 2
 
 
-@dataclass
-class WorkspaceState:
-    """Everything that differs between two checkouts of one repository, as bytes."""
-
-    head: str
-    """The commit checked out (``HEAD``)."""
-    bundle: bytes | None
-    """A git bundle with the commits the receiver lacks (None: it has ``head``)."""
-    diff: bytes
-    """``git diff --binary HEAD``: every change to tracked files, staged or not."""
-    untracked: bytes
-    """A tar of the untracked files git does not ignore."""
-    untracked_names: list[str] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        """Bytes that travel."""
-        return len(self.bundle or b"") + len(self.diff) + len(self.untracked)
-
-
-def git(repo: Path, *args: str, input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+def git(repo: Path, *args: str, input: bytes | None = None, check: bool = True,  # noqa: A002
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """Run git in ``repo`` with nothing configurable able to start a program (ralph.gitutil.git)."""
     from ralph.gitutil import git as hardened_git
 
-    result = hardened_git(repo, *args, check=False, binary=True, input=input)
+    result = hardened_git(repo, *args, check=False, binary=True, input=input, env=env)
     if check and result.returncode != 0:
         message = result.stderr.decode("utf-8", "replace").strip() or f"exit {result.returncode}"
         raise WorkspaceError(f"git {' '.join(args[:3])} in {repo}: {message}")
@@ -68,43 +83,13 @@ def head(repo: Path) -> str:
 
 def untracked_names(repo: Path) -> list[str]:
     """Untracked files that git does not ignore, relative to ``repo``."""
-    out = git(repo, "ls-files", "-z", "--others", "--exclude-standard").stdout
-    return [name for name in out.decode("utf-8", "surrogateescape").split("\0") if name]
+    return _untracked_names(repo, git)
 
 
 def capture(repo: Path, known: Iterable[str] = ()) -> WorkspaceState:
-    """The state of ``repo``, with a bundle of what a receiver that has ``known`` commits lacks."""
-    current = head(repo)
-    known = [sha for sha in known if sha]
-    bundle = None if current in known else _bundle(repo, current, known)
-    diff = git(repo, "diff", "--binary", "--no-ext-diff", "--no-textconv", "HEAD").stdout
-    names = untracked_names(repo)
-    return WorkspaceState(current, bundle, diff, _tar(repo, names), names)
-
-
-def _bundle(repo: Path, current: str, known: list[str]) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="ralph-bundle-") as tmp:
-        path = Path(tmp) / "ship.bundle"
-        # a ref name is required in a bundle; a private one avoids touching the user's refs
-        git(repo, "update-ref", "refs/ralph/ship", current)
-        try:
-            exclusions = [f"^{sha}" for sha in known if _has_commit(repo, sha)]
-            git(repo, "-c", "pack.compression=1", "bundle", "create", "-q", str(path), "refs/ralph/ship", *exclusions)
-        finally:
-            git(repo, "update-ref", "-d", "refs/ralph/ship", check=False)
-        return path.read_bytes()
-
-
-def _has_commit(repo: Path, sha: str) -> bool:
-    return git(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
-
-
-def _tar(repo: Path, names: list[str]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name in names:
-            archive.add(repo / name, arcname=name, recursive=False)
-    return buffer.getvalue()
+    """The state of ``repo`` (a checkout of this machine's that the loop trusts), with a bundle of
+    what a receiver that has the ``known`` commits lacks."""
+    return _capture(repo, known, git)
 
 
 def init_checkout(repo: Path) -> None:
@@ -113,110 +98,601 @@ def init_checkout(repo: Path) -> None:
     git(repo, "init", "-q")
 
 
+# -- the checks --------------------------------------------------------------------------------
+
+
+@dataclass
+class Checked:
+    """A state that passed :func:`check`: its objects in ``quarantine``, the tree it makes (``tree``)
+    and its untracked members, ready for :func:`mirror` to apply."""
+
+    state: WorkspaceState
+    quarantine: Path
+    """A private directory holding the bundle's objects (``objects/``) and a scratch index."""
+    tree: str
+    """The tree of ``HEAD`` with the diff applied: what the tracked files become."""
+    objects: str = ""
+    """The project's object directory (read as an alternate: the quarantine's objects build on it)."""
+    members: list[tarfile.TarInfo] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        """git's environment that sees the quarantined objects as well as the project's."""
+        return {"GIT_OBJECT_DIRECTORY": str(self.quarantine / "objects"),
+                "GIT_ALTERNATE_OBJECT_DIRECTORIES": self.objects}
+
+    def discard(self) -> None:
+        """Remove the quarantine (its objects were moved, or are not wanted)."""
+        shutil.rmtree(self.quarantine, ignore_errors=True)
+
+
+def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None) -> Checked:
+    """Check ``state`` (from a checkout the agent controlled) against ``repo`` without changing ``repo``.
+
+    Returns the :class:`Checked` state (call :meth:`Checked.discard` when not applying it);
+    :class:`WorkspaceRefused` names what broke a rule (see the module's docstring).
+    """
+    if state.size > MAX_STATE_BYTES:
+        raise WorkspaceRefused(f"the workspace state is {state.size} bytes, more than {MAX_STATE_BYTES}")
+    quarantine = Path(tempfile.mkdtemp(prefix="ralph-incoming-"))
+    checked = Checked(state, quarantine, "")
+    try:
+        checked.objects = _objects_dir(repo)
+        (quarantine / "objects" / "pack").mkdir(parents=True)
+        env = checked.env()
+        if state.bundle is not None:
+            _receive_bundle(repo, state, env)
+        if git(repo, "cat-file", "-t", state.head, env=env, check=False).stdout.strip() != b"commit":
+            raise WorkspaceRefused(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
+        if must_descend and git(repo, "merge-base", "--is-ancestor", must_descend, state.head, env=env,
+                                check=False).returncode:
+            raise WorkspaceRefused(
+                f"the workspace's HEAD {state.head[:12]} does not descend from {must_descend[:12]} "
+                "(history was rewritten on the other side); nothing was applied"
+            )
+        base = must_descend or _head_or_none(repo)
+        committed = _tree_entries(repo, state.head, env)
+        _check_entries(committed, "the commit")
+        checked.tree = _tree_with_diff(repo, state, checked)
+        same = checked.tree == _tree_of(repo, state.head, env)
+        tracked = committed if same else _tree_entries(repo, checked.tree, env)
+        if not same:
+            _check_entries(tracked, "the uncommitted changes")
+        checked.members, untracked_links = _check_untracked(repo, state.untracked, tracked)
+        _check_links(repo, committed if same else committed + tracked, untracked_links, base, env)
+        state.untracked_names = [member.name for member in checked.members if not member.isdir()]
+        return checked
+    except BaseException:
+        checked.discard()
+        raise
+
+
+def _objects_dir(repo: Path) -> str:
+    return git(repo, "rev-parse", "--path-format=absolute", "--git-path", "objects").stdout.decode().strip()
+
+
+def _head_or_none(repo: Path) -> str | None:
+    result = git(repo, "rev-parse", "-q", "--verify", "HEAD^{commit}", check=False)
+    return result.stdout.decode().strip() or None
+
+
+def _receive_bundle(repo: Path, state: WorkspaceState, env: dict[str, str]) -> None:
+    """The bundle's objects into the quarantine (fsck'd, thin packs completed from the project)."""
+    bundle = state.bundle or b""
+    lines, pack = _bundle_header(bundle)
+    refs = [line for line in lines if not line.startswith(("-", "@"))]
+    prerequisites = [line[1:].split(" ", 1)[0] for line in lines if line.startswith("-")]
+    if len(refs) != 1 or refs[0].split(" ", 1)[0] != state.head:
+        raise WorkspaceRefused("the bundle does not hold exactly the shipped HEAD")
+    for sha in prerequisites:
+        if not _is_sha(sha) or git(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode:
+            raise WorkspaceRefused(f"the bundle needs commit {sha[:12]}, which the project does not have")
+    result = git(repo, "index-pack", "--stdin", "--strict", "--fix-thin", input=pack, env=env, check=False)
+    if result.returncode:
+        raise WorkspaceRefused("the bundle's objects were refused: "
+                               + _one_line(result.stderr.decode("utf-8", "replace")))
+    listed = git(repo, "rev-list", "--objects", "--quiet", state.head, "--not", *prerequisites, "--", env=env,
+                 check=False)
+    if listed.returncode:
+        raise WorkspaceRefused(f"the bundle does not hold every object of {state.head[:12]}")
+
+
+def _bundle_header(bundle: bytes) -> tuple[list[str], bytes]:
+    end = bundle.find(b"\n\n")
+    if end < 0 or end > (1 << 20):
+        raise WorkspaceRefused("the bundle has no header")
+    lines = bundle[:end].decode("utf-8", "replace").split("\n")
+    if lines[0] not in ("# v2 git bundle", "# v3 git bundle"):
+        raise WorkspaceRefused("the bundle is not a git bundle (v2 or v3)")
+    capabilities = [line for line in lines[1:] if line.startswith("@")]
+    if any(c not in ("@object-format=sha1", "@object-format=sha256") for c in capabilities):
+        raise WorkspaceRefused("the bundle asks for a capability ralph does not take (a filter?)")
+    return lines[1:], bundle[end + 2:]
+
+
+def _is_sha(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def _tree_of(repo: Path, commit: str, env: dict[str, str]) -> str:
+    return git(repo, "rev-parse", f"{commit}^{{tree}}", env=env).stdout.decode().strip()
+
+
+Entry = tuple[str, str, str]
+"""(mode, object id, path) of one tree entry."""
+
+
+def _tree_entries(repo: Path, tree: str, env: dict[str, str]) -> list[Entry]:
+    out = git(repo, "ls-tree", "-r", "-z", "--full-tree", tree, env=env).stdout
+    entries = []
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, _, raw_path = record.partition(b"\t")
+        mode, _kind, sha = meta.decode().split(" ")
+        entries.append((mode, sha, raw_path.decode("utf-8", "surrogateescape")))
+    return entries
+
+
+def _check_entries(entries: list[Entry], what: str) -> None:
+    """Every entry a file, an executable or a symlink on a path inside the tree (no gitlink, no ``.git``)."""
+    for mode, _sha, path in entries:
+        why = _path_problem(path)
+        if why:
+            raise WorkspaceRefused(f"{what} has {_shown(path)}: {why}; nothing was applied")
+        if mode == "160000":
+            raise WorkspaceRefused(f"{what} has a submodule (gitlink) at {_shown(path)}, which ralph does not ship; "
+                                   "nothing was applied")
+        if mode not in ALLOWED_MODES:
+            raise WorkspaceRefused(f"{what} has {_shown(path)} with mode {mode}; nothing was applied")
+
+
+def _check_links(repo: Path, tracked: list[Entry], untracked: dict[str, str], base: str | None,
+                 env: dict[str, str]) -> None:
+    """No symlink (tracked or not) leads out of the tree or into ``.git``, resolved through all of them;
+    a tracked one the project's own ``base`` has with the same target is the person's, and stays."""
+    shas = {path: sha for mode, sha, path in tracked if mode == "120000"}
+    targets = _blobs(repo, list(shas.values()), env) if shas else {}
+    links = {path: targets[sha] for path, sha in shas.items()}
+    for path, target in untracked.items():
+        links.setdefault(path, target)
+    for path, target in links.items():
+        why = escapes(path, target, links)
+        if why is None:
+            continue
+        if path in shas and path not in untracked and _same_link_in(repo, base, path, shas[path]):
+            continue
+        what = "untracked symlink" if path in untracked else "symlink"
+        raise WorkspaceRefused(f"{what} {_shown(path)} -> {_shown(target)} {why}; nothing was applied")
+
+
+def _blobs(repo: Path, shas: list[str], env: dict[str, str]) -> dict[str, str]:
+    """The contents of blobs (symlink targets) as text, by object id."""
+    wanted = sorted(set(shas))
+    out = git(repo, "cat-file", "--batch", input="".join(f"{sha}\n" for sha in wanted).encode(), env=env).stdout
+    found, offset = {}, 0
+    for sha in wanted:
+        line_end = out.index(b"\n", offset)
+        name, kind, size = out[offset:line_end].decode().split(" ")
+        start = line_end + 1
+        data = out[start:start + int(size)]
+        offset = start + int(size) + 1
+        if kind != "blob" or name != sha:
+            raise WorkspaceRefused(f"a symlink's target {sha[:12]} is not a blob")
+        found[sha] = data.decode("utf-8", "surrogateescape")
+    return found
+
+
+def _same_link_in(repo: Path, base: str | None, path: str, sha: str) -> bool:
+    """Whether the project's own commit ``base`` has the symlink ``path`` with the same target."""
+    if not base:
+        return False
+    out = git(repo, "ls-tree", "-z", "--full-tree", base, "--", path, check=False).stdout
+    meta = out.split(b"\t", 1)[0].decode("utf-8", "replace").split(" ")
+    return len(meta) == 3 and meta[0] == "120000" and meta[2] == sha
+
+
+_IGNORABLE = dict.fromkeys([0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
+
+
+def is_git_name(name: str) -> bool:
+    """Whether a path component names git's directory on some file system (``.git``, ``.GIT.``,
+    ``git~1``, with the characters HFS+ ignores)."""
+    plain = name.translate(_IGNORABLE).lower().rstrip(". ")
+    return plain == ".git" or plain == "git~1"
+
+
+def _path_problem(path: str) -> str | None:
+    if not path or path.startswith("/") or "\0" in path:
+        return "a path outside the checkout"
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            return "a path outside the checkout"
+        if is_git_name(part):
+            return "a path into .git"
+    return None
+
+
+def escapes(link: str, target: str, links: dict[str, str]) -> str | None:
+    """Why the symlink ``link`` -> ``target`` leads out of the tree or into ``.git`` (resolved through the
+    tree's other symlinks ``links``, path -> target, as the kernel would), or None when it stays inside."""
+    if not target:
+        return "is empty"
+    if target.startswith("/"):
+        return "leads outside the checkout (an absolute path)"
+    stack = link.split("/")[:-1]
+    todo = target.split("/")
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                return "leads outside the checkout"
+            stack.pop()
+            continue
+        if is_git_name(part):
+            return "leads into .git"
+        stack.append(part)
+        inner = links.get("/".join(stack))
+        if inner is None:
+            continue
+        hops += 1
+        if hops > MAX_SYMLINK_HOPS:
+            return "is a loop of symlinks"
+        if inner.startswith("/"):
+            return "leads outside the checkout (through a symlink to an absolute path)"
+        stack.pop()
+        todo = inner.split("/") + todo
+    return None
+
+
+def _tree_with_diff(repo: Path, state: WorkspaceState, checked: Checked) -> str:
+    """The tree of ``HEAD`` with the diff applied (in a scratch index: the project's is not touched)."""
+    env = {**checked.env(), "GIT_INDEX_FILE": str(checked.quarantine / "index")}
+    git(repo, "read-tree", state.head, env=env)
+    if state.diff:
+        result = git(repo, "apply", "--cached", "--binary", "--whitespace=nowarn", "-", input=state.diff, env=env,
+                     check=False)
+        if result.returncode:
+            message = _one_line(result.stderr.decode("utf-8", "replace"))
+            raise WorkspaceRefused(f"the uncommitted changes do not apply to {state.head[:12]}: {message}")
+    return git(repo, "write-tree", env=env).stdout.decode().strip()
+
+
+def _check_untracked(repo: Path, data: bytes, tracked: list[Entry]) -> tuple[list[tarfile.TarInfo], dict[str, str]]:
+    """The untracked members (regular files, symlinks, directories; each once, on no tracked path, under no
+    symlink) and their symlinks (path -> target)."""
+    if not data:
+        return [], {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+            members = archive.getmembers()
+    except (tarfile.TarError, EOFError, ValueError) as exc:
+        raise WorkspaceRefused(f"the untracked files are not a tar archive ({exc})") from None
+    files = {path for _mode, _sha, path in tracked}
+    tracked_links = {path for mode, _sha, path in tracked if mode == "120000"}
+    tracked_dirs = {str(parent) for path in files for parent in PurePosixPath(path).parents if str(parent) != "."}
+    names: set[str] = set()
+    links: dict[str, str] = {}
+    for member in members:
+        name = member.name
+        why = _path_problem(name)
+        if why:
+            raise WorkspaceRefused(f"untracked file {_shown(name)} would land outside the checkout ({why}); "
+                                   "nothing was applied")
+        if not (member.isreg() or member.issym() or member.isdir()):
+            raise WorkspaceRefused(f"untracked {_shown(name)} is not a regular file, a symlink or a directory; "
+                                   "nothing was applied")
+        if name in names:
+            raise WorkspaceRefused(f"untracked {_shown(name)} comes twice; nothing was applied")
+        if name in files or (name in tracked_dirs and not member.isdir()):
+            raise WorkspaceRefused(f"untracked {_shown(name)} is also a tracked path; nothing was applied")
+        names.add(name)
+        if member.issym():
+            links[name] = member.linkname
+    for name in names:
+        for parent in PurePosixPath(name).parents:
+            key = str(parent)
+            if key == ".":
+                break
+            if key in links or key in tracked_links or key in files:
+                raise WorkspaceRefused(f"untracked {_shown(name)} lies under {_shown(key)}, which is not a directory; "
+                                       "nothing was applied")
+    _check_host_parents(repo, names)
+    return members, links
+
+
+def _check_host_parents(repo: Path, names: Iterable[str]) -> None:
+    """No untracked file would be written under something of this machine's that stays (an ignored
+    symlink or file, which the mirror does not manage)."""
+    from ralph import safeio
+
+    kinds: dict[str, str] = {}
+    managed: set[str] | None = None
+    for name in names:
+        for parent in reversed(PurePosixPath(name).parents):
+            key = str(parent)
+            if key == ".":
+                continue
+            found = kinds.get(key) or kinds.setdefault(key, safeio.kind(key, repo))
+            if found == "absent":
+                break
+            if found == "dir":
+                continue
+            if managed is None:  # what the mirror replaces: tracked here now, or untracked and not ignored
+                listed = git(repo, "ls-files", "-z").stdout.decode("utf-8", "surrogateescape").split("\0")
+                managed = set(listed) | set(untracked_names(repo))
+            if key not in managed:
+                raise WorkspaceRefused(f"untracked {_shown(name)} would be written under {_shown(key)}, which is "
+                                       f"{'a ' if found in ('symlink', 'file') else ''}{found} here (ignored by git); "
+                                       "nothing was applied")
+            break
+
+
+def _shown(text: str) -> str:
+    from ralph.agenttext import name
+
+    return name(text)
+
+
+def _one_line(text: str) -> str:
+    from ralph.agenttext import one_line
+
+    return one_line(text.strip())[:500]
+
+
+# -- applying a checked state ------------------------------------------------------------------
+
+
 def mirror(repo: Path, state: WorkspaceState, *, branch: str | None = None, must_descend: str | None = None) -> None:
     """Make ``repo`` exactly ``state``: ``HEAD`` (on ``branch``), tracked changes and untracked files.
 
-    Everything is checked before anything changes: the bundle must verify, the
-    new ``HEAD`` must descend from ``must_descend`` when given, the diff must
-    apply to it and the untracked files must stay inside ``repo``.  On any
-    failure :class:`WorkspaceError` is raised and ``repo`` is as it was.
+    Everything is checked before anything changes (:func:`check`): on a refusal
+    :class:`WorkspaceRefused` (a :class:`WorkspaceError`) is raised and ``repo`` is as it was.
     """
-    if state.bundle is not None:
-        _unbundle(repo, state.bundle)
-    if not _has_commit(repo, state.head):
-        raise WorkspaceError(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
-    if must_descend and git(repo, "merge-base", "--is-ancestor", must_descend, state.head, check=False).returncode:
-        raise WorkspaceError(
-            f"the workspace's HEAD {state.head[:12]} does not descend from {must_descend[:12]} "
-            "(history was rewritten on the other side); nothing was applied"
-        )
-    _check_diff(repo, state)
-    members = _check_tar(state.untracked)
-    # -- from here on the repository changes -------------------------------------------
-    stale = set(untracked_names(repo)) - set(state.untracked_names)
+    checked = check(repo, state, must_descend=must_descend)
+    try:
+        _keep_objects(repo, checked)
+        _apply(repo, checked, branch)
+    finally:
+        checked.discard()
+
+
+def _keep_objects(repo: Path, checked: Checked) -> None:
+    """Move the quarantined packs (and objects ``apply --cached`` wrote) into the project's object store."""
+    objects = Path(checked.objects)
+    source = checked.quarantine / "objects"
+    for directory, _dirs, names in os.walk(source):
+        for name in sorted(names, key=lambda n: n.endswith(".idx")):  # the pack before its index
+            path = Path(directory) / name
+            target = objects / path.relative_to(source)
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(path, target)
+            except OSError:  # another file system
+                shutil.copyfile(path, target)
+
+
+def _apply(repo: Path, checked: Checked, branch: str | None) -> None:
+    from ralph import safeio
+
+    state = checked.state
     if branch:
         git(repo, "checkout", "-q", "-f", "-B", branch, state.head)
     else:
-        git(repo, "reset", "-q", "--hard", state.head)
+        git(repo, "checkout", "-q", "-f", "--detach", state.head)
+    tree_index = {"GIT_INDEX_FILE": str(checked.quarantine / "index")}
+    if checked.tree != _tree_of(repo, state.head, {}):
+        git(repo, "read-tree", checked.tree, env=tree_index)
+        out = git(repo, "diff-index", "--cached", "-z", "--name-status", "--no-renames", state.head,
+                  env=tree_index).stdout.split(b"\0")
+        changes = list(zip(out[0::2], out[1::2]))
+        removed = [os.fsdecode(path) for status, path in changes if status == b"D"]
+        written = [path for status, path in changes if status != b"D" and path]
+        for name in removed:
+            safeio.remove(name, repo)
+        _prune(repo, removed)
+        if written:
+            git(repo, "checkout-index", "-f", "-z", "--stdin", input=b"\0".join(written) + b"\0", env=tree_index)
+    wanted = {member.name for member in checked.members}
+    added = set(_added_paths(repo, state.head, checked))
+    stale = [name for name in untracked_names(repo) if name not in wanted and name not in added]
     for name in sorted(stale, reverse=True):
-        path = repo / name
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-    if state.diff:
-        git(repo, "apply", "--binary", "--whitespace=nowarn", "-", input=state.diff)
-    if members:
-        with tarfile.open(fileobj=io.BytesIO(state.untracked), mode="r") as archive:
-            archive.extractall(repo, members=members, filter="data")
+        safeio.remove(name, repo)
+    _prune(repo, stale)
+    if checked.members:
+        with tarfile.open(fileobj=io.BytesIO(state.untracked), mode="r:") as archive:
+            for member in checked.members:
+                if member.isdir():
+                    safeio.make_dirs(member.name, repo)
+                elif member.issym():
+                    safeio.remove(member.name, repo)
+                    safeio.symlink(member.linkname, member.name, repo)
+                else:
+                    handle = archive.extractfile(member)
+                    data = handle.read() if handle is not None else b""
+                    safeio.write_bytes(member.name, repo, data, parents=True, replace_dir=True,
+                                       mode=0o755 if member.mode & 0o111 else 0o644)
 
 
-def _unbundle(repo: Path, bundle: bytes) -> None:
-    with tempfile.TemporaryDirectory(prefix="ralph-bundle-") as tmp:
-        path = Path(tmp) / "in.bundle"
-        path.write_bytes(bundle)
-        git(repo, "bundle", "verify", "-q", str(path))
-        git(repo, "fetch", "-q", "--no-tags", "--no-write-fetch-head", str(path), "refs/ralph/ship:refs/ralph/received")
-        git(repo, "update-ref", "-d", "refs/ralph/received", check=False)
-
-
-def _check_diff(repo: Path, state: WorkspaceState) -> None:
-    if not state.diff:
-        return
-    with tempfile.TemporaryDirectory(prefix="ralph-index-") as tmp:
-        from ralph.gitutil import git as hardened_git
-
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        for args in (["read-tree", state.head], ["apply", "--cached", "--check", "--binary", "-"]):
-            result = hardened_git(repo, *args, env=env, check=False, binary=True,
-                                  input=state.diff if args[0] == "apply" else None)
-            if result.returncode:
-                message = result.stderr.decode("utf-8", "replace").strip()
-                raise WorkspaceError(f"the uncommitted changes do not apply to {state.head[:12]}: {message}")
-
-
-def _check_tar(data: bytes) -> list[tarfile.TarInfo]:
-    if not data:
+def _added_paths(repo: Path, commit: str, checked: Checked) -> list[str]:
+    """Paths of the result tree that ``commit`` lacks (untracked here: the project's index is ``commit``)."""
+    if checked.tree == _tree_of(repo, commit, {}):
         return []
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as archive:
-        members = archive.getmembers()
-    for member in members:
-        name = Path(member.name)
-        if name.is_absolute() or ".." in name.parts or name.parts[:1] == (".git",):
-            raise WorkspaceError(f"untracked file {member.name!r} would land outside the checkout; nothing was applied")
-        if member.issym() or member.islnk():
-            target = Path(member.linkname)
-            if target.is_absolute() or ".." in target.parts:
-                raise WorkspaceError(
-                    f"untracked link {member.name!r} points outside the checkout ({member.linkname}); nothing was applied"
-                )
-    return members
+    out = git(repo, "diff-tree", "-r", "-z", "--name-only", "--no-renames", "--diff-filter=A", commit,
+              checked.tree).stdout
+    return [os.fsdecode(path) for path in out.split(b"\0") if path]
 
 
+def _prune(repo: Path, removed: list[str]) -> None:
+    """Remove the directories that removing ``removed`` left empty (deepest first)."""
+    from ralph import safeio
 
+    parents = {str(parent) for name in removed for parent in PurePosixPath(name).parents if str(parent) != "."}
+    for parent in sorted(parents, key=lambda p: p.count("/"), reverse=True):
+        safeio.remove_empty_dir(parent, repo)
 
 
 def receive_branch(repo: Path, state: WorkspaceState, branch: str) -> str:
     """Store ``state``'s commits in ``repo`` as ``refs/heads/BRANCH``, never touching its working tree.
 
-    A new branch is created; an existing one only moves forward (the new head
-    must descend from it).  Returns ``created``, ``updated`` or ``unchanged``.
+    The commits are checked as :func:`check` checks a bundle (fsck'd, complete); a new branch is
+    created; an existing one only moves forward (the new head must descend from it).  Returns
+    ``created``, ``updated`` or ``unchanged``.
     """
-    if state.bundle is not None:
-        _unbundle(repo, state.bundle)
-    if not _has_commit(repo, state.head):
-        raise WorkspaceError(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
     ref = f"refs/heads/{branch}"
     current = git(repo, "rev-parse", "-q", "--verify", ref, check=False).stdout.decode().strip()
     if current == state.head:
         return "unchanged"
-    if current and git(repo, "merge-base", "--is-ancestor", current, state.head, check=False).returncode:
-        raise WorkspaceError(
-            f"branch {branch} already exists at {current[:12]} and {state.head[:12]} does not descend from it; "
-            "rename or delete it and run again"
-        )
-    current_head_ref = git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.decode().strip()
-    if current_head_ref == ref:
-        raise WorkspaceError(f"branch {branch} is checked out here; switch to another branch and run again")
+    checked = check(repo, dataclasses.replace(state, diff=b"", untracked=b""), must_descend=current or None)
+    try:
+        current_head_ref = git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.decode().strip()
+        if current_head_ref == ref:
+            raise WorkspaceError(f"branch {branch} is checked out here; switch to another branch and run again")
+        _keep_objects(repo, checked)
+    finally:
+        checked.discard()
     git(repo, "update-ref", ref, state.head, *([current] if current else []))
     return "updated" if current else "created"
 
-__all__ = ["WorkspaceError", "WorkspaceState", "capture", "head", "init_checkout", "mirror", "receive_branch", "untracked_names"]
+
+# -- the exchange ----------------------------------------------------------------------------------
+
+
+@dataclass
+class InsideResult:
+    """How a command run where the agent's checkout is ended."""
+
+    exit_code: int
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+
+RunInside = Callable[[Sequence[str], bytes], InsideResult]
+"""``run_inside(argv, stdin)``: run ``argv`` where the agent's checkout is (a ``docker exec``, a
+``bwrap`` command, a Ray actor's subprocess), ``stdin`` on its standard input, and say how it ended."""
+
+
+def inside_script() -> Path:
+    """This machine's copy of :mod:`ralph.workspace_inside` (mount it, or name the node's own copy)."""
+    import ralph.workspace_inside as inside
+
+    return Path(inside.__file__).resolve()
+
+
+class AgentCheckout:
+    """The agent's own checkout of ``project``, kept where the agent runs; the one way its work goes in
+    and comes back, for every runner whose agent does not work on the project itself.
+
+    ``path`` is the checkout as the sandbox sees it; ``command`` runs :mod:`ralph.workspace_inside`
+    there (``("python3", "-I", "-S", "/opt/ralph/lib/ralph/workspace_inside.py")``).  A runner calls
+    :meth:`ship_in` before the agent (or a gate command) starts, and :meth:`bring_back` after the
+    agent's processes are gone (and for the Stop checks, while it runs); each takes the runner's
+    ``run_inside`` primitive.  A runner that starts the ship-in itself uses :meth:`ship_in_request`.
+    Methods are serialized: a Stop check's bring-back and the run's own never interleave.
+    """
+
+    def __init__(self, project: Path, path: str | PurePosixPath, command: Sequence[str]) -> None:
+        self.project = Path(project)
+        self.path = str(path)
+        self.command = list(command)
+        self.known: set[str] = set()
+        """Commits the checkout is known to have (only the others travel in a bundle)."""
+        self.base: str | None = None
+        """``HEAD`` as last shipped in: what the work brought back must descend from."""
+        self.branch: str | None = None
+        """The project's branch as last shipped in (the checkout's ``HEAD`` is on it)."""
+        self.shipped_bytes = 0
+        self._lock = threading.RLock()
+
+    def ship_in_request(self, fresh: bool = False) -> tuple[list[str], bytes]:
+        """(argv, stdin) that makes the checkout the project's current state; ``fresh``: a new ``.git``
+        and every commit shipped (after the checkout lost objects, or a first ship-in failed)."""
+        with self._lock:
+            if fresh:
+                self.known.clear()
+            state = capture(self.project, self.known)
+            branch = _branch(self.project)
+            self.base, self.branch = state.head, branch
+            self.shipped_bytes = state.size
+            argv = [*self.command, "apply", self.path, *(["--fresh"] if fresh else [])]
+            return argv, encode(state, branch=branch)
+
+    def shipped(self) -> None:
+        """Record that the last :meth:`ship_in_request` was applied."""
+        with self._lock:
+            if self.base:
+                self.known.add(self.base)
+
+    def ship_in(self, run_inside: RunInside) -> None:
+        """Make the checkout the project's current state (once more with ``fresh`` when that fails)."""
+        with self._lock:
+            argv, data = self.ship_in_request()
+            result = run_inside(argv, data)
+            if result.exit_code != 0:
+                argv, data = self.ship_in_request(fresh=True)
+                result = run_inside(argv, data)
+            if result.exit_code != 0:
+                raise WorkspaceError("the project could not be shipped into the agent's checkout: "
+                                     + _one_line(result.stderr.decode("utf-8", "replace")))
+            self.shipped()
+
+    def bring_back_request(self) -> list[str]:
+        """The argv that captures the checkout (its state on stdout)."""
+        with self._lock:
+            return [*self.command, "capture", self.path, *sorted(self.known)]
+
+    def bring_back(self, run_inside: RunInside, keep: Path | None = None) -> WorkspaceState:
+        """Capture the checkout where it is, check what came back and mirror it onto the project.
+
+        :class:`WorkspaceRefused` when it breaks a rule (the project is as it was; with ``keep``, a
+        directory, the refused bytes are kept there as ``refused-N.ship`` for a person to look at);
+        :class:`WorkspaceError` when the capture itself failed.
+        """
+        with self._lock:
+            result = run_inside(self.bring_back_request(), b"")
+            return self.accept(result, keep)
+
+    def accept(self, result: InsideResult, keep: Path | None = None) -> WorkspaceState:
+        """Check and mirror the output of :meth:`bring_back_request`'s command (see :meth:`bring_back`)."""
+        with self._lock:
+            if result.exit_code != 0:
+                raise WorkspaceError("the agent's work could not be captured in its checkout: "
+                                     + _one_line(result.stderr.decode("utf-8", "replace")))
+            try:
+                if len(result.stdout) > MAX_STATE_BYTES:
+                    raise WorkspaceRefused(f"the agent's checkout sent more than {MAX_STATE_BYTES} bytes")
+                try:
+                    state, _ = decode(result.stdout)
+                except WorkspaceError as exc:
+                    raise WorkspaceRefused(str(exc)) from None
+                mirror(self.project, state, branch=self.branch, must_descend=self.base)
+            except WorkspaceRefused as exc:
+                if keep is not None:
+                    exc.args = (f"{exc.args[0]} (kept as {_keep(keep, result.stdout)})",)
+                raise
+            self.known.add(state.head)
+            return state
+
+
+def _branch(project: Path) -> str | None:
+    result = git(project, "symbolic-ref", "-q", "--short", "HEAD", check=False)
+    return result.stdout.decode().strip() or None
+
+
+def _keep(directory: Path, data: bytes) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    number = len(list(directory.glob("refused-*.ship"))) + 1
+    path = directory / f"refused-{number}.ship"
+    path.write_bytes(data)
+    return path
+
+
+__all__ = [
+    "AgentCheckout", "Checked", "InsideResult", "RunInside", "WorkspaceError", "WorkspaceRefused", "WorkspaceState",
+    "capture", "check", "decode", "encode", "escapes", "head", "init_checkout", "inside_script", "is_git_name",
+    "mirror", "receive_branch", "untracked_names",
+]

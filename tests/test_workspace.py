@@ -7,11 +7,14 @@ import os
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import ralph.workspace_inside as inside
 from ralph.testing.project import GIT_IDENTITY
-from ralph.workspace import WorkspaceError, capture, head, init_checkout, mirror, receive_branch
+from ralph.workspace import (AgentCheckout, InsideResult, WorkspaceError, WorkspaceRefused, capture, decode, encode,
+                             escapes, head, init_checkout, mirror, receive_branch)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -122,3 +125,283 @@ def test_receive_branch_creates_and_only_moves_forward(pair) -> None:
     git(node, "commit", "-q", "-m", "b")
     with pytest.raises(WorkspaceError, match="does not descend"):
         receive_branch(project, capture(node, [base]), "ralph/parallel/PRD-1")
+
+
+# -- what comes back is the agent's: checked as bytes before anything touches the project ------------
+
+
+
+def project_files(project: Path) -> dict[str, str]:
+    """Every entry of the project except .git, as ``kind:content`` (links as their target)."""
+    found = {}
+    for path in sorted(project.rglob("*")):
+        rel = path.relative_to(project).as_posix()
+        if rel.split("/")[0] == ".git":
+            continue
+        if path.is_symlink():
+            found[rel] = "link:" + os.readlink(path)
+        elif path.is_file():
+            found[rel] = "file:" + path.read_bytes().decode("utf-8", "replace")
+        else:
+            found[rel] = "dir"
+    return found
+
+
+def refused(project: Path, state: Any, match: str, **kw: Any) -> None:
+    before = (head(project), git(project, "status", "--porcelain"), project_files(project))
+    with pytest.raises(WorkspaceRefused, match=match):
+        mirror(project, state, branch="main", **kw)
+    assert (head(project), git(project, "status", "--porcelain"), project_files(project)) == before
+
+
+def commit_tree(node: Path, entries: list[tuple[str, str, str]], message: str = "crafted") -> str:
+    """A commit on top of HEAD whose tree is exactly ``entries`` (mode, sha, name), made with mktree."""
+    listing = "".join(f"{mode} {'commit' if mode == '160000' else 'blob'} {sha}\t{name}\n" for mode, sha, name in entries)
+    tree = subprocess.run(["git", "mktree"], cwd=node, input=listing, capture_output=True, text=True, check=True).stdout.strip()
+    sha = git(node, "commit-tree", tree, "-p", "HEAD", "-m", message).strip()
+    git(node, "update-ref", "HEAD", sha)  # (no checkout: git itself would refuse to write such a tree)
+    return sha
+
+
+def blob(node: Path, data: str) -> str:
+    return subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=node, input=data, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_committed_symlinks_inside_the_tree_come_back_as_links_and_escaping_ones_are_refused(pair, tmp_path) -> None:
+    project, node = pair
+    base = head(project)
+    (node / "docs").mkdir()
+    os.symlink("../notes.txt", node / "docs" / "notes")
+    git(node, "add", "-A")
+    git(node, "commit", "-q", "-m", "a link inside")
+    mirror(project, capture(node, [base]), branch="main", must_descend=base)
+    assert os.readlink(project / "docs" / "notes") == "../notes.txt"  # recreated as a link, not followed
+    inside_head = head(project)
+    outside = tmp_path / "host-secret"
+    outside.write_text("secret\n")
+    for name, target in (("escape", str(outside)), ("up", "../../host-secret"), ("dotgit", ".git/config"),
+                         ("docs/deep", "../.git/hooks")):
+        git(node, "reset", "-q", "--hard", inside_head)
+        os.symlink(target, node / name)
+        git(node, "add", "-A")
+        git(node, "commit", "-q", "-m", f"link {name}")
+        refused(project, capture(node, [inside_head]), "symlink", must_descend=inside_head)
+    assert outside.read_text() == "secret\n"
+
+
+def test_a_chain_of_symlinks_that_leaves_the_tree_is_refused(pair) -> None:
+    project, node = pair
+    base = head(project)
+    (node / "a").mkdir()
+    os.symlink("..", node / "a" / "l")  # a/l -> the top: inside
+    os.symlink("a/l/..", node / "m")  # through a/l: the top's parent, outside
+    git(node, "add", "-A")
+    git(node, "commit", "-q", "-m", "chain")
+    refused(project, capture(node, [base]), "leads outside", must_descend=base)
+    assert escapes("m", "a/l/..", {"a/l": "..", "m": "a/l/.."}) == "leads outside the checkout"
+    assert escapes("x", "y", {"x": "y", "y": "x"}) == "is a loop of symlinks"
+    assert escapes("docs/x", "../notes.txt", {}) is None
+
+
+def test_dot_git_entries_and_gitlinks_in_trees_are_refused(pair) -> None:
+    project, node = pair
+    base = head(project)
+    notes = git(node, "rev-parse", "HEAD:notes.txt").strip()
+    hook = blob(node, "#!/bin/sh\ntouch /tmp/pwned\n")
+    commit_tree(node, [("100644", notes, "notes.txt"), ("100755", hook, ".git")])
+    refused(project, capture(node, [base]), r"\.git|refused", must_descend=base)
+    git(node, "reset", "-q", "--hard", base)
+    commit_tree(node, [("100644", notes, "notes.txt"), ("160000", base, "vendor")])
+    refused(project, capture(node, [base]), "submodule", must_descend=base)
+
+
+def untracked_tar(*members: tuple[str, str, str]) -> bytes:
+    """A tar of (name, kind, content or link target) with kind in file, link, hardlink, fifo, dir."""
+    buffer = io.BytesIO()
+    types = {"link": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE, "fifo": tarfile.FIFOTYPE, "dir": tarfile.DIRTYPE,
+             "char": tarfile.CHRTYPE}
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, kind, value in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(value.encode())
+                archive.addfile(info, io.BytesIO(value.encode()))
+                continue
+            info.type = types[kind]
+            info.linkname = value
+            archive.addfile(info)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("members, match", [
+    ([("pipe", "fifo", "")], "not a regular file"),
+    ([("dev", "char", "")], "not a regular file"),
+    ([("hard", "hardlink", "notes.txt")], "not a regular file"),
+    ([("x.txt", "file", "a"), ("x.txt", "file", "b")], "twice"),
+    ([("notes.txt", "file", "shadow")], "tracked path"),
+    ([("notes.txt/inner", "file", "x")], "not a directory"),
+    ([("l", "link", "sub"), ("l/f", "file", "x")], "not a directory"),
+    ([("up", "link", "../outside")], "leads outside"),
+    ([("u", "link", "d/.."), ("d", "link", "..")], "leads outside"),
+    ([("g", "link", ".git")], "into .git"),
+    ([(".git/hooks/pre-commit", "file", "#!/bin/sh\n")], "outside the checkout"),
+    ([("sub/.GIT/config", "file", "[core]\n")], "outside the checkout"),
+    ([("/etc/cron.d/x", "file", "* * * * * root sh\n")], "outside the checkout"),
+])
+def test_untracked_entries_that_are_not_plain_data_are_refused(pair, members, match) -> None:
+    project, node = pair
+    state = capture(node, [head(project)])
+    state.untracked = untracked_tar(*members)
+    refused(project, state, match)
+
+
+def test_untracked_files_are_never_written_under_an_ignored_symlink_of_this_machine(pair, tmp_path) -> None:
+    project, node = pair
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (project / ".git" / "info" / "exclude").write_text("build\n")
+    os.symlink(outside, project / "build")  # the person's own ignored link
+    state = capture(node, [head(project)])
+    state.untracked = untracked_tar(("build/payload.sh", "file", "echo pwned\n"))
+    refused(project, state, "ignored")
+    assert list(outside.iterdir()) == []
+
+
+def test_an_escaping_symlink_the_project_already_has_is_the_persons_and_stays(pair, tmp_path) -> None:
+    project, node = pair
+    os.symlink("/usr/share/dict", project / "dict")  # committed by the person, before the run
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "person's link")
+    base = head(project)
+    inside.apply(node, capture(project), "main")  # the loop's state, applied where the agent works (trusted)
+    (node / "work.txt").write_text("agent\n")
+    git(node, "add", "-A")
+    git(node, "commit", "-q", "-m", "work")
+    mirror(project, capture(node, [base]), branch="main", must_descend=base)
+    assert os.readlink(project / "dict") == "/usr/share/dict" and (project / "work.txt").read_text() == "agent\n"
+    git(node, "rm", "-q", "dict")
+    os.symlink("/etc", node / "dict")  # the same name, another target: the agent's, refused
+    git(node, "add", "-A")
+    git(node, "commit", "-q", "-m", "retarget")
+    refused(project, capture(node, [head(project)]), "absolute path", must_descend=head(project))
+
+
+def test_uncommitted_changes_that_make_an_escaping_symlink_are_refused(pair) -> None:
+    project, node = pair
+    (node / "notes.txt").unlink()
+    os.symlink("/root/.bashrc", node / "notes.txt")
+    refused(project, capture(node, [head(project)]), "uncommitted|symlink")
+
+
+def test_a_bundle_must_hold_exactly_the_shipped_head(pair) -> None:
+    project, node = pair
+    base = head(project)
+    (node / "a.txt").write_text("a\n")
+    git(node, "add", "a.txt")
+    git(node, "commit", "-q", "-m", "a")
+    first = head(node)
+    state = capture(node, [base])
+    (node / "b.txt").write_text("b\n")
+    git(node, "add", "b.txt")
+    git(node, "commit", "-q", "-m", "b")
+    other = capture(node, [first])
+    forged = inside.WorkspaceState(first, other.bundle, b"", b"")  # a bundle of another commit
+    refused(project, forged, "exactly the shipped HEAD|missing")
+    missing = inside.WorkspaceState(head(node), state.bundle, b"", b"")
+    refused(project, missing, "exactly the shipped HEAD")
+    # a bundle whose prerequisite the project lacks
+    unknown = inside.WorkspaceState(head(node), other.bundle, b"", b"")
+    refused(project, unknown, "does not have")
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda data: b"not a state" + data,
+    lambda data: data[:-1],
+    lambda data: data + b"x",
+    lambda data: data.replace(b'"head":"', b'"head":"zz', 1),
+    lambda data: data.replace(b'"diff":0', b'"diff":true', 1),
+])
+def test_a_forged_frame_is_refused_by_the_exchange(pair, mangle, tmp_path) -> None:
+    project, node = pair
+    exchange = AgentCheckout(project, str(node), [])
+    exchange.base, exchange.branch = head(project), "main"
+    (node / "scratch.txt").write_text("x\n")
+    data = mangle(encode(capture(node, [head(project)])))
+    before = project_files(project)
+    with pytest.raises(WorkspaceRefused, match=r"kept as .*refused-1\.ship"):
+        exchange.accept(InsideResult(0, data), keep=tmp_path / "kept")
+    assert project_files(project) == before
+    assert (tmp_path / "kept" / "refused-1.ship").read_bytes() == data
+
+
+def test_decode_is_the_inverse_of_encode() -> None:
+    state = inside.WorkspaceState("a" * 40, b"bundle", b"diff", b"tar")
+    back, extra = decode(encode(state, branch="main"))
+    assert (back.head, back.bundle, back.diff, back.untracked, extra) == (state.head, b"bundle", b"diff", b"tar",
+                                                                         {"branch": "main"})
+    none, _ = decode(encode(inside.WorkspaceState("b" * 40, None, b"", b"")))
+    assert none.bundle is None
+
+
+def local_inside(cwd: Path) -> Any:
+    """The exchange's primitive as a sandbox gives it: run argv (the inside script) with stdin there."""
+    def run(argv: Any, stdin: bytes) -> InsideResult:
+        result = subprocess.run(list(argv), input=stdin, capture_output=True, cwd=cwd)
+        return InsideResult(result.returncode, result.stdout, result.stderr)
+    return run
+
+
+def test_the_exchange_ships_in_and_brings_back_through_the_inside_script(pair, tmp_path) -> None:
+    import sys
+
+    from ralph.workspace import inside_script
+
+    project, _ = pair
+    checkout = tmp_path / "agent-checkout"
+    exchange = AgentCheckout(project, str(checkout), [sys.executable, "-I", "-S", str(inside_script())])
+    run = local_inside(tmp_path)
+    exchange.ship_in(run)
+    assert (checkout / "notes.txt").read_text() == "one\n" and head(checkout) == head(project)
+    # what the agent does in its checkout: a commit, an edit, a new file, and planted git config
+    (checkout / "feature.txt").write_text("feature\n")
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-q", "-m", "feature")
+    (checkout / "notes.txt").write_text("edited\n")
+    (checkout / "new.txt").write_text("new\n")
+    canary = tmp_path / "fsmonitor-ran"
+    monitor = checkout / "monitor.sh"
+    monitor.write_text(f"#!/bin/sh\necho ran >> {canary}\n")
+    monitor.chmod(0o755)
+    with open(checkout / ".git" / "config", "a") as config:
+        config.write(f"[core]\n\tfsmonitor = {monitor}\n")
+    (checkout / ".git" / "hooks").mkdir(exist_ok=True)
+    (checkout / ".git" / "hooks" / "post-checkout").write_text(f"#!/bin/sh\necho hook >> {canary}\n")
+    (checkout / ".git" / "hooks" / "post-checkout").chmod(0o755)
+    state = exchange.bring_back(run)
+    assert state.head == head(checkout) == head(project)
+    assert (project / "notes.txt").read_text() == "edited\n" and (project / "new.txt").read_text() == "new\n"
+    assert "fsmonitor" not in (project / ".git" / "config").read_text()
+    # the next ship-in puts the checkout's program-deciding git files back: nothing planted runs
+    (project / "notes.txt").write_text("the loop's repair\n")
+    exchange.ship_in(run)
+    assert (checkout / "notes.txt").read_text() == "the loop's repair\n"
+    assert "fsmonitor" not in (checkout / ".git" / "config").read_text()
+    assert not (checkout / ".git" / "hooks").exists()
+    git(checkout, "status")  # a plain git of the checkout's: the planted monitor is gone
+    assert not canary.exists()
+    # a checkout that lost its objects: the exchange ships everything again into a fresh .git
+    import shutil
+
+    shutil.rmtree(checkout / ".git" / "objects")
+    (project / "later.txt").write_text("later\n")
+    git(project, "add", "later.txt")
+    git(project, "commit", "-q", "-m", "later")
+    exchange.ship_in(run)
+    assert head(checkout) == head(project) and (checkout / "later.txt").read_text() == "later\n"
+
+
+def test_the_inside_hardening_is_the_loops() -> None:
+    from ralph.gitutil import HARDENING
+
+    assert set(HARDENING) <= set(inside.HARDENING)

@@ -29,7 +29,7 @@ from typing import Any
 
 from ralph.api import ProcessSpec, run_process
 from ralph.api.hooks import HookRelay
-from ralph.api.workspace import WorkspaceState, capture, init_checkout, mirror
+from ralph.api.workspace import WorkspaceState, apply, capture, init_checkout
 
 KILL_GRACE_SECONDS = 3.0
 HOOK_ANSWER_SECONDS = 55.0
@@ -96,8 +96,9 @@ class WorkspaceActor:
     # -- workspace -----------------------------------------------------------------
 
     def sync_in(self, state: WorkspaceState, branch: str | None) -> str:
-        """Make the checkout ``state`` (on ``branch``); returns its HEAD."""
-        mirror(self.repo, state, branch=branch)
+        """Make the checkout ``state`` (on ``branch``); returns its HEAD.  The state is the loop's: it is
+        applied as the agent's side of every runner applies it (``.git``'s config and hooks put back)."""
+        apply(self.repo, state, branch)
         return state.head
 
     def sync_out(self, known: list[str]) -> WorkspaceState:

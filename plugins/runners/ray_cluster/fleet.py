@@ -49,10 +49,10 @@ class FleetLoopActor:
     def start(self, state: Any, branch: str, unit: dict[str, Any], run_args: list[str], env: dict[str, str]) -> None:
         """Clone from ``state``, prepare the unit (a story group's task list) and start ``ralph run``."""
         from ralph.api.fleet import UNIT_ENV, Unit, write_group_tasks
-        from ralph.api.workspace import init_checkout, mirror
+        from ralph.api.workspace import apply, init_checkout
 
         init_checkout(self.repo)
-        mirror(self.repo, state, branch=branch)
+        apply(self.repo, state, branch)  # the loop's own state: applied as received, the clone's .git made fresh
         for key in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
             if key in env:
                 os.environ[key] = env[key]

@@ -1,0 +1,462 @@
+"""The side of workspace shipping that runs where the agent's checkout is: standard library only.
+
+A sandboxed runner keeps the agent on a checkout of its own (a container's volume, a bubblewrap
+sandbox's directory, a Ray node's temp directory) and runs this file there, never ralph's host-side
+code and never host git on the agent's ``.git``::
+
+    python3 -I -S workspace_inside.py apply CHECKOUT            # a shipped state on stdin
+    python3 -I -S workspace_inside.py capture CHECKOUT [KNOWN]  # the checkout's state on stdout
+
+``apply`` makes ``CHECKOUT`` exactly the shipped state (``HEAD`` on the shipped branch, the
+uncommitted diff, the untracked files), after putting back the parts of its ``.git`` that decide
+which programs git runs (``config``, ``hooks/``, ``info/attributes``, alternates): whatever the agent
+left there never runs in the next container, the gates' included.  ``capture`` writes the
+checkout's state, with a bundle of the commits a peer that has the ``KNOWN`` commits lacks.
+Nothing here trusts what it reads back: the loop's side (:mod:`ralph.workspace`) checks a captured
+state as bytes before anything touches the project.
+
+The same functions, with the loop's hardened git, capture the project on the loop's side; the
+wire format (:func:`encode`, :func:`decode`) is the one both sides speak.  Importing this module
+imports nothing of ralph: it runs as a file (``-I -S``) in images that have only python3 and git.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+FORMAT = b"ralph-workspace/1\n"
+"""The first line of every shipped state."""
+MAX_HEADER = 1 << 20
+"""Bytes a state's header (one JSON line) may have."""
+APPLY_FAILED = 3
+"""``apply``'s exit code when the state could not be applied (the checkout may be half-made: ship a
+full state with ``--fresh`` next)."""
+
+HARDENING: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.pager", "cat"),
+    ("core.editor", "true"),
+    ("sequence.editor", "true"),
+    ("core.sshCommand", "false"),
+    ("core.askPass", ""),
+    ("credential.helper", ""),
+    ("protocol.ext.allow", "never"),
+    ("diff.ignoreSubmodules", "all"),
+    ("submodule.recurse", "false"),
+    ("status.submoduleSummary", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("core.untrackedCache", "false"),
+    ("safe.directory", "*"),
+    ("core.symlinks", "true"),
+    ("diff.renames", "false"),
+)
+"""``-c`` settings of every git call here: ``ralph.gitutil.HARDENING`` (a test keeps them equal), and
+``safe.directory`` (the system config, which the image sets it in, is not read)."""
+
+CHECKOUT_CONFIG = (
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"
+)
+"""``.git/config`` as ``apply`` writes it: nothing the agent configured (filters, fsmonitor, hooks,
+aliases, an object directory elsewhere) survives into the next command run on the checkout."""
+
+IDENTITY = {"GIT_COMMITTER_NAME": "Ralph Loop", "GIT_COMMITTER_EMAIL": "ralph@localhost",
+            "GIT_AUTHOR_NAME": "Ralph Loop", "GIT_AUTHOR_EMAIL": "ralph@localhost"}
+
+
+class WorkspaceError(Exception):
+    """A workspace state that cannot be captured or applied; the target was left as it was."""
+
+
+@dataclass
+class WorkspaceState:
+    """Everything that differs between two checkouts of one repository, as bytes."""
+
+    head: str
+    """The commit checked out (``HEAD``)."""
+    bundle: bytes | None
+    """A git bundle with the commits the receiver lacks (None: it has ``head``)."""
+    diff: bytes
+    """``git diff --binary HEAD``: every change to tracked files, staged or not."""
+    untracked: bytes
+    """A tar of the untracked files git does not ignore (regular files and symlinks)."""
+    untracked_names: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """Bytes that travel."""
+        return len(self.bundle or b"") + len(self.diff) + len(self.untracked)
+
+
+GitRunner = Callable[..., "subprocess.CompletedProcess[bytes]"]
+"""``git(repo, *args, input=None, check=True, env=None)``: one git call, bytes out."""
+
+
+def run_git(repo: Path, *args: str, input: bytes | None = None, check: bool = True,  # noqa: A002
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """git in ``repo`` with :data:`HARDENING`, no system or global config and no inherited ``GIT_*``."""
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    environ.update(IDENTITY)
+    environ.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
+                    "GIT_OPTIONAL_LOCKS": "0", "GIT_NO_REPLACE_OBJECTS": "1", "LC_ALL": "C"})
+    environ.update(env or {})
+    argv = ["git", "--no-pager"]
+    for key, value in HARDENING:
+        argv += ["-c", f"{key}={value}"]
+    if input is None:
+        result = subprocess.run([*argv, *args], cwd=repo, stdin=subprocess.DEVNULL, capture_output=True, env=environ)
+    else:
+        result = subprocess.run([*argv, *args], cwd=repo, input=input, capture_output=True, env=environ)
+    if check and result.returncode != 0:
+        message = result.stderr.decode("utf-8", "replace").strip() or f"exit {result.returncode}"
+        raise WorkspaceError(f"git {' '.join(args[:3])} in {repo}: {message}")
+    return result
+
+
+# -- the wire format ---------------------------------------------------------------------------
+
+
+def encode(state: WorkspaceState, **extra: Any) -> bytes:
+    """``state`` (and ``extra`` fields, JSON) as one byte string: :data:`FORMAT`, a JSON header line, the parts."""
+    header = {
+        "head": state.head,
+        "bundle": None if state.bundle is None else len(state.bundle),
+        "diff": len(state.diff),
+        "untracked": len(state.untracked),
+        **extra,
+    }
+    return b"".join([FORMAT, json.dumps(header, separators=(",", ":")).encode(), b"\n", state.bundle or b"",
+                     state.diff, state.untracked])
+
+
+def decode(data: bytes) -> tuple[WorkspaceState, dict[str, Any]]:
+    """(state, the header's other fields) from :func:`encode`'s bytes; :class:`WorkspaceError` when
+    they are not exactly that (bytes from a sandbox are the agent's: nothing is guessed)."""
+    if not data.startswith(FORMAT):
+        raise WorkspaceError("not a shipped workspace state (no ralph-workspace/1 header)")
+    end = data.find(b"\n", len(FORMAT), len(FORMAT) + MAX_HEADER + 1)
+    if end < 0:
+        raise WorkspaceError("a shipped workspace state without a complete header")
+    try:
+        header = json.loads(data[len(FORMAT):end].decode("utf-8"))
+    except ValueError:
+        header = None
+    if not isinstance(header, dict):
+        raise WorkspaceError("a shipped workspace state whose header is not a JSON object")
+    head = header.pop("head", None)
+    sizes = [header.pop(key, 0) for key in ("bundle", "diff", "untracked")]
+    if not isinstance(head, str) or len(head) not in (40, 64) or any(c not in "0123456789abcdef" for c in head):
+        raise WorkspaceError(f"a shipped workspace state whose HEAD is not a commit id: {str(head)[:80]!r}")
+    for index, size in enumerate(sizes):
+        if size is None and index == 0:
+            continue
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise WorkspaceError("a shipped workspace state with a bad part size")
+    start = end + 1
+    total = sum(size or 0 for size in sizes)
+    if len(data) - start != total:
+        raise WorkspaceError(f"a shipped workspace state of {len(data) - start} bytes where its header says {total}")
+    parts = []
+    for size in sizes:
+        parts.append(None if size is None else data[start:start + size])
+        start += size or 0
+    bundle, diff, untracked = parts
+    state = WorkspaceState(head, bundle, diff or b"", untracked or b"")
+    return state, header
+
+
+# -- capture -------------------------------------------------------------------------------------
+
+
+def head(repo: Path, git: GitRunner = run_git) -> str:
+    """The commit ``HEAD`` points at."""
+    return git(repo, "rev-parse", "--verify", "-q", "HEAD^{commit}").stdout.decode().strip()
+
+
+def untracked_names(repo: Path, git: GitRunner = run_git) -> list[str]:
+    """Untracked files that git does not ignore, relative to ``repo``."""
+    out = git(repo, "ls-files", "-z", "--others", "--exclude-standard").stdout
+    return [name for name in out.decode("utf-8", "surrogateescape").split("\0") if name]
+
+
+def capture(repo: Path, known: Iterable[str] = (), git: GitRunner = run_git) -> WorkspaceState:
+    """The state of ``repo``, with a bundle of what a receiver that has the ``known`` commits lacks.
+
+    Untracked files travel as what they are: regular files (their bytes and executable bit) and
+    symlinks (their target text); fifos, sockets and devices do not travel.  Nothing is written into
+    ``repo`` (no ref, no index refresh): a checkout whose agent still runs can be captured.
+    """
+    current = head(repo, git)
+    wanted = [sha for sha in known if sha]
+    bundle = None if current in wanted else _bundle(repo, current, wanted, git)
+    diff = git(repo, "diff", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames",
+               "HEAD").stdout
+    names = untracked_names(repo, git)
+    tar, shipped = _tar(repo, names)
+    return WorkspaceState(current, bundle, diff, tar, shipped)
+
+
+def _bundle(repo: Path, current: str, known: list[str], git: GitRunner) -> bytes | None:
+    exclusions = [f"^{sha}" for sha in known if _has_commit(repo, sha, git)]
+    with tempfile.TemporaryDirectory(prefix="ralph-bundle-") as tmp:
+        path = Path(tmp) / "ship.bundle"
+        result = git(repo, "-c", "pack.compression=1", "bundle", "create", "-q", str(path), "HEAD", *exclusions,
+                     check=False)
+        if result.returncode != 0:
+            if b"empty bundle" in result.stderr:  # HEAD is an ancestor of what the receiver has
+                return None
+            message = result.stderr.decode("utf-8", "replace").strip()
+            raise WorkspaceError(f"git bundle create in {repo}: {message}")
+        return path.read_bytes()
+
+
+def _has_commit(repo: Path, sha: str, git: GitRunner) -> bool:
+    return git(repo, "cat-file", "-e", f"{sha}^{{commit}}", check=False).returncode == 0
+
+
+def _tar(repo: Path, names: list[str]) -> tuple[bytes, list[str]]:
+    buffer = io.BytesIO()
+    shipped = []
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name in names:
+            full = os.path.join(repo, name)
+            try:
+                info = os.lstat(full)
+            except OSError:
+                continue  # gone meanwhile
+            member = tarfile.TarInfo(name)
+            member.mtime = int(info.st_mtime)
+            if stat.S_ISLNK(info.st_mode):
+                member.type, member.linkname = tarfile.SYMTYPE, os.readlink(full)
+                archive.addfile(member)
+            elif stat.S_ISREG(info.st_mode):
+                try:
+                    fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                with os.fdopen(fd, "rb") as handle:
+                    data = handle.read()
+                member.size, member.mode = len(data), 0o755 if info.st_mode & 0o111 else 0o644
+                archive.addfile(member, io.BytesIO(data))
+            else:
+                continue  # a fifo, socket or device is not data
+            shipped.append(name)
+    return buffer.getvalue(), shipped
+
+
+# -- apply ---------------------------------------------------------------------------------------
+
+
+def apply(repo: Path, state: WorkspaceState, branch: str | None = None, *, fresh: bool = False,
+          git: GitRunner = run_git) -> None:
+    """Make ``repo`` exactly ``state``: ``HEAD`` (on ``branch``), tracked changes and untracked files.
+
+    For the agent's side (the state comes from the loop, the checkout is the agent's): ``.git``'s
+    program-deciding parts are put back first (``fresh``: ``.git`` is made anew), and untracked
+    files are written without following a link on the way.
+    """
+    repo = Path(repo)
+    repo.mkdir(parents=True, exist_ok=True)
+    _own_git_dir(repo, fresh, git)
+    if state.bundle is not None:
+        with tempfile.TemporaryDirectory(prefix="ralph-bundle-") as tmp:
+            path = Path(tmp) / "in.bundle"
+            path.write_bytes(state.bundle)
+            git(repo, "bundle", "unbundle", str(path))  # the objects only: no ref is written
+    if not _has_commit(repo, state.head, git):
+        raise WorkspaceError(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
+    if branch:
+        git(repo, "checkout", "-q", "-f", "-B", branch, state.head)
+    else:
+        git(repo, "checkout", "-q", "-f", "--detach", state.head)
+    members = _members(state.untracked)
+    wanted = {member.name for member in members}
+    for name in sorted(set(untracked_names(repo, git)) - wanted, reverse=True):
+        _remove(repo, name)
+    if state.diff:
+        git(repo, "apply", "--binary", "--whitespace=nowarn", "-", input=state.diff)
+    if members:
+        with tarfile.open(fileobj=io.BytesIO(state.untracked), mode="r") as archive:
+            for member in members:
+                data = archive.extractfile(member).read() if member.isreg() else b""  # type: ignore[union-attr]
+                _write_member(repo, member, data)
+
+
+def _own_git_dir(repo: Path, fresh: bool, git: GitRunner) -> None:
+    """``repo/.git`` as a real directory whose config, hooks and attributes are the loop's."""
+    dot_git = repo / ".git"
+    try:
+        info = os.lstat(dot_git)
+    except FileNotFoundError:
+        info = None
+    if info is not None and (fresh or not stat.S_ISDIR(info.st_mode)):
+        _remove(repo, ".git")
+        info = None
+    if info is None:
+        git(repo, "init", "-q")
+    for name in ("config", "info/attributes", "objects/info/alternates", "commondir", "gitdir", "config.worktree"):
+        _remove(repo, f".git/{name}")
+    _remove(repo, ".git/hooks")
+    _write_file(repo, ".git/config", CHECKOUT_CONFIG.encode(), 0o644)
+
+
+def _members(data: bytes) -> list[tarfile.TarInfo]:
+    if not data:
+        return []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as archive:
+        members = archive.getmembers()
+    for member in members:
+        parts = member.name.split("/")
+        if member.name.startswith("/") or any(p in ("", ".", "..", ".git") for p in parts):
+            raise WorkspaceError(f"untracked file {member.name!r} would land outside the checkout")
+        if not (member.isreg() or member.issym() or member.isdir()):
+            raise WorkspaceError(f"untracked {member.name!r} is not a regular file, a symlink or a directory")
+    return members
+
+
+def _walk(repo: Path, parts: list[str]) -> int:
+    """A descriptor of ``repo/parts...``, made as directories where missing or not a directory
+    (a symlink or file on the way is removed, never followed)."""
+    fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    for part in parts:
+        try:
+            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                os.close(fd)
+                raise
+            if exc.errno != errno.ENOENT:
+                os.unlink(part, dir_fd=fd)
+            os.mkdir(part, 0o755, dir_fd=fd)
+            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        os.close(fd)
+        fd = next_fd
+    return fd
+
+
+def _remove(repo: Path, name: str) -> None:
+    """Remove ``repo/name`` (a link as itself; a directory with what is in it), never through a link."""
+    parts = name.split("/")
+    try:
+        fd = _walk_existing(repo, parts[:-1])
+    except OSError:
+        return
+    try:
+        try:
+            info = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(info.st_mode):
+            import shutil
+
+            shutil.rmtree(parts[-1], dir_fd=fd)  # fd-based: links inside are removed, not followed
+        else:
+            os.unlink(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _walk_existing(repo: Path, parts: list[str]) -> int:
+    fd = os.open(repo, os.O_RDONLY | os.O_DIRECTORY)
+    for part in parts:
+        try:
+            next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = next_fd
+    return fd
+
+
+def _write_file(repo: Path, name: str, data: bytes, mode: int) -> None:
+    parts = name.split("/")
+    fd = _walk(repo, parts[:-1])
+    try:
+        _replace(fd, parts[-1], data, mode, None)
+    finally:
+        os.close(fd)
+
+
+def _write_member(repo: Path, member: tarfile.TarInfo, data: bytes) -> None:
+    parts = member.name.split("/")
+    if member.isdir():
+        os.close(_walk(repo, parts))
+        return
+    fd = _walk(repo, parts[:-1])
+    try:
+        if member.issym():
+            _replace(fd, parts[-1], b"", 0, member.linkname)
+        else:
+            _replace(fd, parts[-1], data, 0o755 if member.mode & 0o111 else 0o644, None)
+    finally:
+        os.close(fd)
+
+
+def _replace(dir_fd: int, name: str, data: bytes, mode: int, link: str | None) -> None:
+    """Put a file (or the symlink ``link``) at ``name`` in ``dir_fd``: made aside, renamed over it."""
+    tmp = f".{name[:200]}.ralph-{os.getpid()}.tmp"
+    try:
+        os.unlink(tmp, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    if link is not None:
+        os.symlink(link, tmp, dir_fd=dir_fd)
+    else:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    try:
+        current = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        current = None
+    if current is not None and stat.S_ISDIR(current.st_mode):
+        import shutil
+
+        shutil.rmtree(name, dir_fd=dir_fd)
+    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    """``apply CHECKOUT [--fresh]`` (state on stdin) or ``capture CHECKOUT [KNOWN ...]`` (state on stdout)."""
+    if len(argv) < 2 or argv[0] not in ("apply", "capture"):
+        sys.stderr.write("usage: workspace_inside.py apply CHECKOUT [--fresh] | capture CHECKOUT [KNOWN ...]\n")
+        return 2
+    command, checkout = argv[0], Path(argv[1])
+    try:
+        if command == "apply":
+            state, header = decode(sys.stdin.buffer.read())
+            apply(checkout, state, header.get("branch"), fresh="--fresh" in argv[2:])
+            return 0
+        data = encode(capture(checkout, argv[2:]))
+        out = sys.stdout.buffer
+        out.write(data)
+        out.flush()
+        return 0
+    except (WorkspaceError, OSError, tarfile.TarError) as exc:
+        sys.stderr.write(f"ralph workspace {command}: {exc}\n")
+        return APPLY_FAILED if command == "apply" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
