@@ -25,6 +25,8 @@ UNWATCHED = ("info/refs",)
 """Written by git itself in a watched directory and deciding nothing git runs or reads as config:
 ``info/refs`` (``git update-server-info``, which ``git gc`` and ``git repack`` run)."""
 MAX_FILE_BYTES = 4 * 1024 * 1024
+RACY_NS = 2_000_000_000
+"""A directory changed this recently is listed again on the next check (timestamps are coarse)."""
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,15 @@ def _stat_key(info: os.stat_result) -> tuple[int, ...]:
     return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode)
 
 
-def _entry(path: Path, previous: Entry | None = None) -> Entry:
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return Entry("absent")
-    except NotADirectoryError:
-        return Entry("absent")
+def _entry(path: Path, previous: Entry | None = None, info: os.stat_result | None = None) -> Entry:
+    """``path`` as it is now; ``previous`` itself when its stat key is unchanged (nothing read or hashed again).
+
+    ``info``: ``path``'s ``lstat``, when the caller has it already."""
+    if info is None:
+        try:
+            info = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return Entry("absent")
     key = _stat_key(info)
     if previous is not None and previous.key == key and previous.kind != "dir":
         return previous
@@ -79,6 +83,9 @@ class GitMetadata:
         self.project_dir = project_dir
         self.dotgit = self._dotgit(project_dir)
         self.bases = list(dict.fromkeys([git_dir, common_dir]))
+        self._roots = self._roots_of()
+        self._listed: dict[Path, tuple[tuple[int, int, int], list[Path]]] = {}
+        """Each watched directory's children as last listed, by the directory's (inode, mtime, ctime)."""
         self.entries: dict[Path, Entry] = self._scan({})
 
     @staticmethod
@@ -89,7 +96,7 @@ class GitMetadata:
                 return candidate
         return None
 
-    def _roots(self) -> list[Path]:
+    def _roots_of(self) -> list[Path]:
         roots = [base / name for base in self.bases for name in WATCHED_FILES]
         roots += [base / name for base in self.bases for name in WATCHED_DIRS]
         if self.dotgit is not None:
@@ -97,8 +104,10 @@ class GitMetadata:
         return roots
 
     def _scan(self, previous: dict[Path, Entry]) -> dict[Path, Entry]:
+        """Every watched path as it is now: one ``lstat`` each; a file read and hashed only when its stat
+        changed, a directory listed again only when it changed (or changed within the last seconds)."""
         entries: dict[Path, Entry] = {}
-        for root in self._roots():
+        for root in self._roots:
             if root == self.dotgit:
                 entries[root] = self._dotgit_entry(root)
                 continue
@@ -106,12 +115,32 @@ class GitMetadata:
             entries[root] = entry
             if entry.kind == "dir" and root.name in WATCHED_DIRS:
                 skipped = {root.parent / name for name in UNWATCHED}
-                for dirpath, dirnames, filenames in os.walk(root):
-                    for name in dirnames + filenames:
-                        path = Path(dirpath) / name
-                        if path not in skipped:
-                            entries[path] = _entry(path, previous.get(path))
+                self._walk(root, entry, skipped, previous, entries)
         return entries
+
+    def _walk(self, directory: Path, entry: Entry, skipped: set[Path], previous: dict[Path, Entry],
+              entries: dict[Path, Entry]) -> None:
+        key = (entry.key[0], entry.key[2], entry.key[3])  # inode, mtime, ctime: a name added or removed changes them
+        listed = self._listed.get(directory)
+        if listed is None or listed[0] != key:
+            try:
+                names = sorted(os.listdir(directory))
+            except OSError:
+                names = []
+            children = [child for name in names if (child := directory / name) not in skipped]
+            if time.time_ns() - max(entry.key[2], entry.key[3]) > RACY_NS:
+                self._listed[directory] = (key, children)
+            else:  # changed this recently: a change in the same clock tick would keep the times
+                self._listed.pop(directory, None)
+        else:
+            children = listed[1]
+        for child in children:
+            found = _entry(child, previous.get(child))
+            if found.kind == "absent":
+                continue  # gone since the listing: not an entry (as os.walk would not list it)
+            entries[child] = found
+            if found.kind == "dir":
+                self._walk(child, found, skipped, previous, entries)
 
     @staticmethod
     def _dotgit_entry(path: Path) -> Entry:
@@ -192,8 +221,6 @@ class GitMetadata:
 LAYOUT_SKIPPED = ("hooks", "modules", "lfs")
 """Not looked into: ``hooks/`` (fingerprinted above, and never run by the loop's git), submodules' and
 Git LFS's stores (the loop's git writes neither)."""
-RACY_NS = 2_000_000_000
-"""A directory changed this recently is listed again on the next check (timestamps are coarse)."""
 
 
 def discover(project_dir: Path) -> list[Path]:

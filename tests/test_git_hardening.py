@@ -232,3 +232,34 @@ def test_exclude_file_does_not_grow_over_real_runs(ralph_project: RalphProject, 
     assert result.returncode == 1, result.stderr
     assert (worktree / ".ralph-active").exists() is False
     assert exclude.read_text() == after[0]
+
+
+def test_an_unchanged_check_lists_and_reads_nothing_and_a_change_under_a_kept_listing_is_caught(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ralph import gitmeta
+
+    monkeypatch.setattr(gitmeta, "RACY_NS", -(10**12))  # every listing kept (as for directories older than 2 s)
+    hooks = repo / ".git" / "hooks"
+    sample = next(p for p in sorted(hooks.iterdir()) if p.is_file())
+    gitutil.protect(repo)
+    guard = gitutil._guards[repo.resolve()]
+    listed, read = [], []
+    real_listdir, real_scandir, real_read = os.listdir, os.scandir, Path.read_bytes
+    monkeypatch.setattr(os, "listdir", lambda path: listed.append(Path(path)) or real_listdir(path))
+    monkeypatch.setattr(os, "scandir", lambda path: listed.append(Path(path)) or real_scandir(path))
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self) or real_read(self))
+    assert guard.changes() == []  # type: ignore[attr-defined]
+    assert listed == [] and read == []  # stat calls only: no directory listed, no file read or hashed
+
+    with sample.open("r+b") as handle:  # in place: the directory's times stay, the file's change
+        handle.write(b"X")
+    assert guard.changes() == [sample]  # type: ignore[attr-defined]
+    assert listed == []  # found without listing hooks/ again
+
+    (hooks / "pre-commit").write_text("#!/bin/sh\n")  # a new name: the directory changed, so it is listed again
+    assert hooks / "pre-commit" in guard.changes()  # type: ignore[attr-defined]
+    assert hooks in listed
+    with pytest.raises(GitMetadataChanged, match="hooks"):
+        gitutil.head(repo)
+    assert not (hooks / "pre-commit").exists()
