@@ -18,6 +18,7 @@ from ralph.plugin.manager import PluginFailure
 
 if TYPE_CHECKING:
     from ralph.loop.gates import GateLoop
+    from ralph.loop.treeguard import TreeSnapshot
     from ralph.loop.records import IterationRecord
     from ralph.plugin.manager import PluginHost
     from ralph.settings import Settings
@@ -79,14 +80,21 @@ class GateRunner:
 
         ``final``: only the hard gates that run on the final tree (``Gate.on_final_tree``), before "complete".
         """
+        from ralph.loop.treeguard import TreeSnapshot
+
         story_id = selection.story_id or ""
         outcome = GateRun()
+        snapshot: TreeSnapshot | None = None
+        """The tree before the next gate: one gate's unchanged "after" is the next one's "before"."""
         for gate in self.gates:
             if final and not (gate.hard and gate.on_final_tree):
                 continue
             context = self._context(gate, record, selection, tasks, checkpoint, story_start)
             context.final = final
-            result = self._run_read_only(gate, context, record, story_id)
+            snapshot = snapshot or TreeSnapshot.take(self.project_dir)
+            result, changed = self._run_read_only(gate, context, record, story_id, snapshot)
+            if changed:  # undone: the next gate's "before" is taken anew
+                snapshot = None
             self._report(gate, result, record, story_id, final)
             outcome.warnings += result.warnings
             if gate.hard and not result.passed:
@@ -165,12 +173,12 @@ class GateRunner:
             loop.emit("quality_warning", iteration=record.number, story=story_id, gate=result.gate, warning=warning,
                       log=log)
 
-    def _run_read_only(self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str) -> GateResult:
-        """Run ``gate``; whatever it (its agent session) changed in the project is undone and logged."""
-        from ralph.loop.treeguard import TreeSnapshot
-
+    def _run_read_only(
+        self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str, snapshot: TreeSnapshot
+    ) -> tuple[GateResult, bool]:
+        """Run ``gate``; whatever it (its agent session) changed in the project since ``snapshot`` is undone and
+        logged.  Returns the result and whether something was undone."""
         loop = self.loop
-        snapshot = TreeSnapshot.take(self.project_dir)
         from ralph.gitutil import GitMetadataChanged
 
         try:
@@ -193,7 +201,7 @@ class GateRunner:
             loop.emit("gate_changes_undone", iteration=record.number, gate=gate.name, changes=changes[:50])
             result.warnings.append(message)
             result.data.setdefault("violations", []).append(message)
-        return result
+        return result, bool(changes)
 
     def _ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
         return self.loop.ask_agent(prompt, label, timeout)

@@ -1,8 +1,8 @@
 """Keep a read-only agent session (a reviewer gate) from changing the project.
 
 Before the session: the HEAD commit, a commit object of the working tree's tracked
-changes (``git stash create``, which touches nothing), and the untracked files
-with their contents.  After it: if anything differs, put it all back — HEAD and
+changes (``git stash create``, which touches nothing; only when there are any), and
+the untracked files with their contents, from one ``git status --porcelain=v2``.  After it: if anything differs, put it all back — HEAD and
 the tracked files as they were (including the implementer's uncommitted work),
 new untracked files removed, changed or deleted untracked files restored — and
 say what was changed.
@@ -19,6 +19,38 @@ from ralph.gitutil import git
 
 MAX_UNTRACKED_BYTES = 4 * 1024 * 1024
 """Untracked files larger than this are not kept in memory (their change is still reported)."""
+
+
+STATUS = ("status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all", "--no-renames")
+"""One call for HEAD, the tracked files that differ from it (index or work tree) and every untracked file."""
+
+
+@dataclass(frozen=True)
+class TreeStatus:
+    """``git status --porcelain=v2`` read: HEAD (``""`` before the first commit), the tracked paths that
+    differ from it, the untracked files (as ``git ls-files --others --exclude-standard`` lists them)."""
+
+    head: str
+    tracked: list[str]
+    untracked: list[str]
+
+    @classmethod
+    def read(cls, project: Path) -> TreeStatus:
+        """The project's status now (one hardened git call)."""
+        records = iter(git(project, *STATUS).stdout.split("\0"))
+        head, tracked, untracked = "", [], []
+        for record in records:
+            kind = record[:2]
+            if record.startswith("# branch.oid "):
+                oid = record.removeprefix("# branch.oid ")
+                head = "" if oid == "(initial)" else oid
+            elif kind == "? ":
+                untracked.append(record[2:])
+            elif kind in ("1 ", "u "):  # ordinary, unmerged: the path is the last field (it may hold spaces)
+                tracked.append(record.split(" ", 8 if kind == "1 " else 10)[-1])
+            elif kind == "2 ":  # renamed or copied (not asked for): the path, then the original path's record
+                tracked += [record.split(" ", 9)[-1], next(records, "")]
+        return cls(head, tracked, untracked)
 
 
 def _untracked(project: Path) -> list[str]:
@@ -41,18 +73,22 @@ class TreeSnapshot:
     project: Path
     head: str
     stash: str | None
-    status: str
+    status: TreeStatus
     untracked: dict[str, str | None] = field(default_factory=dict)
     contents: dict[str, bytes] = field(default_factory=dict)
 
     @classmethod
     def take(cls, project: Path) -> TreeSnapshot:
-        """Record ``project``'s tree now: HEAD, uncommitted changes (as a stash commit), status, untracked files."""
-        head = git(project, "rev-parse", "HEAD").stdout.strip()
-        stash = git(project, "stash", "create", check=False).stdout.strip() or None
-        status = git(project, "status", "--porcelain=v1", "-z", check=False).stdout
-        snapshot = cls(project, head, stash, status)
-        for name in _untracked(project):
+        """Record ``project``'s tree now: HEAD, uncommitted changes (as a stash commit), untracked files.
+
+        One git call on a clean tree (the status); ``git stash create`` only when tracked files differ
+        from HEAD (with none it makes nothing)."""
+        status = TreeStatus.read(project)
+        stash = None
+        if status.tracked:
+            stash = git(project, "stash", "create", check=False).stdout.strip() or None
+        snapshot = cls(project, status.head, stash, status)
+        for name in status.untracked:
             snapshot.untracked[name] = _digest(project, name)
             try:  # a symlink's target (a host file) is never read, so never written back into the project
                 data = safeio.read_bytes(project / name, project)
@@ -63,19 +99,27 @@ class TreeSnapshot:
         return snapshot
 
     def changes(self) -> list[str]:
-        """What differs now, in words (empty: nothing changed)."""
+        """What differs now, in words (empty: nothing changed).
+
+        One git call when the snapshot's tree was clean and HEAD did not move (the status: a tracked file
+        that differs from HEAD differs from the snapshot); otherwise also ``git diff`` against the
+        snapshot's commit, which holds the uncommitted work as it was."""
         project = self.project
         found: list[str] = []
-        head = git(project, "rev-parse", "HEAD").stdout.strip()
-        if head != self.head:
-            found.append(f"HEAD moved from {self.head[:10]} to {head[:10]}")
-        base = self.stash or self.head
-        tracked = git(project, "diff", "--name-only", "--no-ext-diff", base, "--", ".", check=False).stdout.split()
-        found += [f"changed {name}" for name in tracked if name not in self.untracked]
-        now = _untracked(project)
-        found += [f"created {name}" for name in now if name not in self.untracked]
+        now = TreeStatus.read(project)
+        if now.head != self.head:
+            found.append(f"HEAD moved from {self.head[:10]} to {now.head[:10]}")
+        if self.stash is None and now.head == self.head:
+            tracked = now.tracked
+        else:
+            base = self.stash or self.head
+            tracked = git(project, "diff", "--name-only", "-z", "--no-ext-diff", base, "--", ".",
+                          check=False).stdout.split("\0")
+        found += [f"changed {name}" for name in tracked if name and name not in self.untracked]
+        found += [f"created {name}" for name in now.untracked if name not in self.untracked]
+        listed = set(now.untracked)
         for name, digest in self.untracked.items():
-            if name not in now:
+            if name not in listed:
                 found.append(f"deleted {name}")
             elif _digest(project, name) != digest:
                 found.append(f"changed {name}")
@@ -84,7 +128,8 @@ class TreeSnapshot:
     def restore(self) -> None:
         """Put the project back as it was when the snapshot was taken."""
         project = self.project
-        git(project, "reset", "-q", "--hard", self.head)
+        if self.head:
+            git(project, "reset", "-q", "--hard", self.head)
         if self.stash:
             git(project, "stash", "apply", "-q", self.stash, check=False)
             # a stash apply stages nothing we want staged: leave the index as HEAD plus the work
