@@ -23,6 +23,7 @@ import atexit
 import os
 import subprocess
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from ralph.errors import UsageError
@@ -378,6 +379,38 @@ def dirty_paths(project_dir: Path) -> list[str]:
     """``git status --porcelain`` lines (tracked changes and untracked files)."""
     result = git(project_dir, "status", "--porcelain", check=False)
     return [line for line in result.stdout.splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class TreeStatus:
+    """The work tree as ``git status --porcelain=v2`` sees it: HEAD (``""`` before the first commit), the
+    tracked paths that differ from it (in the index or the work tree), the untracked files (as ``git ls-files
+    --others --exclude-standard`` lists them)."""
+
+    head: str
+    tracked: list[str]
+    untracked: list[str]
+
+
+STATUS_ARGS = ("status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all", "--no-renames")
+
+
+def tree_status(project_dir: Path) -> TreeStatus:
+    """HEAD, the tracked changes and the untracked files in one git call (where several would ask the same)."""
+    records = iter(git(project_dir, *STATUS_ARGS).stdout.split("\0"))
+    head, tracked, untracked = "", [], []
+    for record in records:
+        kind = record[:2]
+        if record.startswith("# branch.oid "):
+            oid = record.removeprefix("# branch.oid ")
+            head = "" if oid == "(initial)" else oid
+        elif kind == "? ":
+            untracked.append(record[2:])
+        elif kind in ("1 ", "u "):  # ordinary, unmerged: the path is the last field (it may hold spaces)
+            tracked.append(record.split(" ", 8 if kind == "1 " else 10)[-1])
+        elif kind == "2 ":  # renamed or copied (not asked for): the path, then the original path's record
+            tracked += [record.split(" ", 9)[-1], next(records, "")]
+    return TreeStatus(head, tracked, untracked)
 
 
 def untracked_files(project_dir: Path) -> set[str]:

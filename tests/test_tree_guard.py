@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from ralph import gitutil
-from ralph.loop.treeguard import TreeSnapshot, TreeStatus
+from ralph.gitutil import tree_status
+from ralph.loop.treeguard import TreeSnapshot
 from ralph.testing.project import GIT_IDENTITY
 
 
@@ -41,6 +42,7 @@ def git_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
         return real(project, *args, **kwargs)
 
     monkeypatch.setattr("ralph.loop.treeguard.git", counted)
+    monkeypatch.setattr("ralph.gitutil.git", counted)
     return calls
 
 
@@ -51,7 +53,7 @@ def test_status_reads_head_tracked_and_untracked_like_the_separate_commands(repo
     (repo / "new dir" / "deep" / "n.txt").write_text("n\n")
     (repo / "ignored.log").write_text("i\n")
     (repo / ".gitignore").write_text("*.log\n")
-    status = TreeStatus.read(repo)
+    status = tree_status(repo)
     assert status.head == plain_git(repo, "rev-parse", "HEAD").strip()
     assert sorted(status.tracked) == sorted(plain_git(repo, "diff", "--name-only", "-z", "HEAD").split("\0")[:-1])
     listed = plain_git(repo, "ls-files", "-z", "--others", "--exclude-standard").split("\0")[:-1]

@@ -27,7 +27,7 @@ from ralph.contracts import (
     Agent, Check, LoopEvent, Policy, Runner, Selection, Snapshot, TaskStore, ValidationContext, Violation,
 )
 from ralph.errors import RalphError, TaskListError, UsageError
-from ralph.gitutil import git_dir, head, untracked_files
+from ralph.gitutil import git_dir, head, tree_status, untracked_files
 from ralph.loop.activestate import ActiveState
 from ralph.loop.agents import LoopAgents
 from ralph.loop.finish import finish_run, unselectable_end
@@ -413,7 +413,8 @@ class Loop:
             iteration_started = time.time()
             self.notes.trim_before(iteration)
             self.refs.refresh()
-            checkpoint, untracked_before = head(self.project_dir), untracked_files(self.project_dir)
+            status = tree_status(self.project_dir)  # one git call for HEAD and the untracked files
+            checkpoint, untracked_before = status.head or None, set(status.untracked)
             self.freeze.before_iteration(self.run_dir, selection.mode)
             self.keeper.before_iteration(selection, checkpoint)
             feedback = self.keeper.story_context(selection) + feedback

@@ -81,6 +81,8 @@ class Parking:
         self.lock = threading.Lock()
         self.run_name = ""
         self.channel: PersonChannel | None = None
+        self.book_file: Path | None = None
+        """The book's path for this run (found once: the project's key asks git for its root commit)."""
         self._asked: dict[int, int] = {}
         """Questions asked per iteration."""
 
@@ -89,6 +91,7 @@ class Parking:
     def start(self, run_dir: Path) -> None:
         """Read the book (once, for the run) and open the person channel."""
         self.run_name = run_dir.name
+        self.book_file = book_path(self.project_dir, self.state_dir)
         self.book = load_book(self.project_dir, self.state_dir)
         channel = PersonChannel(person_address(self.project_dir, self.state_dir), self.take_answer, self.refused)
         try:
@@ -207,7 +210,7 @@ class Parking:
         from ralph import safeio
         from ralph.loop.rundir import state_root
 
-        path = book_path(self.project_dir, self.state_dir)
+        path = self.book_file or book_path(self.project_dir, self.state_dir)  # the run's (its key asks git)
         with self.lock:
             text = self.book.render()
             try:

@@ -15,42 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ralph import safeio
-from ralph.gitutil import git
+from ralph.gitutil import TreeStatus, git, tree_status
 
 MAX_UNTRACKED_BYTES = 4 * 1024 * 1024
 """Untracked files larger than this are not kept in memory (their change is still reported)."""
-
-
-STATUS = ("status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all", "--no-renames")
-"""One call for HEAD, the tracked files that differ from it (index or work tree) and every untracked file."""
-
-
-@dataclass(frozen=True)
-class TreeStatus:
-    """``git status --porcelain=v2`` read: HEAD (``""`` before the first commit), the tracked paths that
-    differ from it, the untracked files (as ``git ls-files --others --exclude-standard`` lists them)."""
-
-    head: str
-    tracked: list[str]
-    untracked: list[str]
-
-    @classmethod
-    def read(cls, project: Path) -> TreeStatus:
-        """The project's status now (one hardened git call)."""
-        records = iter(git(project, *STATUS).stdout.split("\0"))
-        head, tracked, untracked = "", [], []
-        for record in records:
-            kind = record[:2]
-            if record.startswith("# branch.oid "):
-                oid = record.removeprefix("# branch.oid ")
-                head = "" if oid == "(initial)" else oid
-            elif kind == "? ":
-                untracked.append(record[2:])
-            elif kind in ("1 ", "u "):  # ordinary, unmerged: the path is the last field (it may hold spaces)
-                tracked.append(record.split(" ", 8 if kind == "1 " else 10)[-1])
-            elif kind == "2 ":  # renamed or copied (not asked for): the path, then the original path's record
-                tracked += [record.split(" ", 9)[-1], next(records, "")]
-        return cls(head, tracked, untracked)
 
 
 def _untracked(project: Path) -> list[str]:
@@ -83,7 +51,7 @@ class TreeSnapshot:
 
         One git call on a clean tree (the status); ``git stash create`` only when tracked files differ
         from HEAD (with none it makes nothing)."""
-        status = TreeStatus.read(project)
+        status = tree_status(project)
         stash = None
         if status.tracked:
             stash = git(project, "stash", "create", check=False).stdout.strip() or None
@@ -106,7 +74,7 @@ class TreeSnapshot:
         snapshot's commit, which holds the uncommitted work as it was."""
         project = self.project
         found: list[str] = []
-        now = TreeStatus.read(project)
+        now = tree_status(project)
         if now.head != self.head:
             found.append(f"HEAD moved from {self.head[:10]} to {now.head[:10]}")
         if self.stash is None and now.head == self.head:

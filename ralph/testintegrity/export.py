@@ -88,8 +88,16 @@ def _git(project_dir: Path, *args: str, env: dict[str, str] | None = None, input
     return git(project_dir, *args, env=env, binary=True, input=input).stdout  # type: ignore[no-any-return]
 
 
+_TREES: dict[str, dict[str, Entry]] = {}
+"""The files of commits named by their full object id, as listed once: what an id names never changes, so the
+gate lists a story's start once per story rather than twice per iteration."""
+TREES_KEPT = 8
+
+
 def tree_entries(project_dir: Path, commit: str) -> dict[str, Entry]:
-    """Every file of ``commit``: path -> (mode, object id)."""
+    """Every file of ``commit``: path -> (mode, object id) (a copy: the caller may change it)."""
+    if _full_id(commit) and commit in _TREES:
+        return dict(_TREES[commit])
     out = _git(project_dir, "ls-tree", "-r", "-z", "--full-tree", commit)
     entries: dict[str, Entry] = {}
     for record in out.split(b"\0"):
@@ -98,6 +106,10 @@ def tree_entries(project_dir: Path, commit: str) -> dict[str, Entry]:
         meta, _, path = record.partition(b"\t")
         mode, _kind, oid = meta.decode().split(" ")
         entries[path.decode("utf-8", "surrogateescape")] = (mode, oid)
+    if _full_id(commit):
+        if len(_TREES) >= TREES_KEPT:
+            _TREES.pop(next(iter(_TREES)))
+        _TREES[commit] = dict(entries)
     return entries
 
 
@@ -141,9 +153,14 @@ def object_format(project_dir: Path) -> str:
     return out or "sha1"
 
 
+def _full_id(commit: str) -> bool:
+    """Is ``commit`` a full object id (not a name whose meaning can change)?"""
+    return len(commit) in (40, 64) and all(c in "0123456789abcdef" for c in commit)
+
+
 def _algorithm(project_dir: Path, commit: str) -> str:
     """The object format, from a full object id's length when ``commit`` is one (one git call less)."""
-    if len(commit) in (40, 64) and all(c in "0123456789abcdef" for c in commit):
+    if _full_id(commit):
         return "sha1" if len(commit) == 40 else "sha256"
     return object_format(project_dir)
 
