@@ -12,7 +12,7 @@ from pathlib import Path
 __all__ = ["atomic_write_text", "atomic_write_bytes"]
 
 
-def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+def atomic_write_bytes(path: Path | str, data: bytes, sync: bool = True) -> None:
     """Write ``data`` to ``path`` atomically: a temp file in the same directory, then a rename.
 
     A reader sees either the old content or the new one, never a half-written file, and a
@@ -21,18 +21,18 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     ``0o666 & ~umask``. If ``path`` is a symlink (or a hard link), the link itself is replaced:
     the file it points to is never written (the path is never resolved). The parent directory
     must exist; it is used as given (for no symlink anywhere below a root, use
-    :func:`ralph.safeio.write_bytes`).
+    :func:`ralph.safeio.write_bytes`).  ``sync=False``: without ``fsync`` (see there).
     """
     from ralph.safeio import write_bytes
 
     path = os.path.abspath(path)
-    write_bytes(path, os.path.dirname(path), data)
+    write_bytes(path, os.path.dirname(path), data, sync=sync)
 
 
-def atomic_write_text(path: Path | str, text: str, encoding: str = "utf-8") -> None:
+def atomic_write_text(path: Path | str, text: str, encoding: str = "utf-8", sync: bool = True) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`).
 
     The text is encoded as is: no newline translation, so ``"\\n"`` stays ``"\\n"`` on every
     platform.
     """
-    atomic_write_bytes(path, text.encode(encoding))
+    atomic_write_bytes(path, text.encode(encoding), sync)

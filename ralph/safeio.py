@@ -200,14 +200,16 @@ def _remove_entry(dir_fd: int, name: str) -> None:
 
 def write_bytes(
     path: Path | str, root: Path | str, data: bytes, *, parents: bool = False, replace_dir: bool = False,
-    mode: int | None = None,
+    mode: int | None = None, sync: bool = True,
 ) -> None:
     """Write ``data`` to ``path`` atomically: a temp file in the opened directory, renamed over the name.
 
     A symlink, hard link or special file at ``path`` is replaced (its target is never written);
     a directory there is removed first only with ``replace_dir`` (restores), else ``IsADirectoryError``.
     An existing regular file keeps its permission bits, or ``mode`` is set.  ``parents``: make
-    missing directories on the way (never through a symlink).
+    missing directories on the way (never through a symlink).  ``sync=False``: no ``fsync`` (a file
+    that only describes the running process, rewritten soon anyway: readers still see the old or the
+    new content, never a mix).
     """
     with _parent(path, root, create=parents) as (dir_fd, name, _parts_):
         try:
@@ -229,7 +231,8 @@ def write_bytes(
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
                 if mode is not None:
                     os.fchmod(fd, mode)
             finally:

@@ -41,9 +41,14 @@ class ActiveState:
         self.marker = self.project_dir / MARKER_NAME
         self.written: bytes | None = None
         """The marker's bytes as the loop last wrote them (None: not written by this run)."""
+        self._snapshot_json: tuple[Snapshot, str] | None = None
+        """The last snapshot written and its JSON: an unchanged snapshot is not serialised again."""
+        self._state_json: dict[tuple[str, Any], str] = {}
+        """Each story's entry as written before, by (id, state): a story whose state is unchanged is not
+        serialised again."""
 
-    def payload(self, record: IterationRecord, selection: Selection, snapshot: Snapshot) -> dict[str, Any]:
-        """What the marker shows of the iteration (the trusted copy adds the paths); ``snapshot``: the pre-iteration list's."""
+    def _header(self, record: IterationRecord, selection: Selection) -> dict[str, Any]:
+        """What the marker shows of the iteration besides the snapshot."""
         return {
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "pid": os.getpid(),
@@ -55,21 +60,44 @@ class ActiveState:
             "iteration": record.number,
             "iterationMode": selection.mode,
             "story": selection.story_id,
-            "preIterationSnapshot": {sid: state.as_dict() for sid, state in snapshot.items()},
             "ralphDir": str(self.ralph_dir),
             "policy": self.policy.name,
             "store": self.store.name,
         }
 
     def write(self, run_dir: Path, record: IterationRecord, selection: Selection, snapshot: Snapshot) -> None:
-        """Write ``state.json`` in ``run_dir`` and the marker in the project."""
-        payload = self.payload(record, selection, snapshot)
-        trusted = {**payload, "projectDir": str(self.project_dir), "tasksPath": str(self.tasks_path), "runDir": str(run_dir)}
+        """Write ``state.json`` in ``run_dir`` and the marker in the project: the iteration and its pre-iteration
+        snapshot (``preIterationSnapshot``: each story's state fields), the trusted copy also the paths.
+
+        The snapshot is serialised once for both, and only the stories whose state changed since the
+        last write are serialised again.  Neither file is synced to disk: each describes the running
+        iteration only and is rewritten at the next one."""
+        header = self._header(record, selection)
+        trusted = {**header, "projectDir": str(self.project_dir), "tasksPath": str(self.tasks_path), "runDir": str(run_dir)}
+        stories = self._snapshot_text(snapshot)
         # compact JSON: json's indenting encoder is pure Python and slow on large task lists
-        atomic_write_text(run_dir / "state.json", json.dumps(trusted))
-        data = (json.dumps({**payload, "runDir": str(run_dir)}) + "\n").encode()
-        safeio.write_bytes(self.marker, self.project_dir, data, replace_dir=True)
+        atomic_write_text(run_dir / "state.json", _with_snapshot(trusted, stories), sync=False)
+        data = (_with_snapshot({**header, "runDir": str(run_dir)}, stories) + "\n").encode()
+        safeio.write_bytes(self.marker, self.project_dir, data, replace_dir=True, sync=False)
         self.written = data
+
+    def _snapshot_text(self, snapshot: Snapshot) -> str:
+        """``snapshot`` as JSON (the text of the last write when it is the same snapshot)."""
+        last = self._snapshot_json
+        if last is not None and last[0] == snapshot:
+            return last[1]
+        if len(self._state_json) > 4 * len(snapshot) + 64:
+            self._state_json.clear()
+        cache, dumps = self._state_json, json.dumps
+        parts = []
+        for item in snapshot.items():
+            part = cache.get(item)
+            if part is None:
+                part = cache[item] = f"{dumps(item[0])}: {dumps(item[1].as_dict())}"
+            parts.append(part)
+        text = "{" + ", ".join(parts) + "}"
+        self._snapshot_json = (dict(snapshot), text)
+        return text
 
     def remove_marker(self) -> None:
         """Remove the marker, unless another process (a later run) wrote it; a link is removed, not followed."""
@@ -79,3 +107,8 @@ class ActiveState:
             data = {}
         if not isinstance(data, dict) or data.get("pid") in (None, os.getpid()):
             safeio.remove(self.marker, self.project_dir)
+
+
+def _with_snapshot(fields: dict[str, Any], stories: str) -> str:
+    """``fields`` as a JSON object with ``preIterationSnapshot`` (already JSON) as its last key."""
+    return json.dumps(fields)[:-1] + ', "preIterationSnapshot": ' + stories + "}"

@@ -5,7 +5,9 @@ directory (``stories/``), loaded once, kept across runs until the story is appro
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from ralph.loop.storystate import StoryAttempts, state_path
@@ -19,6 +21,8 @@ class StoryLedger:
         self.max_attempts = max_attempts
         self.states: dict[str, StoryAttempts] = {}
         """The stories asked for so far, by id."""
+        self._saved: dict[str, str] = {}
+        """What this ledger last wrote of each story (an unchanged state is not written again)."""
 
     def state(self, story_id: str) -> StoryAttempts:
         """The story's attempts so far (loaded from its state file the first time)."""
@@ -27,15 +31,19 @@ class StoryLedger:
         return self.states[story_id]
 
     def save(self, state: StoryAttempts) -> None:
-        """Write the story's state file."""
+        """Write the story's state file, unless it holds this already (as this ledger last wrote it)."""
+        text = json.dumps(asdict(state))
+        if self._saved.get(state.task_id) == text and state_path(self.directory, state.task_id).is_file():
+            return
         state.save(self.directory)
+        self._saved[state.task_id] = text
 
     def note_start(self, story_id: str, checkpoint: str | None) -> None:
         """Remember where the story's work started, unless its first implement iteration already did."""
         state = self.state(story_id)
         if state.start_commit is None:
             state.start_commit = checkpoint
-            state.save(self.directory)
+            self.save(state)
 
     def pending(self) -> list[Path]:
         """State files left by an earlier (interrupted) run."""
@@ -54,6 +62,7 @@ class StoryLedger:
     def forget(self, story_id: str, run_dir: Path | None) -> None:
         """The story was approved: its state file goes to ``run_dir`` (seed: deleted on success)."""
         self.states.pop(story_id, None)
+        self._saved.pop(story_id, None)
         for suffix in (".md", ".json"):
             path = state_path(self.directory, story_id).with_suffix(suffix)
             if path.exists() and run_dir is not None:
