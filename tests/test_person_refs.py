@@ -135,6 +135,30 @@ def test_the_loops_own_new_refs_join_at_the_next_refresh(repo: Path, tmp_path: P
     assert "wip/ralph-fail-US-001" in sh(repo, "branch", "--list", "wip/*")
 
 
+def test_a_refresh_right_after_a_clean_check_reads_no_refs_and_a_move_since_is_still_put_back(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ralph.loop import personrefs
+
+    sh(repo, "tag", "v1")
+    refs, events = guard(repo, tmp_path)
+    reads: list[Path] = []
+    real = personrefs.read_refs
+    monkeypatch.setattr(personrefs, "read_refs", lambda project: reads.append(project) or real(project))
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    assert refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set(), after_agent=False) == []
+    sh(repo, "tag", "-f", "v1", checkpoint + "^{tree}")  # moved between the gates' check and the refresh
+    refs.refresh()
+    assert len(reads) == 1  # the check's own read, not a second one
+    assert refs.check(IterationRecord(2, "implement", "US-001"), checkpoint, set())
+    assert sh(repo, "rev-parse", "v1") == checkpoint and events[-1][0] == "refs_restored"
+
+    sh(repo, "branch", "wip/ralph-fail-US-001")  # the loop's own, made after the last check (a final check)
+    refs.read_again()
+    refs.refresh()
+    assert len(reads) == 3 and "refs/heads/wip/ralph-fail-US-001" in refs.protected
+
+
 def test_a_branch_of_the_persons_other_worktree_may_move_forward_only(repo: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     sh(repo, "worktree", "add", "-q", "-b", "mine", str(other), "main")

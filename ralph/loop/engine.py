@@ -426,6 +426,7 @@ class Loop:
                 # the meter saw the model answer nothing and the tree is unchanged: nothing to count or gate
                 self.gap.iteration_over()
                 stop = self.limits.wait_out(record, counted=False)
+                self.refs.read_again()
                 if stop is not None:
                     return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
                 iteration -= 1
@@ -451,6 +452,7 @@ class Loop:
             feedback += limit_feedback + self.host.prompt_context(self.run_dir, iteration + 1, iteration_started)
             if self.is_complete(tasks) and not record.violations and not self.cancel.is_set():
                 tasks = self.keeper.final_check(record, tasks)  # "complete" only when the final tree passes
+                self.refs.read_again()
             end = self._end_after(record, tasks)
             if end is not None:
                 return self._finish(*end, tasks)
@@ -459,6 +461,7 @@ class Loop:
                 self.emit("false_completion", iteration=iteration)
             if limited:  # the iteration did work (it counts, its gates ran); wait before the next one
                 stop = self.limits.wait_out(record, counted=True)
+                self.refs.read_again()
                 if stop is not None:
                     return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
         return self._finish(EXIT_EXHAUSTED, f"max iterations ({self.config.max_iterations}) reached", tasks)

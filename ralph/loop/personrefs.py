@@ -115,6 +115,9 @@ class RefGuard:
         self._git_dir: Path | None = None
         self._loops: set[str] = set()
         self._persons: set[str] = set()
+        self._read: dict[str, Ref] | None = None
+        """The refs as the last check found and left them (it put nothing back): the next refresh starts from
+        them instead of reading them again, unless :meth:`read_again` was called in between."""
 
     # -- taking the copy --------------------------------------------------------------------------
 
@@ -138,8 +141,11 @@ class RefGuard:
 
     def refresh(self) -> None:
         """Before an iteration: the protected refs as they are now (the loop's own new refs join them), and
-        the objects written since the last refresh copied into the mirror (files: no git process)."""
-        refs = read_refs(self.project_dir)
+        the objects written since the last refresh copied into the mirror (files: no git process).
+
+        Right after a check that put nothing back, "now" is what that check read (one git call less per
+        iteration); a ref moved since is then found by the next check like any move during the iteration."""
+        refs, self._read = (self._read if self._read is not None else read_refs(self.project_dir)), None
         loops, persons = self._loops, self._persons
         self.protected = {
             name: ref for name, ref in refs.items()
@@ -152,6 +158,11 @@ class RefGuard:
                                   for name, ref in self.protected.items() if ref.sha and not ref.symref})
             self._synced = dict(self.protected)
             self._write_record()
+
+    def read_again(self) -> None:
+        """The next :meth:`refresh` reads the refs itself: time passed since the last check (a wait), or code
+        ran that may have made refs the loop keeps (a final check's hard stop makes a ``wip/`` branch)."""
+        self._read = None
 
     def _head(self) -> str | None:
         """The branch HEAD is on, read from ``HEAD`` itself as git reads it (no process); git asked when the
@@ -245,6 +256,7 @@ class RefGuard:
         untracked files before the iteration (others are removed when HEAD is moved back).
         """
         violations = []
+        self._read = None
         refs = read_refs(self.project_dir)
         moved: dict[str, Ref | None] = {
             name: now if now is not None and (now.sha or now.symref) else None
@@ -268,6 +280,8 @@ class RefGuard:
         head_violation = self._fix_head(record, checkpoint, untracked_before)
         if head_violation is not None:
             violations.append(head_violation)
+        if not violations:
+            self._read = refs  # as found, and nothing was put back (an adopted forward move is in ``refs`` too)
         return violations
 
     def _branch_fix(self, refs: dict[str, Ref], checkpoint: str | None, after_agent: bool) -> str | None:
