@@ -457,7 +457,8 @@ def work_patch(project_dir: Path, base: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="ralph-save-") as tmp:
         index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         git(project_dir, "read-tree", base, env=index)
-        git(project_dir, "add", "-A", "--", ".", env=index)
+        # what git cannot add (a fifo, a nested repository without a commit) is left out, not a reason for no copy
+        git(project_dir, "add", "-A", "--ignore-errors", "--", ".", env=index, check=False)
         diff = git(project_dir, "diff", "--cached", "--binary", "--full-index", base, env=index, binary=True)
     return diff.stdout if diff.stdout.strip() else b""
 

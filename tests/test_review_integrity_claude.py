@@ -131,6 +131,27 @@ def review_that_changes_code(project: RalphProject, run_loop: Any, runner: str) 
     assert project.git("status", "--porcelain") == ""
 
 
+HIDE = (
+    "printf 'print(1)\\n' > evil.py && printf 'evil.py\\n' >> .gitignore"  # a new file, listed in .gitignore
+    " && mkdir -p pkg && printf '*\\n' > pkg/.gitignore && printf 'x = 1\\n' > pkg/__init__.py"  # a directory ignoring itself
+)
+
+
+def review_that_hides_code(project: RalphProject, run_loop: Any, runner: str) -> None:
+    project_with_check(project)
+    script = IterationScript({1: implement("US-001"), 2: approve("US-001", 1, HIDE), 3: approve("US-001", 1)})
+    result = run_loop(runner, script, "-n", "3")
+
+    # main: the loop could not undo evil.py and stopped ("put them back by hand"), the file left in the tree
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (project.path / "evil.py").exists() and not (project.path / "pkg").exists()
+    assert (project.path / ".gitignore").read_text() == "build/\n"
+    (undone,) = project.events("review_changes_undone")
+    assert undone["iteration"] == 2 and sorted(undone["paths"]) == [".gitignore", "evil.py", "pkg/.gitignore", "pkg/__init__.py"]
+    assert [e["mode"] for e in project.events("iteration_started")] == ["implement", "review", "review"]
+    assert project.story("US-001")["reviewCount"] == 1 and project.git("status", "--porcelain", "--ignored") == ""
+
+
 def approval_of_a_tree_that_fails(project: RalphProject, run_loop: Any, runner: str) -> None:
     project_with_check(project)
     # build/ is ignored: not code, so the review may leave it; but the tests fail on the tree it approves
@@ -161,6 +182,13 @@ def test_a_review_that_changes_code_is_undone_and_its_verdict_not_accepted(
     ralph_project: RalphProject, run_loop: Any, runner: str
 ) -> None:
     review_that_changes_code(ralph_project, run_loop, runner)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_code_a_review_hides_from_git_is_undone_and_the_run_goes_on(
+    ralph_project: RalphProject, run_loop: Any, runner: str
+) -> None:
+    review_that_hides_code(ralph_project, run_loop, runner)
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

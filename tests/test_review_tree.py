@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ralph.loop.records import IterationRecord
-from ralph.loop.reviewtree import ReviewFreeze, WorkTree, changes_code
+from ralph.loop.reviewtree import ReviewFreeze, TreeView, changes_code
 from ralph.testing.project import GIT_IDENTITY
 
 
@@ -134,13 +134,150 @@ def test_a_change_behind_the_ignore_file_is_still_seen(repo: Path, tmp_path: Pat
     assert ".gitignore" in violation.message
 
 
-def test_worktree_trees_are_content_hashes(repo: Path, tmp_path: Path) -> None:
-    tree = WorkTree(repo, tmp_path / "index")
-    first = tree.tree()
+def test_tree_views_compare_by_content(repo: Path, tmp_path: Path) -> None:
+    view = TreeView(repo, tmp_path / "view")
+    first = view.freeze()
     (repo / "src" / "app.py").write_text("print('x')\n")
-    second = tree.tree()
+    second = view.scan()
     (repo / "src" / "app.py").write_text("print('app')\n")
-    assert tree.tree() == first != second and tree.changed(first, second) == ["src/app.py"]
+    assert view.changed(first, view.scan()) == [] and view.changed(first, second) == ["src/app.py"]
+
+
+# -- what the review writes decides nothing about what is compared ------------------------------------------
+
+
+def _hide_behind_gitignore(repo: Path) -> None:
+    (repo / "src" / "evil.py").write_text("x\n")
+    (repo / ".gitignore").write_text("build/\n.env\nsrc/evil.py\n")
+
+
+def _hide_behind_info_exclude(repo: Path) -> None:
+    (repo / "src" / "evil.py").write_text("x\n")
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text("src/evil.py\n")
+
+
+def _self_ignoring_directory(repo: Path) -> None:
+    (repo / "src" / "evil").mkdir()
+    (repo / "src" / "evil" / ".gitignore").write_text("*\n")
+    (repo / "src" / "evil" / "__init__.py").write_text("x\n")
+
+
+def _ignore_file_in_a_subdirectory(repo: Path) -> None:
+    (repo / "src" / "pkg" / "c.py").write_text("c\n")
+    (repo / "src" / "pkg" / ".gitignore").write_text("c.py\n")
+
+
+def _nested_repository(repo: Path, commit: bool) -> None:
+    nested = repo / "src" / "vendored"
+    nested.mkdir()
+    (nested / "mod.py").write_text("x\n")
+    sh(nested, "init", "-q")
+    if commit:
+        sh(nested, "add", "-A")
+        sh(nested, "commit", "-q", "-m", "x")
+
+
+def _directory_replaced(repo: Path, by: str) -> None:
+    import shutil
+
+    shutil.rmtree(repo / "src" / "pkg")
+    if by == "file":
+        (repo / "src" / "pkg").write_text("not a package\n")
+    else:
+        os.symlink("/etc", repo / "src" / "pkg")
+
+
+def _file_replaced_by_directory(repo: Path) -> None:
+    (repo / "src" / "app.py").unlink()
+    (repo / "src" / "app.py").mkdir()
+    (repo / "src" / "app.py" / "x.py").write_text("x\n")
+
+
+def _file_replaced_by_fifo(repo: Path) -> None:
+    (repo / "src" / "app.py").unlink()
+    os.mkfifo(repo / "src" / "app.py")
+
+
+def _ignored_bytecode_and_start_up_files(repo: Path) -> None:
+    (repo / "src" / "sitecustomize.pyc").write_bytes(b"\x00 sourceless bytecode")  # *.pyc is ignored
+    (repo / "src" / "local_settings.py").write_text("APPROVE = True\n")  # so is local_settings.py
+
+
+HIDING_PLACES = {
+    "a .gitignore entry": _hide_behind_gitignore,
+    "info/exclude": _hide_behind_info_exclude,
+    "a .gitignore that ignores its own directory": _self_ignoring_directory,
+    "a .gitignore in a subdirectory": _ignore_file_in_a_subdirectory,
+    "a nested repository with a commit": lambda repo: _nested_repository(repo, True),
+    "a nested repository without one": lambda repo: _nested_repository(repo, False),
+    "a directory replaced by a file": lambda repo: _directory_replaced(repo, "file"),
+    "a directory replaced by a symlink": lambda repo: _directory_replaced(repo, "link"),
+    "a file replaced by a directory": _file_replaced_by_directory,
+    "a file replaced by a fifo": _file_replaced_by_fifo,
+    "ignored bytecode and settings": _ignored_bytecode_and_start_up_files,
+}
+
+
+@pytest.fixture
+def siblings(tmp_path: Path) -> Path:
+    """A project with a package, a .gitignore (build/, .env, *.pyc, local_settings.py) and an ignored .env."""
+    path = tmp_path / "siblings"
+    (path / "ralph").mkdir(parents=True)
+    (path / "src" / "pkg").mkdir(parents=True)
+    sh(path, "init", "-q", "-b", "main")
+    (path / "ralph" / "tasks.json").write_text("{}\n")
+    (path / "ralph" / "progress.txt").write_text("log\n")
+    (path / "src" / "app.py").write_text("print('app')\n")
+    (path / "src" / "pkg" / "a.py").write_text("a\n")
+    (path / "src" / "pkg" / "b.py").write_text("b\n")
+    (path / ".gitignore").write_text("build/\n.env\n*.pyc\nlocal_settings.py\n")
+    sh(path, "add", "-A")
+    sh(path, "commit", "-q", "-m", "start")
+    (path / ".env").write_text("SECRET=mine\n")
+    (path / "build").mkdir()
+    (path / "build" / "out.o").write_text("object\n")
+    return path
+
+
+@pytest.mark.parametrize("hide", HIDING_PLACES.values(), ids=HIDING_PLACES.keys())
+def test_a_code_change_a_review_hides_is_undone_and_the_run_goes_on(siblings: Path, tmp_path: Path, hide: Any) -> None:
+    """Each one made the loop stop (it could not undo what it found) or let the change through."""
+    checkpoint = sh(siblings, "rev-parse", "HEAD")
+    review, events, _ = freeze(siblings, tmp_path)
+    hide(siblings)
+    (violation,) = review.after_iteration(IterationRecord(2, "review", "US-001"), checkpoint, tmp_path / "run")
+    assert violation.check == "review-changed-code"
+    assert sh(siblings, "status", "--porcelain", "--ignored") == "!! .env\n!! build/".strip()
+    assert (siblings / "src" / "app.py").read_text() == "print('app')\n" and (siblings / "src" / "pkg" / "a.py").is_file()
+    assert (siblings / ".env").read_text() == "SECRET=mine\n" and (siblings / "build" / "out.o").is_file()
+    assert not (siblings / "src" / "evil").exists() and not (siblings / "src" / "vendored").exists()
+    assert [k for k, _ in events].count("review_changes_undone") == 1
+
+
+def test_what_was_ignored_when_the_review_started_is_never_touched(siblings: Path, tmp_path: Path) -> None:
+    """Un-ignoring a file does not make it the review's: the loop puts .gitignore back and leaves the file."""
+    checkpoint = sh(siblings, "rev-parse", "HEAD")
+    review, events, _ = freeze(siblings, tmp_path)
+    (siblings / ".gitignore").write_text("*.pyc\n")  # .env and build/ no longer ignored
+    (violation,) = review.after_iteration(IterationRecord(2, "review", "US-001"), checkpoint, tmp_path / "run")
+    assert ".gitignore" in violation.message and ".env" not in violation.message
+    assert (siblings / ".env").read_text() == "SECRET=mine\n" and (siblings / "build" / "out.o").read_text() == "object\n"
+    assert next(d for k, d in events if k == "review_changes_undone")["paths"] == [".gitignore"]
+
+
+def test_a_review_that_rewrites_bytecode_caches_only_is_no_violation(siblings: Path, tmp_path: Path) -> None:
+    """Running code writes __pycache__: put back quietly (a forged one could run instead of its source)."""
+    cache = siblings / "src" / "__pycache__"
+    cache.mkdir()
+    (cache / "app.cpython-311.pyc").write_bytes(b"before")
+    checkpoint = sh(siblings, "rev-parse", "HEAD")
+    review, events, _ = freeze(siblings, tmp_path)
+    (cache / "app.cpython-311.pyc").write_bytes(b"forged bytecode with the source's header")
+    (cache / "new.cpython-311.pyc").write_bytes(b"new")
+    assert review.after_iteration(IterationRecord(2, "review", "US-001"), checkpoint, tmp_path / "run") == []
+    assert (cache / "app.cpython-311.pyc").read_bytes() == b"before" and not (cache / "new.cpython-311.pyc").exists()
+    assert events == []
 
 
 def test_ignored_test_code_a_review_plants_or_changes_is_undone(repo: Path, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import os
 import shlex
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -253,6 +253,12 @@ MAX_IGNORED_FILES = 20_000
 def ignored_test_files(project_dir: Path, rules: TestRules, since: float | None = None) -> list[str]:
     """Test code and configuration git ignores (see :attr:`TestChanges.ignored`); bytecode under
     ``__pycache__`` counts only when its ``st_ctime`` (which no one can set back) is at or after ``since``."""
+    return ignored_files(project_dir, lambda path: _loads_as_test(project_dir, path, rules, since))
+
+
+def ignored_files(project_dir: Path, wanted: Callable[[str], bool]) -> list[str]:
+    """The files git ignores for which ``wanted(path)`` holds (dependency and cache directories,
+    :data:`SKIPPED_DIRS`, are not looked into; at most :data:`MAX_IGNORED_FILES` are looked at)."""
     out = _git(project_dir, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory")
     found: list[str] = []
     budget = [MAX_IGNORED_FILES]
@@ -261,7 +267,7 @@ def ignored_test_files(project_dir: Path, rules: TestRules, since: float | None 
         if not entry or SKIPPED_DIRS.intersection(entry.rstrip("/").split("/")) or entry.endswith(".egg-info/"):
             continue
         paths = _walk(project_dir, entry.rstrip("/"), budget) if entry.endswith("/") else [entry]
-        found += [p for p in paths if _loads_as_test(project_dir, p, rules, since)]
+        found += [p for p in paths if wanted(p)]
     return sorted(found)
 
 
