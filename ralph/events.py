@@ -268,7 +268,7 @@ class EventKind(str, Enum):
         "story_states",
         "The stories as the loop last read and checked the task list (`ralph serve` shows them while the run "
         "goes on): after run_started and after every iteration that changed them. Payload: stories (id, title, "
-        "passes, reviewStatus, reviewCount, autoApproved, failed, failureReason: as in summary.json), done (count).",
+        "passes, reviewStatus, reviewCount, autoApproved, failed, failureReason, waiting: as in summary.json), done (count).",
     )
     FALSE_COMPLETION = (
         "false_completion",

@@ -10,6 +10,7 @@ writing the question book) change nothing.  Attack strings travel as JSON to the
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shlex
@@ -148,11 +149,28 @@ def test_a_question_parks_the_story_the_loop_goes_on_and_ends_waiting_then_the_a
     assert status.returncode == 0, status.stderr
     assert "waiting for a person" in status.stdout and QUESTION in status.stdout
     assert 'ralph answer US-001 "ANSWER"' in status.stdout
+    # ... and so does ralph report, text and HTML: the question with its context, waiting
+    first_run = ralph_project.run_dirs()[-1].name
+    html_file = ralph_project.path.parent / "report.html"  # outside the project: the next run starts on a clean tree
+    report = ralph_project.run("report", "--html", str(html_file))
+    assert report.returncode == 0, report.stderr
+    assert "questions the agent asked a person" in report.stdout
+    assert f'US-001 "Story US-001": iteration 1 (implement) of run {first_run}' in report.stdout
+    assert "WAITING for an answer" in report.stdout
+    assert f"question: {json.dumps(QUESTION)}" in report.stdout and "notes-wip.txt" in report.stdout
+    assert "NEEDS A PERSON:\n  WAITING US-001: asked " + json.dumps(QUESTION) in report.stdout
+    page = html_file.read_text(encoding="utf-8")
+    assert '<section class="questions">' in page and html.escape(QUESTION) in page and "waiting for an answer" in page
 
     # the person answers after the run; the next run goes on with US-001 and quotes the answer
     answered = ralph_project.run("answer", "US-001", ANSWER)
     assert answered.returncode == 0, answered.stderr
     assert "next `ralph run`" in answered.stdout
+    report = ralph_project.run("report", "--run", first_run, "--html", str(html_file))
+    assert "answered " in report.stdout and f"answer: {json.dumps(ANSWER)}" in report.stdout, report.stdout
+    assert "WAITING" not in report.stdout
+    page = html_file.read_text(encoding="utf-8")
+    assert '<pre class="answer">' + html.escape(ANSWER) + "</pre>" in page
     server2 = model_for(runner, IterationScript({1: implement("US-001"), 2: approve("US-001")}))
     second = run_loop(ralph_project, server2.url, claude_agent_env, "-n", "4", runner=runner)
     assert second.returncode == 0, second.stderr

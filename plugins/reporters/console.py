@@ -11,7 +11,7 @@ import atexit
 import sys
 from typing import Any, TextIO
 
-from ralph.api import LoopEvent, hookimpl, one_line, render_run_report, render_run_summary, safe_data, strip_controls
+from ralph.api import LoopEvent, hookimpl, one_line, quote, render_run_report, render_run_summary, safe_data, strip_controls
 
 from .runstate import RunState, fmt_elapsed
 
@@ -116,6 +116,16 @@ class ConsoleView:
             self.write(f"  > {tool.get('name', '?')} {summary}\n")
         elif self.output == "verbose" and kind in {"tool_result", "error", "system", "result"}:
             self.write(f"  [{kind}] {str(data.get('data'))[:300]}\n")
+
+    def on_question_asked(self, data: dict[str, Any]) -> None:
+        self.status(f"{data.get('story')} asks a person (iteration {data.get('iteration')}): "
+                    f"{quote(str(data.get('question') or ''), 300)}; answer with: {data.get('answer_with')}")
+
+    def on_story_parked(self, data: dict[str, Any]) -> None:
+        self.status(f"{data.get('story')} is parked: it waits for a person's answer; the loop goes on with the other stories")
+
+    def on_question_answered(self, data: dict[str, Any]) -> None:
+        self.status(f"a person answered {data.get('story')}: its next iteration has the answer")
 
     def on_violation(self, data: dict[str, Any]) -> None:
         self.status(f"check {data['check']} failed: {data['message'].splitlines()[0]}")

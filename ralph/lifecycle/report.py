@@ -97,6 +97,29 @@ class Analytics:
 
 
 @dataclass
+class QuestionRow:
+    """A question the agent asked a person (its words: data) and the person's answer, if any."""
+
+    id: str
+    story: str
+    title: str
+    iteration: int
+    mode: str
+    run: str
+    asked_at: str
+    question: str
+    tools: list[str] = field(default_factory=list)
+    """What the agent was doing (its last tool calls, one line each)."""
+    answer: str | None = None
+    answered_at: str | None = None
+    answered_by: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.answer is None
+
+
+@dataclass
 class Report:
     title: str
     runs: list[str]
@@ -112,6 +135,8 @@ class Report:
     why: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
     """Per run (its name): the gate failures and quality warnings of its log, with their excerpts
     (:func:`ralph.loop.gateoutput.failures`)."""
+    questions: list[QuestionRow] = field(default_factory=list)
+    """The agent's questions to a person asked in these runs, and every one still waiting (oldest first)."""
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -214,6 +239,47 @@ def run_iterations(run_dir: Path, offset: float = 0.0) -> list[IterationRow]:
     return out
 
 
+def report_questions(run_dirs: list[Path]) -> list[QuestionRow]:
+    """The questions of ``run_dirs``' project that the report shows: those asked in these runs, and every
+    one still waiting for an answer, from the question book next to the runs (``questions.json``); a
+    question of these runs missing from the book comes from its ``question_asked`` event (no answer known)."""
+    from ralph import safeio
+    from ralph.loop.rundir import read_events
+    from ralph.questions import BOOK_NAME, QuestionBook
+
+    if not run_dirs:
+        return []
+    names = {d.name for d in run_dirs}
+    base = run_dirs[-1].parent.parent
+    try:
+        book = QuestionBook.parse(safeio.read_text(base / BOOK_NAME, base))
+    except (OSError, UnicodeDecodeError):
+        book = QuestionBook()
+    rows = []
+    for entry in book.questions:
+        if entry.run not in names and not entry.is_open:
+            continue
+        context = entry.context if isinstance(entry.context, dict) else {}
+        tools = context.get("tools")
+        rows.append(QuestionRow(
+            entry.id, entry.story, str(context.get("title") or ""), entry.iteration, entry.mode, entry.run,
+            entry.asked_at, entry.question, [str(t) for t in tools] if isinstance(tools, list) else [],
+            entry.answer, entry.answered_at, entry.answered_by,
+        ))
+    known = {row.id for row in rows}
+    for run_dir in run_dirs:
+        for event in read_events(run_dir):
+            if event.get("kind") != "question_asked" or str(event.get("id")) in known:
+                continue
+            tools = event.get("tools")
+            rows.append(QuestionRow(
+                str(event.get("id")), str(event.get("story")), str(event.get("title") or ""),
+                int(event.get("iteration") or 0), str(event.get("mode") or ""), run_dir.name, str(event.get("ts") or ""),
+                str(event.get("question") or ""), [str(t) for t in tools] if isinstance(tools, list) else [],
+            ))
+    return rows
+
+
 def _story_state(story: dict[str, Any]) -> str:
     if story.get("passes") and story.get("reviewStatus") == "approved":
         return "approved (at cap)" if story.get("autoApproved") else "approved"
@@ -221,6 +287,8 @@ def _story_state(story: dict[str, Any]) -> str:
         return "done"
     if story.get("failed"):
         return "failed"
+    if story.get("waiting"):
+        return "waiting for a person"
     return str(story.get("reviewStatus") or "open")
 
 
@@ -288,9 +356,14 @@ def build_project_report(
 
     last = _read_summary(run_dirs[-1]) if run_dirs else None
     attention = needs_a_person((last or {}).get("report") or {})
+    questions = report_questions(run_dirs)
+    from ralph.agenttext import quote
+
+    attention += [f"WAITING {q.story}: asked {quote(q.question, 200)} - answer: ralph answer {q.story} \"ANSWER\""
+                  for q in questions if q.waiting]
     return Report(
         title, [d.name for d in run_dirs], reason, exit_code, cost, elapsed, iterations, ordered,
-        review_analytics(stories, cap), attention, why,
+        review_analytics(stories, cap), attention, why, questions,
     )
 
 
@@ -337,6 +410,7 @@ def render_text(report: Report) -> str:
         if index == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines += why_text(report)
+    lines += questions_text(report.questions)
     if report.iterations:
         lines += ["", "iterations (who did each):"]
         for iteration in report.iterations:
@@ -357,6 +431,31 @@ def render_text(report: Report) -> str:
 
 
 WHY_HEADING = "why gates failed (the output's first and last lines; the rest is in the file named)"
+QUESTIONS_HEADING = "questions the agent asked a person (its words, quoted; answer with `ralph answer STORY \"ANSWER\"`)"
+
+
+def questions_text(questions: list[QuestionRow]) -> list[str]:
+    """Each question: story, when and where, the question (agent text, quoted), what the agent was doing,
+    and the answer (the person's) or the command that gives one."""
+    from ralph.agenttext import one_line, quote
+
+    if not questions:
+        return []
+    lines = ["", f"{QUESTIONS_HEADING}:"]
+    for row in questions:
+        state = "WAITING for an answer" if row.waiting else (
+            f"answered {one_line(row.answered_at or '')} ({one_line(row.answered_by or 'ralph answer')})")
+        title = f" {quote(row.title, 80)}" if row.title else ""
+        lines.append(f"  {one_line(row.story)}{title}: iteration {row.iteration} ({one_line(row.mode)}) of run "
+                     f"{one_line(row.run)}, asked {one_line(row.asked_at)}: {state}")
+        lines.append(f"    question: {quote(row.question, 2000)}")
+        if row.tools:
+            lines.append("    the agent was doing: " + "; ".join(quote(t, 120) for t in row.tools[-3:]))
+        if row.waiting:
+            lines.append(f"    answer with: ralph answer {one_line(row.story)} \"ANSWER\"")
+        else:
+            lines.append(f"    answer: {quote(row.answer or '', 2000)}")
+    return lines
 
 
 def why_text(report: Report) -> list[str]:
@@ -480,6 +579,29 @@ def _attention_html(lines: list[str]) -> str:
     return '<section class="attention"><h2>Needs a person</h2><pre>' + _esc("\n".join(lines)) + "</pre></section>"
 
 
+def _questions_html(questions: list[QuestionRow]) -> str:
+    """The questions, escaped: the agent's words and the person's answer each in a block of its own."""
+    if not questions:
+        return ""
+    parts = ['<section class="questions"><h2>Questions for a person</h2>']
+    for row in questions:
+        state = "waiting for an answer" if row.waiting else f"answered {row.answered_at or ''} ({row.answered_by or 'ralph answer'})"
+        head = f"{row.story}" + (f" “{row.title}”" if row.title else "") + (
+            f": iteration {row.iteration} ({row.mode}) of run {row.run}, asked {row.asked_at}")
+        doing = (f'<div class="doing">the agent was doing: {_esc("; ".join(row.tools[-3:]))}</div>' if row.tools else "")
+        if row.waiting:
+            command = 'ralph answer ' + row.story + ' "ANSWER"'
+            answer = f'<div class="answer-with">answer with: <code>{_esc(command)}</code></div>'
+        else:
+            answer = '<div class="k">the answer (the person’s)</div><pre class="answer">' + _esc(row.answer) + "</pre>"
+        parts.append(f'<div class="question {"waiting" if row.waiting else "answered"}" data-story="{_esc(row.story)}">'
+                     f'<b>{_esc(head)}</b> — <span class="state">{_esc(state)}</span>'
+                     f'<div class="k">the question (the agent’s words)</div><pre>{_esc(row.question)}</pre>'
+                     f"{doing}{answer}</div>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
 def _why_html(report: Report) -> str:
     """The gate failures and quality warnings: what failed, the excerpt (verbatim, escaped), where the rest is."""
     from ralph.loop.gateoutput import excerpt, exit_meaning
@@ -538,6 +660,7 @@ def render_html(report: Report) -> str:
         "STORIES": _table((*STORY_COLUMNS, *USAGE_COLUMNS), story_rows, story_classes, table_class="stories"),
         "ATTENTION": _attention_html(report.attention),
         "WHY": _why_html(report),
+        "QUESTIONS": _questions_html(report.questions),
         "HISTOGRAM": analytics_svg(report.analytics)
         if any(s.reviews or s.review_count for s in report.stories)
         else '<p class="empty">No reviews in this report, so no review chart.</p>',

@@ -25,6 +25,7 @@ def summary_stories(tasks: TaskList) -> list[dict[str, Any]]:
             "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX),
             "failed": s.failed,
             "failureReason": s.failureReason,
+            "waiting": s.waiting,
         }
         for s in tasks.userStories
     ]
