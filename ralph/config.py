@@ -261,4 +261,6 @@ def _describe(error: Any) -> str:
         return f"must be one of {ctx.get('expected')}"
     if kind in {"bool_parsing", "bool_type"}:
         return "must be true or false"
+    if kind == "value_error" and ctx.get("error") is not None:
+        return str(ctx["error"])  # a validator's own words, as it wrote them
     return error.get("msg", "is invalid").lower()

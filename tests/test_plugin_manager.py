@@ -261,6 +261,10 @@ class EveryHook:
         return {}
 
     @hookimpl
+    def ralph_configure(self, settings: Any) -> None:
+        self._record("ralph_configure", settings=settings)
+
+    @hookimpl
     def ralph_validate(self, context: Any) -> list[str]:
         return [self._record("ralph_validate", context=context)]
 
@@ -341,13 +345,37 @@ def test_typed_wrappers_collect_results() -> None:
     host.emit(event)
     assert host.config_sections() == {}
     assert host.preflight(context) == ["from ralph_preflight"]
+    settings: Any = object()
+    assert host.configure(settings) is None
     assert [name for name, _ in plugin.calls] == [
         "ralph_validate",
         "ralph_prompt_context",
         "ralph_loop_event",
         "ralph_preflight",
+        "ralph_configure",
     ]  # config sections were collected when the host was built
     assert plugin.calls[2][1]["event"] is event
+    assert plugin.calls[4][1]["settings"] is settings
+
+
+def test_configure_passes_a_config_error_and_names_a_plugin_that_raises_anything_else() -> None:
+    from ralph.errors import ConfigError
+    from ralph.plugin.manager import PluginFailure
+
+    class Bad:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        @hookimpl
+        def ralph_configure(self, settings: Any) -> None:
+            raise self.error
+
+    host = PluginHost(extra_plugins=[Bad(ConfigError("`notify.urls.0` is wrong"))], load_entry_points=False)
+    with pytest.raises(ConfigError, match="notify.urls.0"):
+        host.configure(object())  # type: ignore[arg-type]
+    host = PluginHost(extra_plugins=[Bad(RuntimeError("boom"))], load_entry_points=False)
+    with pytest.raises(PluginFailure, match="configure plugin .* raised RuntimeError: boom"):
+        host.configure(object())  # type: ignore[arg-type]
 
 
 # -- the CLI ------------------------------------------------------------------------------------

@@ -316,6 +316,7 @@ class Loop:
 
         self.checks = self.warnings + self.preflight_checks()
         raise_on_failures(self.checks)
+        self.host.configure(self.settings)  # reporters that need their config section (notifications) keep it
         lock = ProjectLock(git_dir(self.project_dir))
         lock.acquire()
         previous_handlers = install_stop_handlers(self._on_stop_signal)

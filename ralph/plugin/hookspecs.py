@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         ValidationContext,
         Violation,
     )
+    from ralph.settings import Settings
 
 hookspec = pluggy.HookspecMarker("ralph")
 
@@ -127,6 +128,21 @@ def ralph_validate(context: ValidationContext) -> list[Violation] | None:
     the loop with a clear error naming it: the loop is fail-closed.  A wrapper
     (``@hookimpl(wrapper=True)``) gets every other validator's list
     (``answers = yield``) and returns the violations to report.
+    """
+
+
+# -- the run's settings ---------------------------------------------------------
+
+
+@hookspec
+def ralph_configure(settings: Settings) -> None:
+    """A run's settings are resolved: called once by ``ralph run``, before its lock is taken and before
+    ``run_started``.
+
+    For a plugin whose hooks get no settings (a reporter, a monitor) that needs its own config section
+    (``settings.section(name)``, validated already) or the run's config: keep what it needs.  Must be
+    quick and must not start anything that outlives the run.  A ``ConfigError`` raised here stops the
+    run with its one line (exit 2); any other exception stops it naming the plugin.
     """
 
 

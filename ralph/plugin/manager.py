@@ -57,6 +57,7 @@ from ralph.plugin.entrypoints import (
 
 if TYPE_CHECKING:
     from ralph.plugin.local import LocalPlugin
+    from ralph.settings import Settings
 
 API_VERSION = "1.0"
 """The plugin API version of this ralph (``major.minor``): a plugin declaring
@@ -575,6 +576,20 @@ class PluginHost:
         """Feedback items from every ``ralph_prompt_context`` implementation."""
         results = self.pm.hook.ralph_prompt_context(run_dir=run_dir, iteration=iteration, since=since)
         return [item for item in flatten(results) if item]
+
+    def configure(self, settings: Settings) -> None:
+        """Give every ``ralph_configure`` implementation the run's settings.  A ``RalphError`` (a
+        ``ConfigError``: a notification URL that does not parse ...) passes as it is; any other
+        exception becomes a ``PluginFailure`` naming the plugin."""
+        from ralph.errors import RalphError
+
+        caller = self.pm.hook.ralph_configure
+        try:
+            caller(settings=settings)
+        except RalphError:
+            raise
+        except Exception as exc:
+            raise self.failure("configure", caller, exc) from exc
 
     def preflight(self, context: PreflightContext) -> list[Check]:
         """Every ``ralph_preflight`` hook's checks, flattened."""
