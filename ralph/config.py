@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ralph.configfile import ENV_PREFIX, find_config_file, state_dir_setting, table_prefix  # noqa: F401 - kept importable here
 from ralph.errors import ConfigError
@@ -74,6 +74,14 @@ class RalphConfig(BaseModel):
         None, gt=0, description="USD for the whole run, from the metered model traffic (else the agent's cost reports)"
     )
     story_max_cost: float | None = Field(None, gt=0, description="USD per story before it is flagged and skipped")
+    max_quota: dict[str, float] | None = Field(
+        None, description="percent of a subscription's usage windows this run may use, from the API's own figures: "
+        "20 (every window), or per window: 5h=50,7d=10 (a table in the file)",
+    )
+    api_billing: Literal["warn", "refuse", "allow"] = Field(
+        "warn", description="an API key where the agent runs although you are logged in with a subscription "
+        "(the run would bill the API): warn at start, refuse to run, or allow",
+    )
     on_usage_limit: Literal["wait", "exit"] = Field(
         "wait", description="when the agent hits its usage limit: wait for the reset, or exit with a resume hint"
     )
@@ -102,6 +110,14 @@ class RalphConfig(BaseModel):
         default_factory=list,
         description="project-local plugin files (.py, relative to the project) `ralph run` loads at its start",
     )
+
+
+    @field_validator("max_quota", mode="before")
+    @classmethod
+    def _quota_forms(cls, value: Any) -> Any:
+        from ralph.loop.quota import parse_max_quota
+
+        return parse_max_quota(value)
 
 
 class ConfigSection(BaseModel):

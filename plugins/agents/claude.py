@@ -71,14 +71,17 @@ class ClaudeAgent(CliAgent):
         Credentials: an API key or OAuth token in the environment the agent sees,
         a logged-in credentials file in the home it sees, an ``apiKeyHelper`` in its
         settings, or cloud-provider mode (Bedrock, Vertex).  When
-        ``ANTHROPIC_BASE_URL`` is set, that endpoint must answer.
+        ``ANTHROPIC_BASE_URL`` is set, that endpoint must answer.  An API key beside a
+        subscription login warns (``api_billing``: or refuses): the run would bill the API.
         """
-        from ralph_plugins.agents.claude_preflight import binary_check, credential_checks
+        from ralph_plugins.agents.claude_preflight import billing_check, binary_check, credential_checks
 
         path, source = self.resolve_binary()
+        passthrough = self.config_value("env_passthrough", [])
         checks = [binary_check(path, source)] if path is not None else []
-        checks += credential_checks(context.view, passthrough=self.config_value("env_passthrough", []))
-        return [*checks, self.scope_check(context)]
+        checks += credential_checks(context.view, passthrough=passthrough)
+        billing = billing_check(context.view, passthrough, getattr(context.settings.config, "api_billing", "warn"))
+        return [*checks, *([billing] if billing is not None else []), self.scope_check(context)]
 
     def credential_check(self, view: AgentView) -> Check:
         """Whether Claude Code can log in where ``view`` shows it (``--runner auto`` asks before it

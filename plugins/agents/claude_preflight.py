@@ -12,9 +12,11 @@ from typing import Iterable
 
 from ralph.api import AgentView, Check
 
-__all__ = ["CREDENTIAL_VARS", "binary_check", "credential_checks", "login_check"]
+__all__ = ["CREDENTIAL_VARS", "billing_check", "binary_check", "credential_checks", "login_check"]
 
 CREDENTIAL_VARS = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN")
+API_KEY_VARS = ("ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY")
+"""What Claude Code bills per token, before a subscription's login (its order of precedence)."""
 CLOUD_VARS = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "CLAUDE_CODE_USE_FOUNDRY")
 VERSION_TIMEOUT = 30.0
 
@@ -103,6 +105,52 @@ def login_check(view: AgentView, passthrough: Iterable[str] = (), endpoint_answe
         f"and {home} (Claude Code would answer 'Not logged in')",
         _credential_fix(view),
     )
+
+
+def subscription_login(view: AgentView, passthrough: Iterable[str] = ()) -> str | None:
+    """Where the agent would find a Claude subscription login (None: none): ``CLAUDE_CODE_OAUTH_TOKEN`` in
+    its environment, or an OAuth login (``claudeAiOauth``) in the credentials it sees."""
+    import json
+
+    from .claude_home import CREDENTIALS_FILE, login_files
+
+    if _env(view, passthrough).get("CLAUDE_CODE_OAUTH_TOKEN"):
+        return "CLAUDE_CODE_OAUTH_TOKEN"
+    found = login_files(view).get(CREDENTIALS_FILE)
+    try:
+        text = found.read_text(encoding="utf-8") if isinstance(found, Path) else (found or b"").decode("utf-8")
+        data = json.loads(text) if text else None
+    except (OSError, ValueError):
+        return None
+    login = data.get("claudeAiOauth") if isinstance(data, dict) else None
+    if not isinstance(login, dict):
+        return None
+    kind = login.get("subscriptionType")
+    where = found if isinstance(found, Path) else "the keychain"
+    return f"a Claude {kind} subscription login in {where}" if isinstance(kind, str) and kind else f"a Claude subscription login in {where}"
+
+
+def billing_check(view: AgentView, passthrough: Iterable[str] = (), policy: str = "warn") -> Check | None:
+    """An API key where the agent runs although the person is logged in with a subscription: Claude Code
+    uses the key (``ANTHROPIC_AUTH_TOKEN``, ``ANTHROPIC_API_KEY`` come before a login), so the run bills
+    the API per token.  A warning (``policy`` "warn"), a failed check ("refuse"), or nothing ("allow",
+    or no such pair)."""
+    if policy == "allow":
+        return None
+    env = _env(view, passthrough)
+    key = next((name for name in API_KEY_VARS if env.get(name)), None)
+    if key is None:
+        return None
+    login = subscription_login(view, passthrough)
+    if login is None:
+        return None
+    what = (f"{key} is set where the agent runs ({view.where}): Claude Code bills the API per token for this run, "
+            f"although you are logged in with {login}")
+    fix = (f"unset {key} (e.g. `env -u {key} ralph run ...`) to spend the subscription; or set api_billing = "
+           '"allow" in [tool.ralph] to bill the API without this warning')
+    if policy == "refuse":
+        return Check(False, f"{what} (api_billing = \"refuse\")", fix)
+    return Check(None, what, fix)
 
 
 def _credential_fix(view: AgentView) -> str:

@@ -41,7 +41,7 @@ RUN_EPILOG = """\b
 Exit codes: 0 complete, 1 iterations exhausted or no story selectable,
 2 usage or configuration error, a failed pre-flight check or a plugin that
 did not load, 3 finished with failed stories, 4 global hard timeout, 5 budget
-reached, 6 paused on the agent's usage limit or the API's rate limit, 7 the
+reached (--max-cost, --max-quota), 6 paused on the agent's usage limit or the API's rate limit, 7 the
 agent failed repeatedly with the same error (or every command it ran failed,
 changing nothing, that many iterations in a row; the first error is printed),
 8 only stories waiting for a person's answer are left (the agent asked with
@@ -327,6 +327,18 @@ def init(project_dir: Path, name: str | None, ralph_dir: str | None, force: bool
 )
 @click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop when the run's cost reaches this many USD (metered from the model traffic; else the agent's reports).")
 @click.option(
+    "--max-quota",
+    metavar="PERCENT",
+    help="Stop (exit 5) when this run has used this percentage of a subscription's usage window, from the API's own "
+    "figures (the meter): 20 for every window, or per window 5h=50,7d=10.",
+)
+@click.option(
+    "--refuse-api-billing",
+    is_flag=True,
+    help="Do not start when an API key where the agent runs would bill the API although you are logged in with a "
+    "subscription (api_billing = \"refuse\"; the default is a warning).",
+)
+@click.option(
     "--max-wait",
     type=click.FloatRange(min=0, min_open=True),
     help="Longest wait, in seconds, for a usage-limit reset or rate-limit backoff before exiting (6) with a resume hint.  [default: 21600]",
@@ -365,6 +377,8 @@ def run(
     timeout: float | None,
     iteration_limit: int | None,
     max_cost: float | None,
+    max_quota: str | None,
+    refuse_api_billing: bool,
     max_wait: float | None,
     no_live: bool,
     rerun: str | None,
@@ -422,6 +436,8 @@ def run(
         "output": output,
         "timeout_multiplier": timeout_multiplier,
         "max_cost": max_cost,
+        "max_quota": max_quota,
+        "api_billing": "refuse" if refuse_api_billing else None,
         "usage_limit_max_wait": max_wait,
         "live": False if no_live else None,
     }

@@ -214,6 +214,13 @@ class Loop:
                 from ralph.errors import UnavailableError
 
                 raise UnavailableError(f"agent {agent.name!r} cannot run: {unavailable.reason}")
+            unmetered = self.agents.meter.enabled_for(agent) if self.config.max_quota else None
+            if unmetered is not None:
+                raise UsageError(f"--max-quota needs the loop's meter of the model traffic, and agent {agent.name!r} "
+                                 f"is not metered ({unmetered}): use --max-cost, or run a metered agent")
+        if self.config.api_billing == "refuse" and not self.config.preflight:
+            raise UsageError("api_billing = \"refuse\" needs the pre-flight checks, which look for an API key beside "
+                             "your subscription login: set preflight = true (or api_billing = \"warn\")")
         self.taskfile.accept(raw)
         self.taskfile.trust(tasks)
         from ralph.loop.foreignprompt import refusal
@@ -610,9 +617,27 @@ class Loop:
         cost, budget = self.agents.cost, self.config.max_cost
         if budget is not None and cost >= budget:
             return EXIT_BUDGET, f"budget reached: ${cost:.4f} of ${budget:.4f} spent"
+        quota = self._quota_end(record)
+        if quota is not None:
+            return EXIT_BUDGET, quota
         if self.is_complete(tasks) and not record.violations:
             how = "promise tag and verified task state" if record.promise else "verified task state (no promise tag)"
             return EXIT_COMPLETE, f"complete: {how}"
+        return None
+
+    def _quota_end(self, record: IterationRecord) -> str | None:
+        """``--max-quota``: a window's use reached its budget, or the model answered without reporting any
+        subscription quota (the traffic bills the API per token: the budget cannot be kept)."""
+        limits = self.config.max_quota
+        if not limits:
+            return None
+        over = self.agents.meter.quota_over(limits)
+        if over is not None:
+            return over
+        if record.metered and record.answered and not self.agents.meter.quota.readings:
+            return ("quota budget cannot be kept: the API reported no subscription quota for this run's model calls "
+                    "(they are billed per token, as with an API key); --max-quota needs a subscription login, "
+                    "--max-cost limits a run billed in USD")
         return None
 
     def stop_checks(self, selection: Selection, before: TaskList) -> list[Violation]:
@@ -695,6 +720,7 @@ class Loop:
             max_iterations=self.config.max_iterations, run_dir=self.run_dir, keeper=self.keeper,
             taskfile=self.taskfile, dir_arg=ralph_dir_arg(self.ralph_dir, self.project_dir),
             stash_message=self.opening.stash_message, interrupt_signal=self.interrupt_signal, emit=self.emit,
+            quota_used=self.agents.meter.quota_summary(),
         )
 
 

@@ -49,6 +49,7 @@ def finish_run(
     stash_message: str | None,
     interrupt_signal: int | None,
     emit: Callable[..., None],
+    quota_used: dict[str, Any] | None = None,
 ) -> RunResult:
     """Write the summary and report (when there is a run directory), the end marker; emit ``run_finished``.
 
@@ -68,7 +69,7 @@ def finish_run(
         "elapsed": round(elapsed, 3),
         "stories": stories,
         "records": [record.__dict__ for record in records],
-        "metering": metering_summary(records),
+        "metering": {**metering_summary(records), "quota_used": quota_used or {}},
     }
     from ralph.loop.runreport import build_run_report, render_run_report
 

@@ -52,6 +52,11 @@ class LoopMeter:
         self.meter: ModelMeter | None = None
         self._lock = threading.Lock()
         self._iteration: int | None = None
+        from ralph.loop.quota import QuotaUse
+
+        self.quota = QuotaUse()
+        """The run's use of the subscription's windows, from every metered response (``--max-quota``)."""
+        self._quota_lock = threading.Lock()
 
     def enabled_for(self, agent: Agent) -> str | None:
         """Why ``agent`` is not metered in this run, or None when it is (``metering = false`` ...)."""
@@ -81,6 +86,16 @@ class LoopMeter:
             self.emit("model_requests_refused", session=session.label, refused=usage.refused)
         return usage
 
+    def quota_over(self, limits: dict[str, float] | None) -> str | None:
+        """Why ``--max-quota`` stops the run now (None: it does not)."""
+        with self._quota_lock:
+            return self.quota.over(limits)
+
+    def quota_summary(self) -> dict[str, Any]:
+        """The run's use of each window (``summary.json``'s ``metering.quota_used``)."""
+        with self._quota_lock:
+            return self.quota.summary()
+
     def stop(self) -> None:
         """Stop the meter (the run ended); what it met inside itself goes to the event log."""
         if self.meter is None:
@@ -109,7 +124,13 @@ class LoopMeter:
 
     def _on_exchange(self, exchange: Exchange) -> None:
         """One model call finished: the event log gets a line (tokens, cost, limits, quota; no credentials)."""
-        self.emit("model_request", iteration=self._iteration, **exchange.summary())
+        summary = exchange.summary()
+        if summary.get("quota"):
+            import time
+
+            with self._quota_lock:
+                self.quota.add(summary["quota"], time.time())
+        self.emit("model_request", iteration=self._iteration, **summary)
 
 
 def price_table(config: RalphConfig) -> Any:
