@@ -25,12 +25,33 @@ def decode_json(raw: str, source: Path) -> Any:
     try:
         return json.loads(raw)
     except json.JSONDecodeError as exc:
+        comma = _trailing_comma(raw, exc.pos)
+        if comma is not None:
+            line, column, closer = comma
+            raise TaskListError(
+                f"{source}: not valid JSON at line {line} column {column}: a comma before the closing `{closer}` "
+                "(JSON allows none after the last item): remove it"
+            ) from None
         raise TaskListError(f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
         raise TaskListError(
             f"{source}: nested too deeply to be a task list (arrays/objects inside each other thousands of "
             "levels deep): fix the file"
         ) from None
+
+
+def _trailing_comma(raw: str, pos: int) -> tuple[int, int, str] | None:
+    """(line, column, the closing bracket) of the comma before ``pos`` when the error at ``pos`` is a closing
+    ``]`` or ``}`` right after a comma (json reports the position of the bracket, often on the next line)."""
+    closing = raw[pos:pos + 1]
+    if closing not in ("]", "}"):
+        return None
+    before = len(raw[:pos].rstrip())
+    if before == 0 or raw[before - 1] != ",":
+        return None
+    comma = before - 1
+    line = raw.count("\n", 0, comma) + 1
+    return line, comma - (raw.rfind("\n", 0, comma) + 1) + 1, closing
 
 
 def same_json(a: Any, b: Any) -> bool:

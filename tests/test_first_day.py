@@ -756,3 +756,81 @@ def test_item14_init_commit_does_not_ask_to_commit_what_it_committed(tmp_path) -
     assert "Commit your edits: `git add ralph && git commit" in steps and "what init wrote is committed already" in steps
     plain = ralph_at(tmp_path / "repo", person_env(tmp_path), "init", "--force")
     assert "`ralph init --commit` commits what init wrote" in plain.stdout  # without --commit: the hint stays
+
+
+LONG_TITLE = "Add a command line flag that prints the version number"
+
+
+def test_item14_titles_use_the_room_there_is_and_counts_say_1_story(ralph_project, tmp_path) -> None:
+    """On a wide terminal a 54-character title is shown whole (summary, status, report); on a narrow one it is
+    cut with an ellipsis, never below 24 characters. One story, one iteration: "1 story", "1 iteration"."""
+    ralph_project.write_stories([story("US-001", LONG_TITLE)], verifyCommands=[])
+    project = ralph_project
+    wide = {**implement_once(tmp_path), "COLUMNS": "200"}
+    result = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=wide)
+    assert result.returncode == 1, result.stderr
+    assert LONG_TITLE in result.stdout
+    assert "run started: 1 story, " in result.stderr and "up to 1 iteration\n" in result.stderr
+    assert "0/1 story done | 1 iteration | " in result.stdout
+    for command in ("status", "report"):
+        shown = project.run(command, env={"COLUMNS": "200"}).stdout
+        assert LONG_TITLE in shown, shown
+        assert " 1 stories" not in shown and " 1 iterations" not in shown, shown
+        narrow = project.run(command, env={"COLUMNS": "60"}).stdout
+        [row] = [line for line in narrow.splitlines() if line.startswith("US-001")]
+        cut = row.split("  ")[1].strip() if command == "status" else row[8:].split("…")[0] + "…"
+        assert cut.endswith("…") and LONG_TITLE.startswith(cut[:-1]) and len(cut) >= 24, (command, narrow)
+    assert "(tasks-json): 1 story\n" in project.run("plan", "--check").stdout
+
+
+def test_item14_how_a_process_stopped_is_said_in_words(ralph_project, tmp_path) -> None:
+    """A timeout, Ctrl-C (the loop stops the agent with SIGTERM) and an agent killed by SIGKILL: words on every
+    line, never -15, 143, -9 or 137."""
+    import re
+    import signal
+
+    from ralph.testing.project import wait_for
+
+    project = gated_project(ralph_project, [])
+    timed = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "1", "--timeout", "1",
+                        env=implement_once(tmp_path, sleep_first=30))
+    assert re.search(r"iteration 1 finished in [0-9.]+s \(timed out, ", timed.stderr), timed.stderr
+    started = tmp_path / "started"
+    held = replay.ReplayScript().default(replay.run(f"touch {started}"), replay.sleep(60)).env(tmp_path / "held.json")
+    proc = project.start("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=held)
+    wait_for(started.exists, timeout=60)
+    proc.send_signal(signal.SIGINT)
+    _, interrupted = proc.communicate(timeout=120)
+    assert proc.returncode == 130, interrupted
+    assert re.search(r"iteration 1 finished in [0-9.]+s \(stopped by SIGTERM, ", interrupted), interrupted
+    killed = replay.ReplayScript().default(replay.run("kill -KILL $PPID")).env(tmp_path / "killed.json")
+    result = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=killed)
+    assert "agent was stopped by SIGKILL" in result.stderr, result.stderr
+    assert re.search(r"\(stopped by SIGKILL, ", result.stderr), result.stderr
+    for seen in (timed.stderr, interrupted, result.stderr):
+        assert not re.search(r"exit (-15|143|-9|137|-2|130)\b|code (-15|143|-9|137)\b", seen), seen
+
+
+def test_item14_a_trailing_comma_is_named_where_it_is(ralph_project) -> None:
+    project = gated_project(ralph_project, [])
+    text = project.tasks_path.read_text()
+    lines = text.splitlines()
+    last_criterion = max(i for i, line in enumerate(lines) if line.strip().startswith('"') and "acceptanceCriteria" not in line
+                         and lines[i + 1].strip().startswith("]"))
+    lines[last_criterion] += ","
+    project.tasks_path.write_text("\n".join(lines) + "\n")
+    column = len(lines[last_criterion])
+    for args in (("plan", "--check"), ("run", "--dry-run", "--agent", "replay")):
+        result = project.run(*args)
+        assert result.returncode in (1, 2), result.stdout
+        said = result.stdout + result.stderr
+        assert f"not valid JSON at line {last_criterion + 1} column {column}: a comma before the closing `]`" in said, said
+        assert "remove it" in said and "Traceback" not in said
+
+
+def test_item14_a_stuck_story_is_said_in_plain_words(ralph_project, tmp_path) -> None:
+    project = gated_project(ralph_project, ["echo 'AssertionError: greet() returned None'; exit 1"])
+    result = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "4", env=implement_once(tmp_path))
+    assert "failed 3 times in a row the same way: the next attempt is told to drop its approach" in result.stderr, result.stderr
+    assert "tier " not in result.stderr and "strategy-shift" not in result.stderr and "stuck (" not in result.stderr
+

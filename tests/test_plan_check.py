@@ -113,7 +113,7 @@ def test_check_a_prd_json_file_by_path(project: RalphProject, tmp_path: Path) ->
     ]}, indent=2))
     result = project.run("plan", "--check", "--file", str(path))
     assert result.returncode == 1
-    assert f"checked {path} (prd-json): 1 stories" in result.stdout
+    assert f"checked {path} (prd-json): 1 story" in result.stdout
     assert "not verifiable: 'TBD'" in result.stdout and "dependsOn names 'US-7'" in result.stdout
 
 

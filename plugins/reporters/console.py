@@ -11,7 +11,10 @@ import atexit
 import sys
 from typing import Any, TextIO
 
-from ralph.api import LoopEvent, hookimpl, one_line, quote, render_run_report, render_run_summary, safe_data, strip_controls
+from ralph.api import (
+    LoopEvent, counted, exit_meaning, hookimpl, one_line, process_ended, quote, render_run_report, render_run_summary,
+    safe_data, strip_controls,
+)
 
 from .runstate import RunState, fmt_elapsed
 
@@ -92,8 +95,8 @@ class ConsoleView:
                 f"warning: running the agent directly on this machine (no sandbox): {data['fallback_reason']}"
             )
         self.status(
-            f"run started: {data.get('stories')} stories, runner {data.get('runner')}, agent {data.get('agent')}, "
-            f"policy {data.get('policy')}, up to {data.get('max_iterations')} iterations"
+            f"run started: {counted(data.get('stories'), 'story')}, runner {data.get('runner')}, agent {data.get('agent')}, "
+            f"policy {data.get('policy')}, up to {counted(data.get('max_iterations'), 'iteration')}"
         )
         self.status(f"run directory: {data.get('run_dir')}")
 
@@ -128,7 +131,16 @@ class ConsoleView:
         self.status(f"a person answered {data.get('story')}: its next iteration has the answer")
 
     def on_violation(self, data: dict[str, Any]) -> None:
-        self.status(f"check {data['check']} failed: {data['message'].splitlines()[0]}")
+        lines = [line for line in data["message"].splitlines() if line.strip()] or [""]
+        first = lines[0].strip()
+        listed = []
+        for line in lines[1:]:  # an indented list follows (the uncommitted files ...): name them
+            if not line.startswith((" ", "\t")):
+                break
+            listed.append(line.strip())
+        if first.endswith(":") and listed:
+            first += " " + ", ".join(listed[:5]) + (f" and {len(listed) - 5} more" if len(listed) > 5 else "")
+        self.status(f"check {data['check']} failed: {first}")
 
     def on_transition_undone(self, data: dict[str, Any]) -> None:
         self.status(f"undid illegal review-field changes on {', '.join(data['stories'])}")
@@ -162,14 +174,15 @@ class ConsoleView:
 
     def on_agent_failed(self, data: dict[str, Any]) -> None:
         reason = _one_line(data.get("reason") or " / ".join((data.get("stderr") or "").strip().splitlines()[-3:]))
-        self.status(f"agent exited with code {data['exit_code']}" + (f": {reason}" if reason else ""))
+        said = reason and reason != exit_meaning(data["exit_code"])  # not the same words twice
+        self.status(f"agent {process_ended(data['exit_code'])}" + (f": {reason}" if said else ""))
 
     def on_agent_failing(self, data: dict[str, Any]) -> None:
         if data.get("cause") == "commands":
-            self.status(f"every command the agent ran failed, changing nothing, in {data['times']} iterations in a "
+            self.status(f"every command the agent ran failed, changing nothing, in {counted(data['times'], 'iteration')} in a "
                         f"row; the first error: {_one_line(data['reason'])[:300]}")
             return
-        self.status(f"the agent failed {data['times']} times in a row with the same error: {_one_line(data['reason'])}")
+        self.status(f"the agent failed {counted(data['times'], 'time')} in a row with the same error: {_one_line(data['reason'])}")
 
     def on_commands_failed(self, data: dict[str, Any]) -> None:
         calls = data["calls"]
@@ -198,9 +211,10 @@ class ConsoleView:
 
     def on_iteration_finished(self, data: dict[str, Any]) -> None:
         error = f": {_one_line(data['agent_error'])[:200]}" if data.get("agent_error") else ""
+        how = exit_meaning(data.get("exit_code"), bool(data.get("timed_out")))
         self.status(
             f"iteration {data['iteration']} finished in {data['seconds']:.1f}s "
-            f"(exit {data['exit_code']}, cost ${data['cost']:.4f}, violations {data['violations']}){error}"
+            f"({how}, cost ${data['cost']:.4f}, {counted(data['violations'], 'violation')}){error}"
         )
 
     def on_run_finished(self, data: dict[str, Any]) -> None:
@@ -214,8 +228,6 @@ class ConsoleView:
         self.stdout.flush()
 
     def on_gate_failed(self, data: dict[str, Any]) -> None:
-        from ralph.api import exit_meaning
-
         back = f"; sent back ({', '.join(data['sent_back'])})" if data.get("sent_back") else ""
         status = exit_meaning(data.get("exit_code"), bool(data.get("timed_out")))
         self.status(f"{data['gate']} gate failed for {data['story']} ({status}){back}")
@@ -225,10 +237,8 @@ class ConsoleView:
             self.status(f"    full output: {data['log']}")
 
     def on_escalation(self, data: dict[str, Any]) -> None:
-        self.status(
-            f"{data['story']} stuck ({data['stuck_count']}x error {data['error_hash']}): tier {data['tier']} "
-            f"{data['decision']}"
-        )
+        what = ESCALATION_WORDS.get(str(data.get("decision")), str(data.get("decision")))
+        self.status(f"{data['story']} failed {counted(data['stuck_count'], 'time')} in a row the same way: {what}")
 
     def on_story_failed(self, data: dict[str, Any]) -> None:
         self.status(f"{data['story']} stopped; work kept on {data['branch']}; working branch {data['reset']}")
@@ -288,6 +298,14 @@ class ConsoleView:
 
     def on_user_work_stashed(self, data: dict[str, Any]) -> None:
         self.status(data["message"])
+
+
+ESCALATION_WORDS = {
+    "strategy-shift": "the next attempt is told to drop its approach and try a different one",
+    "context-expansion": "the next attempt gets the project's file list and the files the error names",
+    "stop": "no more attempts at it (its work is kept on a branch of its own)",
+}
+"""What each escalation step does, said plainly (the event's ``decision``)."""
 
 
 def _one_line(text: str) -> str:

@@ -17,6 +17,8 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from ralph.api import counted
+
 from .runstate import RunState, fmt_elapsed
 
 __all__ = ["Footer", "LiveFooter", "terminal_attached"]
@@ -55,7 +57,7 @@ class Footer:
         top.add_row(
             Text("ralph", style="bold"),
             bar,
-            Text(f"{s.done}/{s.stories} stories │", style="bold green" if s.stories and s.done == s.stories else ""),
+            Text(f"{s.done}/{counted(s.stories, 'story')} │", style="bold green" if s.stories and s.done == s.stories else ""),
             Text(" │ ".join(part for part in (iteration, where, fmt_elapsed(s.elapsed()), f"${s.cost:.4f}") if part)),
         )
         details = []

@@ -63,6 +63,7 @@ from ralph.events import EventKind
 from ralph.plugin.manager import API_VERSION, Registry
 from ralph.ralphfiles import progress_log, story_id_problem
 from ralph.settings import Settings, section_or_default
+from ralph.wording import counted
 
 if TYPE_CHECKING:
     from ralph.agenttext import fence_for, fenced, one_line, quote, safe_data, strip_controls
@@ -74,7 +75,7 @@ if TYPE_CHECKING:
     from ralph.hooks.wiring import hook_packages
     from ralph.loop.preflight import endpoint_answers
     from ralph.loop.runreport import format_elapsed, render_run_report, render_run_summary
-    from ralph.loop.gateoutput import exit_meaning
+    from ralph.loop.gateoutput import exit_meaning, process_ended
     from ralph.containment import Containment, containment
     from ralph.process import KILL_GRACE_SECONDS, descendants, run_process, run_shell
     from ralph.shell import (
@@ -163,6 +164,7 @@ __all__ = [
     "ValidationContext",
     "Violation",
     "containment",
+    "counted",
     "decode_json",
     "descendants",
     "endpoint_answers",
@@ -180,6 +182,7 @@ __all__ = [
     "render_run_report",
     "render_run_summary",
     "exit_meaning",
+    "process_ended",
     "run_process",
     "run_shell",
     "section_or_default",
@@ -239,6 +242,7 @@ _LAZY = {
     "render_run_report": "ralph.loop.runreport",
     "render_run_summary": "ralph.loop.runreport",
     "exit_meaning": "ralph.loop.gateoutput",
+    "process_ended": "ralph.loop.gateoutput",
     "KILL_GRACE_SECONDS": "ralph.process",
     "run_process": "ralph.process",
     "ConfigSection": "ralph.config",

@@ -105,9 +105,11 @@ def plan(
                 echo(str(Problem("error", None, line.removeprefix(f"{path}: "))))
             echo(f"{len(lines)} error{'s' if len(lines) != 1 else ''}, 0 warnings")
             sys.exit(1)
+        from ralph.wording import counted
+
         problems = check_task_list(tasks, config.max_iterations, uses_review=config.policy != "skip-review",
                                    story_fields=_policy_fields(session))
-        echo(f"checked {path} ({store.name}): {len(tasks.userStories)} stories")
+        echo(f"checked {path} ({store.name}): {counted(len(tasks.userStories), 'story')}")
         for problem in problems:
             echo(str(problem))
         errors = sum(1 for p in problems if p.severity == "error")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from ralph import safeio
 from ralph.contracts import AUTO_APPROVED_PREFIX
 from ralph.errors import UsageError
+from ralph.wording import counted
 
 if TYPE_CHECKING:
     from ralph.contracts import TaskStore
@@ -91,7 +92,7 @@ def archive_project(
     completed = sum(1 for s in tasks.userStories if s.passes)
     if completed == 0:
         raise UsageError(
-            f"nothing completed to archive: 0 of {total} stories in {tasks_path} pass; "
+            f"nothing completed to archive: 0 of {counted(total, 'story')} in {tasks_path} pass; "
             "finish at least one story (ralph run) before archiving"
         )
     today = today or date.today()
@@ -111,7 +112,8 @@ def archive_project(
     fresh = fresh_files(store, tasks, ralph_dir, today)
     warnings = []
     if completed < total:
-        warnings.append(f"{total - completed} of {total} stories are not complete; they are archived as open")
+        warnings.append(f"{total - completed} of {counted(total, 'story')} {'is' if total - completed == 1 else 'are'} not complete; "
+                        f"{'it is' if total - completed == 1 else 'they are'} archived as open")
 
     # -- then move and write -------------------------------------------------------------------
     safeio.make_dirs(target, project_dir)
@@ -133,7 +135,7 @@ def archive_project(
     sha = None
     if commit:
         paths = [*moved, *written]
-        error = commit_paths(project_dir, paths, f"ralph: archive {target.name} ({completed}/{total} stories complete)")
+        error = commit_paths(project_dir, paths, f"ralph: archive {target.name} ({completed}/{counted(total, 'story')} complete)")
         if error:
             raise UsageError(f"the archive was written to {target} but the commit failed: {error}")
         sha = head(project_dir)
@@ -243,7 +245,7 @@ def _last_run_line(project_dir: Path, tasks: TaskList) -> str | None:
     if {s.get("id") for s in data.get("stories", [])} != {s.id for s in tasks.userStories}:
         return None
     return (
-        f"Last run: {data.get('iterations')} iterations, cost ${data.get('cost_usd', 0):.4f}, "
+        f"Last run: {counted(data.get('iterations'), 'iteration')}, cost ${data.get('cost_usd', 0):.4f}, "
         f"{data.get('reason')} (run {run.name}; `ralph status` and `ralph report --run {run.name}` show it)"
     )
 
@@ -280,7 +282,7 @@ def render_summary(tasks: TaskList, started: str | None, today: date, review_cap
 
 def describe(result: ArchiveResult, project_dir: Path) -> list[str]:
     rel = result.archive_dir.relative_to(project_dir.resolve()) if result.archive_dir.is_relative_to(project_dir.resolve()) else result.archive_dir
-    out = [f"archived {result.completed}/{result.total} completed stories to {rel}/"]
+    out = [f"archived {result.completed}/{counted(result.total, 'completed story', 'completed stories')} to {rel}/"]
     out += [f"warning: {w}" for w in result.warnings]
     out.append("reset prd.md, progress.txt and the task list to fresh templates (prompt.md kept)")
     if result.commit:

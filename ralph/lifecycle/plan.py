@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ralph.errors import UsageError
 from ralph.ralphfiles import STORY_ID_PATTERN, story_id_problem
+from ralph.wording import counted
 
 if TYPE_CHECKING:
     from ralph.contracts import TaskStore
@@ -166,7 +167,7 @@ def check_task_list(
                 Problem(
                     "warning",
                     None,
-                    f"{open_stories} open stories need at least {needed} iterations "
+                    f"{counted(open_stories, 'open story', 'open stories')} {'needs' if open_stories == 1 else 'need'} at least {counted(needed, 'iteration')} "
                     f"({'implement + review each' if uses_review else 'one each'}), "
                     f"more than max_iterations={max_iterations}: raise --max-iterations",
                 )

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ralph.lifecycle.tables import USAGE_COLUMNS, USAGE_NAMES, aligned_rows, tokens, usage_cells, usage_of  # noqa: F401 - also importable here
+from ralph.wording import counted, fit_column
 
 
 MODE_COLOURS = {"implement": "#2563eb", "review": "#d97706", "review-fix": "#7c3aed"}
@@ -91,7 +92,7 @@ class Analytics:
         if not self.completed:
             return ["no completed stories yet: nothing to say about the review cycle"]
         spread = ", ".join(f"{key}: {value}" for key, value in self.distribution.items() if value)
-        out = [f"reviewCount of {self.completed} completed stories: {spread} (cap {self.cap})"]
+        out = [f"reviewCount of {counted(self.completed, 'completed story', 'completed stories')}: {spread} (cap {self.cap})"]
         out += self.verdicts
         return out
 
@@ -386,18 +387,20 @@ def _duration(seconds: float) -> str:
 STORY_COLUMNS = ("story", "title", "state", "iters", "impl", "reviews", "fixes", "reviewCount", "gate fails", "violations", "time", "cost")
 def story_cells(row: StoryRow) -> tuple[str, ...]:
     return (
-        row.id, row.title[:36], row.state, str(row.iterations), str(row.implement), str(row.reviews), str(row.fixes),
+        row.id, row.title, row.state, str(row.iterations), str(row.implement), str(row.reviews), str(row.fixes),
         str(row.review_count), str(row.gate_failures), str(row.violations), _duration(row.seconds), f"${row.cost:.4f}",
     )
 
 
-def render_text(report: Report) -> str:
-    rows = [STORY_COLUMNS] + [story_cells(r) for r in report.stories]
+def render_text(report: Report, width: int | None = None) -> str:
+    """The report as text; titles are cut only where the story table would not fit ``width`` columns (the
+    terminal's by default)."""
+    rows = fit_column([STORY_COLUMNS] + [story_cells(r) for r in report.stories], 1, width)
     widths = [max(len(row[i]) for row in rows) for i in range(len(STORY_COLUMNS))]
     lines = [report.title]
     if report.runs:
         lines.append(
-            f"runs: {', '.join(report.runs)} | {len(report.iterations)} iterations | {_duration(report.elapsed)} | "
+            f"runs: {', '.join(report.runs)} | {counted(len(report.iterations), 'iteration')} | {_duration(report.elapsed)} | "
             f"cost ${report.cost:.4f}" + (f" | {report.reason}" if report.reason else "")
         )
     else:
@@ -497,7 +500,7 @@ def timeline_svg(report: Report, width: int = 1100) -> str:
     scale = plot_w / total
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" role="img" aria-label="Timeline of {len(report.iterations)} iterations">'
+        f'height="{height}" role="img" aria-label="Timeline of {counted(len(report.iterations), "iteration")}">'
     ]
     for index, lane in enumerate(lanes):
         y = top + index * lane_h

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ralph.contracts import Agent, AgentEvent, AgentInvocation, ProcessSpec
 from ralph.loop.agenthome import ConfigHomes
+from ralph.loop.gateoutput import exit_meaning
 from ralph.loop.metering import LoopMeter, apply_usage
 from ralph.loop.records import IterationRecord, add_usage, reported_cost
 
@@ -133,7 +134,7 @@ class LoopAgents:
             if outcome.timed_out:
                 self.emit("iteration_timeout", iteration=record.number, timeout=self.iteration_timeout())
             elif outcome.exit_code != 0 and not outcome.interrupted:
-                reason = record.agent_error or _last_line(outcome.stderr) or f"exit code {outcome.exit_code}"
+                reason = record.agent_error or _last_line(outcome.stderr) or exit_meaning(outcome.exit_code)
                 if record.agent_error is None and outcome.stderr.strip():
                     record.agent_error = reason
                 self.emit(

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXCERPT_LINES", "excerpt", "exit_meaning", "failure_lines", "failures", "keep", "output_path", "why_lines"]
+__all__ = ["EXCERPT_LINES", "excerpt", "exit_meaning", "failure_lines", "failures", "keep", "output_path", "process_ended", "why_lines"]
 
 EXCERPT_LINES = 8
 """At most this many lines of a failure's output are shown; the rest is in the kept file."""
@@ -21,10 +21,10 @@ EXCERPT_LINES = 8
 _EXIT_MEANINGS = {
     126: "found but not executable",
     127: "command not found",
-    130: "interrupted (SIGINT)",
-    137: "killed (SIGKILL)",
-    143: "stopped by SIGTERM",
 }
+
+_SIGNAL_STATUSES = (130, 137, 143)
+"""128 + the signal, as a shell (and ``ralph run``) reports a command a signal stopped: SIGINT, SIGKILL, SIGTERM."""
 
 
 def output_path(run_dir: Path, iteration: int, gate: str) -> Path:
@@ -62,20 +62,33 @@ def excerpt(output: str, limit: int = EXCERPT_LINES) -> tuple[str, int]:
 
 
 def exit_meaning(exit_code: int | None, timed_out: bool = False) -> str:
-    """A failure's status in plain words: ``exit 127: command not found``, ``timed out``, ``exit 1``."""
+    """How a process ended, in plain words, the same way wherever ralph shows it: ``timed out``, ``stopped by
+    SIGTERM`` (a negative code, or 128 + the signal as a shell reports it), ``exit 127: command not found``,
+    ``exit 1``."""
     if timed_out:
         return "timed out"
     if exit_code is None:
         return "failed"
-    if exit_code < 0:
+    if exit_code < 0 or exit_code in _SIGNAL_STATUSES:
         import signal
 
+        number = -exit_code if exit_code < 0 else exit_code - 128
         try:
-            return f"stopped by {signal.Signals(-exit_code).name}"
+            name = signal.Signals(number).name
         except ValueError:
-            return f"stopped by signal {-exit_code}"
+            return f"stopped by signal {number}"
+        return f"stopped by {name}" + (" (Ctrl-C)" if number == signal.SIGINT else "")
     meaning = _EXIT_MEANINGS.get(exit_code)
     return f"exit {exit_code}: {meaning}" if meaning else f"exit {exit_code}"
+
+
+def process_ended(exit_code: int | None, timed_out: bool = False) -> str:
+    """:func:`exit_meaning` as the end of a sentence about a process: ``exited with code 1``, ``was stopped
+    by SIGTERM``, ``timed out``."""
+    said = exit_meaning(exit_code, timed_out)
+    if said.startswith("exit "):
+        return "exited with code " + said[5:]
+    return "was " + said if said.startswith("stopped") else said
 
 
 def failure_lines(event: dict[str, Any], indent: str = "  ") -> list[str]:

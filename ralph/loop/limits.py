@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from ralph.wording import counted
 
 if TYPE_CHECKING:
     from ralph.config import RalphConfig
@@ -194,7 +195,7 @@ class RunLimits:
         reason = " ".join(first.split())[:300]
         self.emit("agent_failing", iteration=record.number, times=count, reason=first[:1000], cause="commands")
         return (
-            f"every command the agent ran failed, and nothing changed, in {count} iterations in a row; the first "
+            f"every command the agent ran failed, and nothing changed, in {counted(count, 'iteration')} in a row; the first "
             f"error: {reason} (fix it and run again; see the iterations' .agent.jsonl in the run directory)"
         )
 
@@ -207,7 +208,9 @@ class RunLimits:
         if not failed or self.cancel.is_set():
             self._failure_streak = ("", 0)
             return None
-        reason = record.agent_error or f"exit code {record.exit_code}"
+        from ralph.loop.gateoutput import exit_meaning
+
+        reason = record.agent_error or exit_meaning(record.exit_code)
         key = re.sub(r"[0-9a-f]{6,}|\d+", "#", reason.lower())  # request ids and counters differ between tries
         previous, count = self._failure_streak
         count = count + 1 if key == previous else 1
@@ -217,7 +220,7 @@ class RunLimits:
             return None
         self.emit("agent_failing", iteration=record.number, times=count, reason=reason[:1000], cause="exit")
         return (
-            f"the agent failed {count} times in a row with the same error: {reason.strip()[:300]} "
+            f"the agent failed {counted(count, 'time')} in a row with the same error: {reason.strip()[:300]} "
             "(fix it and run again; see the iteration's .agent.jsonl in the run directory)"
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from ralph.wording import counted, fit_column
 
 if TYPE_CHECKING:
     from ralph.loop.gates import GateKeeper
@@ -179,10 +180,11 @@ def render_run_report(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_run_summary(data: dict[str, Any]) -> str:
-    """The end-of-run table from a ``run_finished`` payload (or summary.json): a row per story, then totals."""
+def render_run_summary(data: dict[str, Any], width: int | None = None) -> str:
+    """The end-of-run table from a ``run_finished`` payload (or summary.json): a row per story, then totals.
+    Titles are cut only where the table would not fit ``width`` columns (the terminal's by default)."""
     stories = data.get("stories", [])
-    rows = [("story", "title", "state", "reviews")]
+    rows: list[tuple[str, ...]] = [("story", "title", "state", "reviews")]
     for story in stories:
         if story["passes"] and story.get("reviewStatus") == "approved":
             state = "approved (auto, at cap)" if story.get("autoApproved") else "approved"
@@ -192,14 +194,15 @@ def render_run_summary(data: dict[str, Any]) -> str:
             state = "failed"
         else:
             state = story.get("reviewStatus") or "open"
-        rows.append((story["id"], story["title"][:40], state, str(story["reviewCount"])))
+        rows.append((story["id"], story["title"], state, str(story["reviewCount"])))
+    rows = fit_column(rows, 1, width)
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     done = sum(1 for s in stories if s["passes"])
     lines.append("")
     lines.append(
-        f"{done}/{len(stories)} stories done | {data.get('iterations')} iterations | "
+        f"{done}/{counted(len(stories), 'story')} done | {counted(data.get('iterations'), 'iteration')} | "
         f"cost ${data.get('cost_usd', 0):.4f} | {format_elapsed(data.get('elapsed', 0))} | {data.get('reason')}"
     )
     usage = data.get("usage")
