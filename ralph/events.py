@@ -82,7 +82,8 @@ class EventKind(str, Enum):
         "The run ended, however it ended. Payload: exit_code, reason, iterations, max_iterations, "
         "cost_usd, elapsed, stories (id, title, passes, reviewStatus, reviewCount, autoApproved), "
         "records (one dict per iteration), report (the end-of-run report), stash (when work was "
-        "stashed), usage (tokens), metering (metered_iterations, reported_cost_usd: what the agents' "
+        "stashed), left_uncommitted and left_uncommitted_note (what git status lists at the end, and what to do "
+        "about it, when anything), usage (tokens), metering (metered_iterations, reported_cost_usd: what the agents' "
         "output claimed, model_requests, quota: the subscription windows the API last reported).",
     )
     RUN_STOPPED = (

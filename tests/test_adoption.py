@@ -332,3 +332,22 @@ def test_the_fix_plan_reader_and_gate_reader_on_their_own() -> None:
     assert skipped == 1
     assert orchestrator_gates("backpressure:\n  gates:\n    - name: t\n      command: [\"cargo\", \"test\", \"--all\"]\n"
                               "hooks:\n  x:\n    - command: not-a-gate\n") == ["cargo test --all"]
+
+
+def test_the_migration_guides_try_without_credentials_runs_as_written(snark: RalphProject, tmp_path: Path) -> None:
+    """docs/migrating.md's "Try it first, without credentials": its replay script (spec reviewer included)
+    and its command, as written, on a snarktank folder: the story is done and the run ends complete."""
+    import re
+
+    page = (Path(__file__).parent.parent / "docs" / "migrating.md").read_text(encoding="utf-8")
+    section = page.split("### Try it first, without credentials", 1)[1].split("\n### ", 1)[0]
+    [script] = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", section, re.S)]
+    (tmp_path / "ralph-try.json").write_text(json.dumps(script))
+    [command] = re.findall(r"^RALPH_REPLAY_SCRIPT=\S+ ralph (run [^#\n]*?)\s*(?:#.*)?$", section, re.M)
+    result = snark.run(*command.split(), env={"RALPH_REPLAY_SCRIPT": str(tmp_path / "ralph-try.json")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "uses policy skip-review" in result.stderr and "spec gate failed" not in result.stderr
+    stories = json.loads((snark.path / "scripts" / "ralph" / "prd.json").read_text())["userStories"]
+    assert stories[0]["passes"] is True and (snark.path / "hello.txt").read_text() == "hello\n"
+    status = snark.run("status")
+    assert status.returncode == 0 and "US-001" in status.stdout and "done" in status.stdout, status.stdout

@@ -834,3 +834,31 @@ def test_item14_a_stuck_story_is_said_in_plain_words(ralph_project, tmp_path) ->
     assert "failed 3 times in a row the same way: the next attempt is told to drop its approach" in result.stderr, result.stderr
     assert "tier " not in result.stderr and "strategy-shift" not in result.stderr and "stuck (" not in result.stderr
 
+
+# -- the dead ends of a first day -------------------------------------------------------------------------
+
+
+def test_what_a_failed_run_left_uncommitted_is_named_with_the_safe_next_step(ralph_project, tmp_path) -> None:
+    """A failed iteration commits nothing, so its files stay in the tree: the run's end names them and what to do,
+    the next run's refusal says they are the last run's, and `git stash -u` (as it says) lets the next run start."""
+    project = gated_project(ralph_project, [])
+    failing = replay.ReplayScript().default(replay.write_file("junk.txt", "half done\n"),
+                                            replay.say("Not logged in · Please run /login"), replay.exit_with(1))
+    first = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "2", env=failing.env(tmp_path / "f.json"))
+    assert first.returncode in (1, 7), first.stderr
+    assert "Left uncommitted: junk.txt (the agent's: an iteration that failed or was stopped commits nothing)" in first.stdout
+    assert "set them aside (`git stash -u`; `git stash pop` brings them back)" in first.stdout
+    assert "check git-clean failed: There are uncommitted changes: ?? junk.txt\n" in first.stderr
+    refused = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=implement_once(tmp_path))
+    assert refused.returncode == 2, refused.stdout
+    assert refused.stderr.startswith("ralph: error: the last `ralph run` here ended with changes its agent left uncommitted")
+    assert "?? junk.txt" in refused.stderr and "`git stash -u`" in refused.stderr and "Traceback" not in refused.stderr
+    (project.path / "mine.txt").write_text("the person's own\n")  # not the run's: the usual refusal
+    theirs = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=implement_once(tmp_path))
+    assert theirs.returncode == 2 and "the project has uncommitted changes" in theirs.stderr, theirs.stderr
+    (project.path / "mine.txt").unlink()
+    project.git("stash", "-u")
+    went_on = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=implement_once(tmp_path))
+    assert went_on.returncode == 1, went_on.stderr  # implemented, waiting for its review
+    assert project.story("US-001")["reviewStatus"] == "needs_review"
+    assert "junk.txt" in project.git("stash", "show", "--include-untracked", "--name-only")

@@ -225,6 +225,8 @@ class ConsoleView:
             self.write("\n" + render_run_report(report))
         if data.get("stash"):
             self.write("\n" + data["stash"] + "\n")
+        if data.get("left_uncommitted_note"):
+            self.write("\n" + data["left_uncommitted_note"][:1].upper() + data["left_uncommitted_note"][1:] + "\n")
         self.stdout.flush()
 
     def on_gate_failed(self, data: dict[str, Any]) -> None:

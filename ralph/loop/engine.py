@@ -721,6 +721,7 @@ class Loop:
             taskfile=self.taskfile, dir_arg=ralph_dir_arg(self.ralph_dir, self.project_dir),
             stash_message=self.opening.stash_message, interrupt_signal=self.interrupt_signal, emit=self.emit,
             quota_used=self.agents.meter.quota_summary(),
+            project_dir=self.project_dir,
         )
 
 

@@ -50,10 +50,13 @@ def finish_run(
     interrupt_signal: int | None,
     emit: Callable[..., None],
     quota_used: dict[str, Any] | None = None,
+    project_dir: Path | None = None,
 ) -> RunResult:
     """Write the summary and report (when there is a run directory), the end marker; emit ``run_finished``.
 
-    An interrupted run that a SIGTERM stopped ends with 143, not 130.
+    An interrupted run that a SIGTERM stopped ends with 143, not 130.  What is left uncommitted in
+    ``project_dir`` (an iteration whose agent failed commits nothing) goes into the summary and the end
+    marker as ``left_uncommitted``, so the console and the next run's refusal can say where it came from.
     """
     if exit_code == EXIT_INTERRUPTED and interrupt_signal == signal.SIGTERM:
         exit_code, reason = EXIT_TERMINATED, f"{reason} (SIGTERM)"
@@ -77,13 +80,41 @@ def finish_run(
     summary["report"] = report
     if stash_message:
         summary["stash"] = stash_message
+    left = left_uncommitted(project_dir)
+    if left:
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        summary["left_uncommitted"] = left
+        summary["left_uncommitted_note"] = (
+            f"left uncommitted: {shown} (the agent's: an iteration that failed or was stopped commits nothing); the "
+            f"next `ralph run` starts only on a clean tree: {LEFT_UNCOMMITTED_FIX}"
+        )
     if run_dir is not None:
         atomic_write_text(run_dir / "report.json", json.dumps(report, indent=2))
         atomic_write_text(run_dir / "report.md", render_run_report(report))
         atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-    keeper.last_run.record({"run_dir": str(run_dir), "exit_code": exit_code, "reason": reason, "tasks_sha256": taskfile.sha256()})
+    keeper.last_run.record({"run_dir": str(run_dir), "exit_code": exit_code, "reason": reason, "tasks_sha256": taskfile.sha256(),
+                            "left_uncommitted": left})
     emit("run_finished", **summary)
     return result
+
+
+def left_uncommitted(project_dir: Path | None) -> list[str]:
+    """The paths ``git status`` lists in ``project_dir`` (empty when it cannot tell)."""
+    if project_dir is None:
+        return []
+    from ralph.gitutil import dirty_paths
+
+    try:
+        return [line[3:] for line in dirty_paths(project_dir)]
+    except Exception:  # noqa: BLE001 - the run's end is written whatever git says
+        return []
+
+
+LEFT_UNCOMMITTED_FIX = (
+    "look at them (`git status`, `git diff`), then keep them (`git add -A && git commit`) or set them aside "
+    "(`git stash -u`; `git stash pop` brings them back), and `ralph run` again"
+)
+"""What to do with the uncommitted changes a run left, said at its end and by the next run's refusal."""
 
 
 def metering_summary(records: list[IterationRecord]) -> dict[str, Any]:

@@ -80,6 +80,15 @@ def prepare_repository(
     if dirty:
         shown = "\n".join(f"  {line}" for line in dirty[:15])
         if config.dirty_start == "refuse":
+            left = set((keeper.last_run.previous() or {}).get("left_uncommitted") or [])
+            if left and {line[3:] for line in dirty} <= left:
+                from ralph.loop.finish import LEFT_UNCOMMITTED_FIX
+
+                raise UsageError(
+                    f"the last `ralph run` here ended with changes its agent left uncommitted (an iteration that failed "
+                    f"or was stopped commits nothing); ralph will not run over them:\n{shown}\n"
+                    f"{LEFT_UNCOMMITTED_FIX}"
+                )
             raise UsageError(
                 f"the project has uncommitted changes; ralph will not run over them:\n{shown}\n"
                 "commit or stash them yourself, or set dirty_start = \"stash\" in [tool.ralph] "
