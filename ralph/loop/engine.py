@@ -283,7 +283,8 @@ class Loop:
             return []
         from ralph.loop.preflight import preflight_checks
 
-        return preflight_checks(self.settings, self.host, self.runner, self.agent, self.review_agent)
+        return preflight_checks(self.settings, self.host, self.runner, self.agent, self.review_agent,
+                                gates=self.taskfile.verify_commands)
 
     def readiness(self) -> list[Check]:
         """Every check ``ralph run`` makes before iteration 1, collected instead of raised (``ralph doctor``).
@@ -747,7 +748,9 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
     agent = host.agents.get(agent_name)(settings)
     review_name = settings.config.review_agent
     review_agent = host.agents.get(review_name)(settings) if review_name and review_name != agent.name else None
-    runner = chosen(settings).resolve_for(host.runners, [agent] + ([review_agent] if review_agent else []))
+    store = choose_store(settings, host)
+    agents = [agent] + ([review_agent] if review_agent else [])
+    runner = chosen(settings).resolve_for(host.runners, agents, gates=gate_commands(store, settings))
     available = runner.availability()
     if not available.ok:
         from ralph.errors import UnavailableError
@@ -757,7 +760,17 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
 
     policy_name, note = settle_policy(settings, host, policy_name)
     policy = host.policies.get(policy_name)(settings)
-    store = choose_store(settings, host)
     loop = Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store, review_agent=review_agent)
     loop.policy_note = note
     return loop
+
+
+def gate_commands(store: Any, settings: Settings) -> list[str]:
+    """The task list's ``verifyCommands`` as they are now (what ``auto`` asks a sandbox to run);
+    none when the list cannot be read (pre-flight then says why)."""
+    try:
+        path = store.path(settings.ralph_dir)
+        _raw, tasks, _error = TaskFile(store, path, root_for(path, settings.project_dir)).read()
+    except (RalphError, OSError):
+        return []
+    return list(tasks.verifyCommands) if tasks is not None else []
