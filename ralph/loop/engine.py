@@ -112,6 +112,8 @@ class Loop:
         """What :meth:`preflight` found in the person's files that does not stop the run (a misspelt
         task-list key ...): reported at the start, by ``--dry-run`` and by ``ralph doctor``."""
         self.interrupt_signal: int | None = None
+        self._unpriced_seen: set[str] = set()
+        """Models already reported as having no price (``unpriced_model``, once per model)."""
         self._snapshot_of: tuple[TaskList, Snapshot] | None = None
         self._stories_shown: list[dict[str, Any]] | None = None
         """The stories of the last ``story_states`` event."""
@@ -497,6 +499,7 @@ class Loop:
         started = time.monotonic()
         texts = self.agents.run_iteration(record, prompt)
         record.seconds = round(time.monotonic() - started, 3)
+        self._unpriced(record)
         record.rejected = record.metered and record.answered == 0 and self._untouched(checkpoint, untracked_before)
         record.promise = any(PROMISE.search(text) for text in texts)
         self.bridge.current = None  # hooks that still arrive now see no iteration
@@ -625,6 +628,18 @@ class Loop:
             how = "promise tag and verified task state" if record.promise else "verified task state (no promise tag)"
             return EXIT_COMPLETE, f"complete: {how}"
         return None
+
+    def _unpriced(self, record: IterationRecord) -> None:
+        """Say once per model that it has no price: its tokens cost $0 here, which no budget sees."""
+        for model in record.unpriced:
+            if model in self._unpriced_seen:
+                continue
+            self._unpriced_seen.add(model)
+            pattern = model if "default model" not in model else "MODEL"
+            self.emit("unpriced_model", iteration=record.number, model=model, usage=dict(record.usage),
+                      fix=f'[tool.ralph.prices."{pattern}"] input = <USD per million input tokens>, output = <USD per '
+                          "million output tokens>" + ("; name the model with --model or [tool.ralph.codex] model"
+                                                      if pattern == "MODEL" else ""))
 
     def _quota_end(self, record: IterationRecord) -> str | None:
         """``--max-quota``: a window's use reached its budget, or the model answered without reporting any
