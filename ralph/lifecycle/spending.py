@@ -90,7 +90,9 @@ class Spending:
         forecast = self.forecast
         if forecast is None or not forecast.remaining:
             return "forecast: no story left to do"
-        left = f"{len(forecast.remaining)} {'story' if len(forecast.remaining) == 1 else 'stories'} left"
+        from ralph.wording import counted
+
+        left = f"{counted(len(forecast.remaining), 'story')} left"
         if not forecast.basis:
             return f"forecast for the {left}: none yet (no story was done in these runs to learn from)"
         return (f"forecast for the {left} (from the {forecast.basis} done here: ${forecast.per_story_cost:.4f} and "
