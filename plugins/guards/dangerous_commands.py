@@ -25,8 +25,10 @@ allowed.  ``git reset --hard`` is allowed only to the loop's own checkpoint.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +36,28 @@ from ralph.api import (
     CONTAINER_CLIS,
     PRIVILEGE_WRAPPERS,
     Analysis,
+    BudgetExceeded,
     Command,
     Denial,
     GitView,
     HookEvent,
+    WriteTarget,
     analyze_for,
+    budget_scope,
     fetches,
     find_roots,
     has_long,
     hookimpl,
+    may_reach_git,
     mount_fields,
     parse_git,
+    path_stat,
     read_container,
+    real_path,
     resolve_path,
     short_flag,
 )
+from ralph.api import active_budget
 from ralph.api import git_view as view
 
 __all__ = ["FILE_WRITE_TOOLS", "PUSH_REASON", "check_command", "check_file_write", "current_branch", "is_direct", "is_secret_path", "parse_git"]
@@ -56,7 +65,10 @@ __all__ = ["FILE_WRITE_TOOLS", "PUSH_REASON", "check_command", "check_file_write
 PUSH_REASON = "Pushing is not allowed inside a Ralph loop: commit locally; the user pushes after review."
 FILE_WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 """The tools that write a file: the same outside-the-project rules as a Bash redirection."""
-_DELETERS = frozenset({"rm", "unlink", "shred", "srm"})
+_DELETERS = frozenset({"rm", "unlink", "shred", "srm", "trash-put", "trash", "rmtrash", "gvfs-rm", "gvfs-trash", "wipe"})
+_COMPRESSORS = frozenset({"gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "lzma", "unlzma", "lzip", "lz4", "zstd",
+                          "unzstd", "compress", "uncompress", "pigz", "unpigz", "pbzip2", "lbzip2", "brotli"})
+"""Programs that replace each file they are given by its compressed (or expanded) version: the original goes."""
 _DISK_TOOLS = re.compile(
     r"^(dd|mkfs(\..+)?|mke2fs|mkswap|mkntfs|mkdosfs|fdisk|sfdisk|cfdisk|gdisk|sgdisk|parted|wipefs|blkdiscard"
     r"|badblocks|cryptsetup)$"
@@ -97,6 +109,11 @@ _FORCE_SUBCOMMANDS = {
 _FORCE_STOP = {"checkout": "bco", "switch": "cd", "branch": "t", "rebase": "sXx", "tag": "muF", "add": "", "rm": "",
                "mv": "", "fetch": "j", "pull": "sX"}
 _MAIN_REF = re.compile(r"^(refs/heads/)?(main|master)$")
+GUARD_CALL_COST = 48
+"""Units for one path resolved or placed by the guard (the Python work around the look-ups it charges)."""
+CHECK_STEPS = 1_500_000
+"""Work units one call's own checks may spend (paths resolved, symlinks followed, files looked up), besides the
+analysis's: about as much CPU as the analysis budget.  Past it the call is opaque (denied in direct mode)."""
 
 def is_secret_path(path: str) -> bool:
     """Does ``path`` (absolute or as typed) name a credentials file or directory?"""
@@ -117,7 +134,7 @@ class _Ctx:
     def __init__(self, event: HookEvent) -> None:
         self.event = event
         self.project = os.path.normpath(str(event.project_dir))
-        self.project_real = os.path.realpath(self.project)
+        self.project_real = real_path(self.project)
         cwd = event.payload.get("cwd")
         self.cwd = os.path.normpath(cwd) if isinstance(cwd, str) and os.path.isabs(cwd) else self.project
         env = event.environ or {}
@@ -139,6 +156,7 @@ class _Ctx:
         self._branches: dict[str, str | None] = {}
         self._links: dict[str, str] | None = None
         self._physical: dict[str, str] = {}
+        self._landings: dict[tuple[str, bool], list[str]] = {}
 
     def leaves(self) -> bool:
         """Does the line send data to the network or write a file (once per line, not per command)?"""
@@ -165,6 +183,7 @@ class _Ctx:
     def resolve(self, text: str, dynamic: bool, cd: list[str], cd_unknown: bool) -> str | None:
         """The path ``text`` names (lexically); where the kernel would open it is kept for :meth:`landing` when
         the two may differ (``link/../x`` is beside the link's target)."""
+        active_budget().spend(GUARD_CALL_COST)
         path = resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown, self.known)
         if path is not None and ".." in text:
             physical = resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown, self.known, physical=True)
@@ -172,17 +191,25 @@ class _Ctx:
                 self._physical[path] = physical
         return path
 
-    def landing(self, path: str) -> list[str]:
-        """Where writing ``path`` lands: the path, where its symlinks lead, and where a link made earlier on the
+    def landing(self, path: str, follow: bool = True) -> list[str]:
+        """Where writing ``path`` lands: the path, where its symlinks lead (without ``follow``, those of its
+        directories only: ``mv``/``ln`` replace a link at the name itself), and where a link made earlier on the
         line leads (the link does not exist yet, so the file system cannot say)."""
+        key = (path, follow)
+        if key in self._landings:
+            return self._landings[key]
+        active_budget().spend(GUARD_CALL_COST)
         places = [path]
-        for other in (os.path.realpath(path), self._physical.get(path)):
+        real = real_path(path) if follow else os.path.join(real_path(os.path.dirname(path) or "/"),
+                                                            os.path.basename(path))
+        for other in (real, self._physical.get(path)):
             if other is not None and other not in places:
                 places.append(other)
         for link, target in self.links().items():
             for place in list(places):
-                if place == link or place.startswith(link.rstrip("/") + "/"):
+                if (place == link and follow) or place.startswith(link.rstrip("/") + "/"):
                     places.append(os.path.normpath(target + place[len(link):]))
+        self._landings[key] = places
         return places
 
     def links(self) -> dict[str, str]:
@@ -229,32 +256,59 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
     if tool in ("Read", "NotebookRead", "Grep"):
         raw = event.tool_input.get("file_path") or event.tool_input.get("notebook_path") or event.tool_input.get("path")
         if isinstance(raw, str) and raw:
-            ctx = _Ctx(event)
-            resolved = resolve_path(raw, ctx.cwd, ctx.home) or raw
-            if is_secret_path(resolved):
-                return [Denial("read-secrets", _secret_reason(raw))]
+            return _bounded(event, lambda ctx: _check_read(raw, ctx))
     return []
+
+
+def _bounded(event: HookEvent, check: Any) -> list[Denial]:
+    """Run ``check(ctx)`` within :data:`CHECK_STEPS` units of work; past them the call is opaque (what was found
+    until then is denied as well)."""
+    ctx: _Ctx | None = None
+    with budget_scope(CHECK_STEPS):
+        try:
+            ctx = _Ctx(event)
+            check(ctx)
+        except BudgetExceeded:
+            found = list(ctx.denials.values()) if ctx is not None else []
+            if not is_direct(event):
+                return found
+            return [*found, Denial(
+                "opaque-code",
+                f"Checking this call needs more work than the guard does for one call ({CHECK_STEPS} steps: very "
+                "long paths, thousands of files or directories to look up); running directly on the host, ralph "
+                "refuses what it cannot check. Split it into smaller commands, with shorter paths.",
+            )]
+    assert ctx is not None
+    return list(ctx.denials.values())
+
+
+def _check_read(raw: str, ctx: _Ctx) -> None:
+    resolved = resolve_path(raw, ctx.cwd, ctx.home) or raw
+    if is_secret_path(resolved):
+        ctx.deny("read-secrets", _secret_reason(raw))
 
 
 def check_file_write(raw: str, tool: str, event: HookEvent) -> list[Denial]:
     """The rules for a file the ``Write``/``Edit``/``MultiEdit``/``NotebookEdit`` tools would write: the same as for
     a Bash redirection, with the path resolved (a symlink in the project leading out of it counts as outside)."""
-    ctx = _Ctx(event)
-    path = ctx.resolve(raw, False, [], False)
-    if path is None:
-        return [Denial("write-system-files", f"{raw} does not name a file the guard can place: use a path inside "
-                                             "the project.")]
-    _check_system_write(path, raw, ctx)
-    _check_ref_write(path, ctx)
-    _check_overwrite(path, raw, ctx, must_exist=tool == "Write")
-    return list(ctx.denials.values())
+
+    def check(ctx: _Ctx) -> None:
+        path = ctx.resolve(raw, False, [], False)
+        if path is None:
+            ctx.deny("write-system-files", f"{raw} does not name a file the guard can place: use a path inside "
+                                           "the project.")
+            return
+        _check_system_write(path, raw, ctx)
+        _check_ref_write(path, ctx)
+        _check_overwrite(path, raw, ctx, must_exist=tool == "Write")
+
+    return _bounded(event, check)
 
 
 def check_command(command: str, event: HookEvent) -> list[Denial]:
     """Every rule this Bash command line breaks (one denial per rule)."""
-    ctx = _Ctx(event)
-    _check_analysis(analyze_for(event, command, ctx.cwd, ctx.project, ctx.home), ctx)
-    return list(ctx.denials.values())
+    return _bounded(event, lambda ctx: _check_analysis(analyze_for(event, command, ctx.cwd, ctx.project, ctx.home),
+                                                       ctx))
 
 
 def _check_analysis(analysis: Analysis, ctx: _Ctx) -> None:
@@ -305,15 +359,83 @@ def _check_analysis(analysis: Analysis, ctx: _Ctx) -> None:
             if v.sub in ("checkout", "switch") and names:
                 ctx.checked_out = names[0]
     for write in analysis.writes:
-        if write.input and write.truncates:
-            _deny_input_target(write.path, "overwrites", ctx)
-        _check_startup_file(write.path, ctx)
-        path = ctx.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
+        _check_write(write, ctx)
+
+
+def _check_write(write: WriteTarget, ctx: _Ctx) -> None:
+    """A file (or with ``into``, any file under a directory) the line writes."""
+    if write.input:
+        _deny_input_target(write.path, "writes", ctx)
+    _check_startup_file(write.path, ctx)
+    if write.into or write.glob:
+        base, pattern = _glob_split(write.path) if write.glob else (write.path, [])
+        path = ctx.resolve(base, write.dynamic, write.cd, write.cd_unknown)
         if path is not None:
-            _check_system_write(path, write.path, ctx)
-            _check_ref_write(path, ctx)
-            if write.truncates and not write.glob:
-                _check_overwrite(path, write.path, ctx)
+            _check_tree_write(path, pattern, write, ctx)
+        return
+    path = ctx.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
+    if path is None:
+        return
+    _check_system_write(path, write.path, ctx, follow=write.follow)
+    _check_ref_write(path, ctx, follow=write.follow)
+    if write.truncates:
+        _check_overwrite(path, write.path, ctx, follow=write.follow)
+
+
+def _glob_split(text: str) -> tuple[str, list[str]]:
+    """(the literal directory a glob pattern starts in, the pattern's components below it).  A ``..`` after a
+    pattern component climbs from what it matched: ``src/*/../../x`` starts in the project's parent."""
+    parts = text.split("/")
+    first = next((k for k, part in enumerate(parts) if any(ch in part for ch in "*?[")), None)
+    if first is None:
+        return text, []
+    base = parts[:first]
+    rest = [p for p in parts[first:] if p and p != "."]
+    depth = 0  # components of the pattern below the base; a `..` past them climbs out of the base
+    for part in rest:
+        if part == "..":
+            if depth:
+                depth -= 1
+            else:
+                base.append("..")
+        elif part != "**":
+            depth += 1
+    joined = "/".join(base)
+    return (joined or ("/" if text.startswith("/") else ".")), rest
+
+
+def _check_tree_write(path: str, pattern: list[str], write: WriteTarget, ctx: _Ctx) -> None:
+    """Files written under the directory ``path``: any name at any depth (``into``), or the names a glob
+    ``pattern`` matches there (bash's rules: a name starting with ``.`` only when the pattern does)."""
+    shown = write.path
+    anything = write.into or any(p == "**" for p in pattern)
+    dot_names = anything or (bool(pattern) and pattern[0].startswith((".", "[")))
+    # `*/config` reaches `.git/config` once `dotglob` is on (the agent's shell may have it)
+    reaches_git = (anything and not write.skips_git) or (
+        len(pattern) >= 2 and fnmatch.fnmatchcase(".git", pattern[0]) and fnmatch.fnmatchcase("config", pattern[1]))
+    what = "files of any name" if write.into else f"the files `{shown}` matches"
+    for where in ctx.landing(path):
+        if ctx.in_project(where):
+            git_dirs = [os.path.join(root, ".git") for root in {ctx.project, ctx.project_real}]
+            if ctx.direct and reaches_git and any(_under(g, where) or _under(where, g) for g in git_dirs):
+                ctx.deny("git-push", f"`{write.via}` writes {what} under {where}, which can replace .git/config and "
+                                     "set a remote's push URL past ralph's block on pushes (in a Ralph loop that "
+                                     "counts as pushing): extract or copy into a subdirectory of the project, and "
+                                     "leave .git alone.")
+            continue
+        if ctx.in_temp(where, strictly=False) or where in _HARMLESS_DEVICES:
+            continue
+        home = os.path.normpath(ctx.home)
+        dotted = _under(where, home) and where != home and where[len(home) + 1 :].startswith(".")
+        if where == "/" or any(_under(where, d) for d in _SYSTEM_DIRS) or dotted or (where == home and dot_names) or (
+                _under(home, where) and anything):
+            ctx.deny("write-system-files", f"`{write.via}` writes {what} under {where}: that reaches system files or "
+                                           "the dotfiles in your home directory. Keep changes inside the project.")
+            return
+        ctx.deny("delete-outside-project", f"`{write.via}` writes {what} under {where}, outside the project "
+                                           f"{ctx.project}, and can replace what is there: write only inside the "
+                                           "project (scratch files under /tmp are fine).")
+        return
 
 
 def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> None:
@@ -324,6 +446,16 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
         ctx.deny("git-push", PUSH_REASON)
     if name in _DELETERS:
         _check_delete(cmd, ctx)
+    if name == "gio" and cmd.args[:1] in (["remove"], ["rm"], ["trash"]):
+        _check_delete(Command(cmd.argv[1:], cmd.dynamic[1:], cmd.glob[1:], cmd.input[1:], cd=cmd.cd,
+                              cd_unknown=cmd.cd_unknown), ctx)
+    if name in _COMPRESSORS:
+        _check_compressor(cmd, ctx)
+    if name == "zip" and any(a in ("-m", "--move") or (a.startswith("-") and not a.startswith("--") and "m" in a)
+                             for a in cmd.args):  # `zip -m`: the files go into the archive, and away
+        files = [k for k in range(1, len(cmd.argv)) if not cmd.argv[k].startswith("-") or cmd.dynamic[k]]
+        for k in files[1:]:
+            _check_delete_target(cmd, k, "-r" in cmd.args, ctx, allow_root=False)
     if name == "find":
         _check_find(cmd, ctx)
     if name in ("truncate", "rsync", "tar"):
@@ -356,26 +488,19 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
             "user after review.",
         )
     _check_secrets(cmd, ctx)
-    if name == "dd":
-        for arg in cmd.args:
-            if arg.startswith("of="):
-                path = resolve_path(arg[3:], ctx.cwd, ctx.home, False, cmd.cd, cmd.cd_unknown, ctx.known)
-                if path is not None:
-                    _check_system_write(path, arg[3:], ctx)
-    if name in ("cp", "mv", "install", "ln") and len(cmd.args) >= 2 and not cmd.args[-1].startswith("-"):
-        i = len(cmd.argv) - 1
-        if i < len(cmd.input) and cmd.input[i]:
-            _deny_input_target(cmd.argv[i], "writes", ctx)
-        _check_startup_file(cmd.argv[i], ctx)
-        path = ctx.path(cmd, i)
-        if path is not None:  # `ln` and `mv` replace a link at the destination, `cp` and `install` write through it
-            _check_system_write(path, cmd.argv[i], ctx, follow=name in ("cp", "install"))
-            _check_ref_write(path, ctx)
-            if name in ("cp", "install"):
-                _check_overwrite(path, cmd.argv[i], ctx)
     if name == "mv":  # moving a file away removes it from where it was
-        operands = [k for k in range(1, len(cmd.argv)) if not cmd.argv[k].startswith("-")]
-        for k in operands[:-1]:
+        operands, skip, target_dir = [], False, False
+        for k in range(1, len(cmd.argv)):
+            a = cmd.argv[k]
+            if skip:
+                skip = False
+            elif a in ("-t", "--target-directory", "-S", "--suffix"):
+                skip, target_dir = True, target_dir or a in ("-t", "--target-directory")
+            elif a.startswith("--target-directory=") or (a.startswith("-t") and not a.startswith("--")):
+                target_dir = True
+            elif not a.startswith("-") or cmd.dynamic[k]:
+                operands.append(k)
+        for k in operands if target_dir else operands[:-1]:
             _check_delete_target(cmd, k, False, ctx, allow_root=False)
 
 
@@ -449,18 +574,24 @@ def _moves_main(cmd: Command, index: int, analysis: Analysis, v: GitView, ctx: _
     return None
 
 
-def _check_ref_write(path: str, ctx: _Ctx) -> None:
-    """Writing ``.git/refs/heads/main`` (or ``packed-refs``) by hand moves main like a merge would; writing
-    ``.git/config`` by hand can give a remote a push URL of its own, past direct mode's push block."""
-    for root in {ctx.project, ctx.project_real}:
-        rel = os.path.relpath(path, os.path.join(root, ".git"))
-        m = re.fullmatch(r"refs/heads/(main|master)|packed-refs", rel)
-        if m:
-            _deny_merge(m.group(1) or "main", ctx)
-        if rel in ("config", "config.worktree") and ctx.direct:
+_GIT_CONFIG_FILE = re.compile(r"(^|/)\.git/(.+/)?config(\.worktree)?$|(^|/)\.gitconfig$")
+"""Files git reads its configuration from (a repository's, a submodule's, a worktree's, a home's)."""
+
+
+def _check_ref_write(path: str, ctx: _Ctx, follow: bool = True) -> None:
+    """Writing ``.git/refs/heads/main`` (or ``packed-refs``) by hand moves main like a merge would; writing git's
+    configuration by hand (``.git/config``, a submodule's or worktree's, any repository's or home's
+    ``.gitconfig``) can give a remote a push URL of its own, past direct mode's push block."""
+    for where in ctx.landing(path, follow):
+        for root in {ctx.project, ctx.project_real}:
+            rel = os.path.relpath(where, os.path.join(root, ".git"))
+            m = re.fullmatch(r"refs/heads/(main|master)|packed-refs", rel)
+            if m:
+                _deny_merge(m.group(1) or "main", ctx)
+        if ctx.direct and _GIT_CONFIG_FILE.search(where):
             ctx.deny(
                 "git-push",
-                f"Writing .git/{rel} by hand can set a remote's push URL past ralph's block on pushes, which in a "
+                f"Writing {where} by hand can set a remote's push URL past ralph's block on pushes, which in a "
                 "Ralph loop counts as pushing: use `git config` for other settings (push URLs stay as they are).",
             )
 
@@ -621,6 +752,21 @@ def _check_delete(cmd: Command, ctx: _Ctx) -> None:
         _check_delete_target(cmd, i, recursive, ctx, allow_root=False)
 
 
+def _check_compressor(cmd: Command, ctx: _Ctx) -> None:
+    """``gzip FILE`` removes FILE (``FILE.gz`` takes its place), unless it writes to stdout or keeps it."""
+    flags = "".join(a[1:] for a in cmd.args if a.startswith("-") and not a.startswith("--"))
+    longs = [a for a in cmd.args if a.startswith("--")]
+    if set(flags) & set("cklt") or any(a.startswith(("--stdout", "--to-stdout", "--keep", "--list", "--test"))
+                                       for a in longs):
+        return
+    if cmd.name in ("zstd", "unzstd") and "--rm" not in longs:
+        return  # zstd keeps its input unless --rm
+    recursive = "r" in flags or "--recursive" in longs
+    for i in range(1, len(cmd.argv)):
+        if not cmd.argv[i].startswith("-") or cmd.dynamic[i]:
+            _check_delete_target(cmd, i, recursive, ctx, allow_root=False)
+
+
 def _check_find(cmd: Command, ctx: _Ctx) -> None:
     args = cmd.args
     deletes = "-delete" in args
@@ -632,12 +778,23 @@ def _check_find(cmd: Command, ctx: _Ctx) -> None:
     if find_roots(cmd.argv)[1]:
         ctx.deny("delete-outside-project", f"`{_shown(cmd.argv)}` follows symlinks while it deletes: a link in the "
                                            "project to a directory outside it would be emptied. Drop -L/-follow.")
-    if "-files0-from" in args:
-        ctx.deny("delete-outside-project", f"`{_shown(cmd.argv)}` deletes under start paths read from a file: name the "
-                                           "directories inside the project on the command line.")
+    if "-files0-from" in args or any(cmd.input[1:]):  # `xargs find -delete`: start paths from stdin
+        ctx.deny("delete-outside-project", f"`{_shown(cmd.argv)}` deletes under start paths read at run time (a file, "
+                                           "stdin): name the directories inside the project on the command line.")
     roots, follow = find_roots(cmd.argv)
-    for i in roots:  # no roots: find searches "."
-        _check_delete_target(cmd, i, True, ctx, allow_root=True, follow=follow)
+    expression = cmd.argv[(roots[-1] + 1) if roots else 1 :]
+    starts: list[int | None] = list(roots) or [None]  # no roots: find searches "."
+    for start in starts:
+        if start is not None:
+            _check_delete_target(cmd, start, True, ctx, allow_root=True, follow=follow)
+        root = cmd.argv[start] if start is not None else "."
+        where = ctx.path(cmd, start) if start is not None else ctx.resolve(".", False, cmd.cd, cmd.cd_unknown)
+        if "-delete" in args and where is not None and ctx.in_project(where) and any(
+                _under(os.path.join(r, ".git"), where) for r in {ctx.project, ctx.project_real}) and \
+                may_reach_git(expression, root):
+            ctx.deny("delete-outside-project", f"`{_shown(cmd.argv)}` can delete the project's .git (the git history "
+                                               "and the loop's checkpoints): add `-name PATTERN` for what you mean, "
+                                               "or `-path ./.git -prune -o ...`.")
 
 
 def _check_destroyers(cmd: Command, ctx: _Ctx) -> None:
@@ -676,14 +833,9 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
     text = cmd.argv[i]
     shown = _shown(cmd.argv)
     glob = cmd.glob[i]
-    base_text = text
-    if glob:
-        kept = []
-        for part in text.split("/"):
-            if any(ch in part for ch in "*?["):
-                break
-            kept.append(part)
-        base_text = "/".join(kept) or ("/" if text.startswith("/") else ".")
+    base_text, pattern = _glob_split(text) if glob else (text, [])
+    # any path under the base, `.git` included (find's `{}`, globstar); `*` matches `.git` too once `dotglob` is on
+    anything = "**" in pattern or (bool(pattern) and fnmatch.fnmatchcase(".git", pattern[0]))
     path = ctx.path(cmd, i, base_text)
     if path is None:
         if i < len(cmd.input) and cmd.input[i]:
@@ -700,24 +852,22 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
                 "project. Delete a literal path inside the project instead.",
             )
         return
-    if ".." in text and ctx.in_project(path):  # `link/../x`: the kernel goes up from the link's target
+    if ctx.in_project(path):  # where the kernel acts: through the symlinks of the directories on the way
         trimmed = base_text.rstrip("/") or "/"
         last = os.path.basename(trimmed)
-        head = trimmed if last in ("..", ".") else (os.path.dirname(trimmed) or ".")
+        whole = glob or follow or text.endswith("/") or last in ("..", ".", "") or trimmed == "/"
+        head = trimmed if whole else (os.path.dirname(trimmed) or ".")
         where = resolve_path(head, ctx.cwd, ctx.home, cmd.dynamic[i], cmd.cd, cmd.cd_unknown, ctx.known,
                              physical=True)
-        if where is not None and last not in ("..", "."):
+        if where is not None and not whole:
             where = os.path.join(where, last)
         if where is not None and not ctx.in_project(where):
-            path = where
-    if ctx.in_project(path) and (follow or text.endswith("/")) and os.path.islink(path.rstrip("/") or "/"):
-        real = os.path.realpath(path)
-        if not ctx.in_project(real) and not ctx.in_temp(real):
-            path = real  # a symlink in the project pointing outside, followed
+            path = where  # `rm lod/x`, `rm -rf lod/*`, `cd lod && rm x`, `link/../x`: a project link leads out
     if ctx.in_project(path):
+        git_dirs = (os.path.join(ctx.project, ".git"), os.path.join(ctx.project_real, ".git"))
         if ctx.is_project_root(path) and not glob and not allow_root:
             ctx.deny("delete-outside-project", f"`{shown}` would delete the whole project: delete only the files you mean.")
-        elif _under(path, os.path.join(ctx.project, ".git")) or _under(path, os.path.join(ctx.project_real, ".git")):
+        elif any(_under(path, g) or (anything and _under(g, path)) for g in git_dirs):
             ctx.deny(
                 "delete-outside-project",
                 f"`{shown}` would destroy the git history and the loop's checkpoints: leave .git alone.",
@@ -779,24 +929,28 @@ def _check_in_place(cmd: Command, ctx: _Ctx) -> None:
         if i < len(cmd.input) and cmd.input[i]:
             _deny_input_target(argv[i], "rewrites", ctx)
         _check_startup_file(argv[i], ctx)
+        if cmd.glob[i]:  # `sed -i ... ~/*`, `find ~ -exec sed -i ... {} +`: every file the pattern matches
+            _check_write(WriteTarget(argv[i], cmd.dynamic[i], True, cmd.cd, cmd.cd_unknown, cmd.name), ctx)
+            continue
         path = ctx.path(cmd, i)
-        if path is not None and not cmd.glob[i]:
+        if path is not None:
             _check_ref_write(path, ctx)
             _check_system_write(path, argv[i], ctx)
             _check_overwrite(path, argv[i], ctx, must_exist=False)
 
 
-def _check_overwrite(path: str, shown: str, ctx: _Ctx, must_exist: bool = True) -> None:
+def _check_overwrite(path: str, shown: str, ctx: _Ctx, must_exist: bool = True, follow: bool = True) -> None:
     """A truncating redirection (``>``) or an in-place edit of a file outside the project changes it for good
     (through a symlink or a link made on the line too); so does writing a project file with other hard links."""
     if "write-system-files" in ctx.denials:
         return
-    for where in ctx.landing(path):
+    for where in ctx.landing(path, follow):
         if ctx.in_project(where) or ctx.in_temp(where, strictly=False) or where in _HARMLESS_DEVICES:
             continue
         if where.startswith(("/dev/", "/proc/")):
             continue
-        if not must_exist or os.path.isfile(where):
+        info = path_stat(where, follow)
+        if not must_exist or (info is not None and not stat.S_ISDIR(info.st_mode)):
             ctx.deny(
                 "delete-outside-project",
                 f"`{shown}` would be overwritten at {where}, outside the project {ctx.project}: change only files "
@@ -810,13 +964,8 @@ def _check_hard_links(path: str, shown: str, ctx: _Ctx) -> None:
     """In direct mode, a file in the project with more than one name is refused: another may be outside."""
     if not ctx.direct:
         return
-    try:
-        info = os.stat(path)
-    except OSError:
-        return
-    import stat
-
-    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+    info = path_stat(path)
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
         ctx.deny(
             "delete-outside-project",
             f"{shown} has {info.st_nlink} hard links: writing it changes the same file under its other names, "
@@ -849,7 +998,11 @@ def _check_permissions(cmd: Command, ctx: _Ctx) -> None:
             return
 
 
-_STARTS = frozenset({"run", "create", "service create", "service update", "pod create", "pod clone", "clone"})
+_STARTS = frozenset({"run", "create", "service create", "service update", "pod create", "pod clone", "clone", "from",
+                     "build", "bud", "buildx build", "image build"})
+"""Subcommands whose options decide what a container (or a build's steps) can reach on the host."""
+_KNOWN_RUNTIMES = frozenset({"runc", "crun", "runsc", "kata", "kata-runtime", "youki", "io.containerd.runc.v2",
+                             "krun", "nvidia"})
 _HOST_NAMESPACES = frozenset({"--pid", "--network", "--net", "--userns", "--ipc", "--uts", "--cgroupns"})
 _ALWAYS_HOST = frozenset({"--cap-add", "--device", "--device-cgroup-rule", "--volumes-from", "--use-api-socket",
                           "--rootfs", "--hooks-dir"})
@@ -869,9 +1022,14 @@ def _check_container(cmd: Command, ctx: _Ctx) -> None:
             key, _, device = value.partition("=")
             if key.strip() == "device" and not _mountable(device, dynamic, cmd, ctx):
                 bad = f"volume create --opt {value}"
-    elif action in ("plugin install", "plugin enable", "plugin upgrade"):
+    elif action in ("plugin install", "plugin enable", "plugin upgrade", "plugin set"):
         bad = action
-    elif action in ("build", "buildx build"):
+    if action in ("build", "buildx build", "bud", "image build"):
+        for value, dynamic in view.values("--build-context"):  # `--build-context name=/`: the build reads it
+            source = value.partition("=")[2]
+            if source and not re.match(r"[a-z0-9+.-]+://|docker-image://|target:", source) and not _mountable(
+                    source, dynamic, cmd, ctx):
+                bad = f"build --build-context {value}"
         for value, _ in view.values("--allow"):
             if "insecure" in value or "host" in value:
                 bad = f"build --allow {value}"
@@ -908,16 +1066,19 @@ def _container_flags(cmd: Command, view: Any, ctx: _Ctx) -> str | None:
             return shown
         if name in _ALWAYS_HOST:
             return shown
+        if name == "--runtime" and (dynamic or value not in _KNOWN_RUNTIMES):  # podman takes a program's path
+            return shown
         if name == "--security-opt" and value.replace(" ", "").lower() not in _SAFE_SECURITY_OPTS:
             return shown
-        if name in ("-v", "--volume", "--mount") and dynamic and ":" not in value and "type=" not in value:
+        if name in ("-v", "--volume", "--mount", "--mount-add") and dynamic and ":" not in value and \
+                "type=" not in value:
             return shown  # the whole mount is only known at run time
         if name in ("-v", "--volume") and ":" in value:
             source = value.split(":", 1)[0]
             if (dynamic or source.startswith(("/", ".", "~", "$")) or "/" in source) and not _mountable(
                     source, dynamic, cmd, ctx):
                 return shown
-        if name == "--mount":
+        if name in ("--mount", "--mount-add"):
             fields = mount_fields(value)
             kind = fields.get("type", "volume")
             source = fields.get("source") or fields.get("src") or ""
@@ -969,10 +1130,10 @@ def _check_secrets(cmd: Command, ctx: _Ctx) -> None:
                 'need (e.g. `echo "$PATH"`).',
             )
         return
-    candidates: list[tuple[str, bool]] = []
+    candidates: list[tuple[str, bool, bool]] = []
     for op, target in cmd.redirects:
         if op.lstrip("0123456789") in ("<", "<>"):
-            candidates.append((target, False))
+            candidates.append((target, False, False))
     if name not in _NOT_READING:
         for i in range(1, len(cmd.argv) - (1 if name in _DEST_LAST else 0)):
             arg = cmd.argv[i]
@@ -982,17 +1143,44 @@ def _check_secrets(cmd: Command, ctx: _Ctx) -> None:
                 arg = arg.split("@", 1)[1]
             elif arg.startswith("-") or (arg.count("=") == 1 and not arg.startswith("/")):
                 arg = arg.split("=", 1)[1]
-            candidates.append((arg, cmd.dynamic[i]))
-    for text, dynamic in candidates:
+            candidates.append((arg, cmd.dynamic[i], cmd.glob[i]))
+    for text, dynamic, glob in candidates:
         path = resolve_path(text, ctx.cwd, ctx.home, dynamic, cmd.cd, cmd.cd_unknown, ctx.known) if text else None
-        if is_secret_path(path or text):
+        places = ctx.landing(path) if path is not None else []  # symlinks, and links made earlier on the line
+        if is_secret_path(path or text) or any(is_secret_path(p) or (glob and _pattern_is_secret(p)) for p in places):
             ctx.deny("read-secrets", _secret_reason(text))
             return
 
 
+_SECRET_NAMES = (".ssh", ".gnupg", ".aws", ".azure", ".kube", ".netrc", ".pgpass", ".git-credentials", ".pypirc",
+                 ".npmrc", ".vault-token", ".docker", ".config", ".bash_history", ".zsh_history", ".sh_history",
+                 ".python_history", ".node_repl_history", ".psql_history", ".mysql_history", ".sqlite_history", ".env",
+                 "shadow", "gshadow", "sudoers")
+"""Names a glob component may stand for in a secret path (``~/.s?h``, ``/etc/sha*``); the other names of secret
+paths (``id_rsa``, ``environ``) are caught where they are written out."""
+
+
+def _pattern_is_secret(path: str) -> bool:
+    """Can the glob pattern ``path`` (``~/.s?h/known_hosts``) match a secret path?  Each pattern component is
+    tried against the names secret paths are made of (bash's rule: a leading ``.`` only matches a ``.``)."""
+    if not any(ch in path for ch in "*?["):
+        return False
+    options: list[list[str]] = []
+    for part in path.split("/"):
+        if not any(ch in part for ch in "*?["):
+            options.append([part])
+            continue
+        matches = [n for n in _SECRET_NAMES if fnmatch.fnmatchcase(n, part) and (n.startswith(".") ==
+                                                                                 part.startswith("."))]
+        options.append(matches or [part])
+    from itertools import islice, product
+
+    return any(is_secret_path("/".join(combo)) for combo in islice(product(*options), 256))
+
+
 def _check_system_write(path: str, shown: str, ctx: _Ctx, follow: bool = True) -> None:
     home = os.path.normpath(ctx.home)
-    for where in ctx.landing(path) if follow else [path]:
+    for where in ctx.landing(path, follow):
         if ctx.in_project(where):
             continue
         dotfile = _under(where, home) and where != home and where[len(home) + 1 :].startswith(".")

@@ -21,7 +21,18 @@ import fnmatch
 import os
 from typing import Any
 
-from ralph.api import Command, Denial, HookEvent, analyze_for, hookimpl, resolve_path
+from ralph.api import (
+    MAX_PATH,
+    BudgetExceeded,
+    Command,
+    Denial,
+    HookEvent,
+    analyze_for,
+    budget_scope,
+    hookimpl,
+    real_path,
+    resolve_path,
+)
 
 RULE = "protected-file"
 EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path", "NotebookEdit": "notebook_path"}
@@ -63,16 +74,16 @@ class _Protected:
             run_dir = os.path.normpath(os.path.join(project, str(loop.run_dir)))
             claude = os.path.join(project, ".claude")
             self._sets = (
-                files | {os.path.realpath(f) for f in files},
-                {run_dir, os.path.realpath(run_dir)},
-                {claude, os.path.realpath(claude)},
+                files | {real_path(f) for f in files},
+                {run_dir, real_path(run_dir)},
+                {claude, real_path(claude)},
             )
         return self._sets
 
     def hit(self, path: str, remove: bool = False, glob: bool = False) -> bool:
         """Does writing (or, with ``remove``, deleting/moving) ``path`` touch a protected file?"""
         files, dirs, claude_dirs = self.protected()
-        for p in {path, os.path.realpath(path)}:
+        for p in {path, real_path(path)}:
             if any(_under(p, d) or (remove and _under(d, p)) for d in dirs):
                 return True
             if any(p == f or (remove and _under(f, p)) for f in files):
@@ -109,22 +120,42 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
     tool = event.tool_name
     if tool in EDIT_TOOLS:
         raw = event.tool_input.get(EDIT_TOOLS[tool])
-        if not isinstance(raw, str) or not raw:
-            return []
-        prot = _Protected(event)
-        path = prot.resolve(raw, False, [], False)
-        return _deny(raw) if path is not None and prot.hit(path) else []
+        if not isinstance(raw, str) or not raw or len(raw) > MAX_PATH:
+            return []  # a longer path names no file the tool could write
+        with budget_scope(CHECK_STEPS):
+            prot = _Protected(event)
+            path = prot.resolve(raw, False, [], False)
+            return _deny(raw) if path is not None and prot.hit(path) else []
     if tool != "Bash":
         return []
     command = event.tool_input.get("command")
     if not isinstance(command, str) or not command.strip():
         return []
+    with budget_scope(CHECK_STEPS):
+        try:
+            return _check_bash(event, command)
+        except BudgetExceeded:
+            if event.loop is not None and event.loop.isolates:
+                return []
+            return [Denial(RULE, "Checking which files this command writes needs more work than the guard does for "
+                                 f"one call ({CHECK_STEPS} steps): split it into smaller commands.")]
+
+
+CHECK_STEPS = 1_500_000
+"""Work units one call's checks may spend (paths resolved and looked up); past them the call is denied in direct
+mode."""
+
+
+def _check_bash(event: HookEvent, command: str) -> list[Denial]:
+    """The protected files a Bash command writes, moves or deletes."""
     prot = _Protected(event)
     analysis = analyze_for(event, command, prot.cwd, os.path.normpath(str(event.project_dir)), prot.home)
     links = _links(prot, analysis.links)
     for write in analysis.writes:
         path = prot.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
-        if path is not None and (prot.hit(path, glob=write.glob) or (path in links and prot.hit(links[path]))):
+        # an `into` write (an archive extracted, a tree copied) may write any name under its directory
+        if path is not None and (prot.hit(path, remove=write.into, glob=write.glob) or (
+                path in links and prot.hit(links[path]))):
             return _deny(write.path)
     for cmd in analysis.simple:
         if any(w.startswith("find ") for w in cmd.wrappers):

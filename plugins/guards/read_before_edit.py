@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ralph.api import Denial, HookEvent, hookimpl
+from ralph.api import MAX_PATH, Denial, HookEvent, budget_scope, hookimpl, real_path
 
 SESSION_KEY = "files_read"
 RULE = "read-before-edit"
@@ -23,10 +23,15 @@ MAX_ENTRIES = 5000
 
 
 def resolve(event: HookEvent, raw: str) -> str:
-    """``raw`` as an absolute path with symlinks resolved (relative to the tool call's cwd)."""
+    """``raw`` as an absolute path with symlinks resolved (relative to the tool call's cwd); a path longer than
+    the kernel takes (it names no file) is kept as it is, so the work per call stays bounded."""
     cwd = event.payload.get("cwd")
     base = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else str(event.project_dir)
-    return os.path.realpath(os.path.join(base, os.path.expanduser(raw)))
+    joined = os.path.join(base, os.path.expanduser(raw))
+    if len(joined) > MAX_PATH:
+        return joined
+    with budget_scope(MAX_PATH * 64):
+        return real_path(joined)
 
 
 def _known(event: HookEvent) -> list[str]:
@@ -50,7 +55,7 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
         return []
     path = resolve(event, raw)
     known = _known(event)
-    if tool in READ_TOOLS or not os.path.exists(path) or path in known:
+    if tool in READ_TOOLS or len(path) > MAX_PATH or not os.path.exists(path) or path in known:
         _remember(event, path, known)
         return []
     return [

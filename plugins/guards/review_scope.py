@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ralph.api import Denial, HookEvent, hookimpl
+from ralph.api import MAX_PATH, budget_scope, real_path, Denial, HookEvent, hookimpl
 
 RULE = "review-scope"
 EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path", "NotebookEdit": "notebook_path"}
@@ -29,10 +29,12 @@ def ralph_pre_tool_use(event: HookEvent) -> list[Denial]:
         return []
     cwd = event.payload.get("cwd")
     base = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else str(event.project_dir)
-    path = os.path.realpath(os.path.join(base, os.path.expanduser(raw)))
-    ralph_dir = os.path.realpath(os.path.join(str(event.project_dir), str(loop.ralph_dir)))
-    if path.startswith(ralph_dir.rstrip(os.sep) + os.sep):
-        return []
+    if len(raw) <= MAX_PATH:  # a longer path names no file the tool could write: denied below
+        with budget_scope(MAX_PATH * 64):
+            path = real_path(os.path.join(base, os.path.expanduser(raw)))
+            ralph_dir = real_path(os.path.join(str(event.project_dir), str(loop.ralph_dir)))
+        if path.startswith(ralph_dir.rstrip(os.sep) + os.sep):
+            return []
     return [
         Denial(
             RULE,

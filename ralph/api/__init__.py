@@ -61,7 +61,7 @@ from ralph.contracts import (
 from ralph.errors import ConfigError, PluginError, RalphError, TaskListError, UnavailableError, UsageError
 from ralph.events import EventKind
 from ralph.plugin.manager import API_VERSION, Registry
-from ralph.ralphfiles import find_project, progress_log, story_id_problem
+from ralph.ralphfiles import progress_log, story_id_problem
 from ralph.settings import Settings, section_or_default
 from ralph.wording import counted
 
@@ -91,7 +91,12 @@ if TYPE_CHECKING:
         basename,
         resolve_path,
     )
+    from ralph.shell.budget import BudgetExceeded
+    from ralph.shell.budget import active as active_budget
+    from ralph.shell.budget import scope as budget_scope
     from ralph.shell.containers import CONTAINER_CLIS, mount_fields, read_container
+    from ralph.shell.findexpr import may_reach_git
+    from ralph.shell.paths import MAX_PATH, path_stat, real_path
     from ralph.shell.git import GitView, parse_git, short_flag
     from ralph.shell.git import view as git_view
     from ralph.shell.progutil import fetches, has_long
@@ -178,7 +183,6 @@ __all__ = [
     "parse_tasks",
     "patch_json_text",
     "progress_log",
-    "find_project",
     "ready_stories",
     "render_run_report",
     "render_run_summary",
@@ -202,6 +206,12 @@ __all__ = [
     "analyze_for",
     "basename",
     "resolve_path",
+    "BudgetExceeded",
+    "active_budget",
+    "budget_scope",
+    "MAX_PATH",
+    "path_stat",
+    "real_path",
     "GitView",
     "parse_git",
     "short_flag",
@@ -209,6 +219,7 @@ __all__ = [
     "fetches",
     "has_long",
     "find_roots",
+    "may_reach_git",
     "CONTAINER_CLIS",
     "mount_fields",
     "read_container",
@@ -267,6 +278,12 @@ _LAZY = {
     "analyze_for": "ralph.shell",
     "basename": "ralph.shell",
     "resolve_path": "ralph.shell",
+    "BudgetExceeded": "ralph.shell.budget",
+    "budget_scope": "ralph.shell.budget:scope",
+    "active_budget": "ralph.shell.budget:active",
+    "MAX_PATH": "ralph.shell.paths",
+    "path_stat": "ralph.shell.paths",
+    "real_path": "ralph.shell.paths",
     "GitView": "ralph.shell.git",
     "git_view": "ralph.shell.git:view",
     "parse_git": "ralph.shell.git",
@@ -274,6 +291,7 @@ _LAZY = {
     "fetches": "ralph.shell.progutil",
     "has_long": "ralph.shell.progutil",
     "find_roots": "ralph.shell.tools",
+    "may_reach_git": "ralph.shell.findexpr",
     "CONTAINER_CLIS": "ralph.shell.containers",
     "mount_fields": "ralph.shell.containers",
     "read_container": "ralph.shell.containers",

@@ -26,7 +26,7 @@ see through symlinks to programs that already exist.  ``home`` expands ``~``.
   ``timeout``, ``xargs`` or ``find -exec`` stripped; code run by ``bash -c``,
   ``eval``, ``$(...)``, functions, git aliases ... included); ``commands`` is
   the same as argv lists;
-- ``writes``: files written by redirections and ``tee``;
+- ``writes``: files written (redirections, ``tee``, copies, downloads, extractions: :class:`WriteTarget`);
 - ``opaque``: :class:`Opaque` findings (what cannot be checked, and how to
   write it plainly);
 - ``unparseable``: a syntax error (bash would reject it, or the grammar does);
@@ -125,7 +125,8 @@ class Command:
 
 @dataclass
 class WriteTarget:
-    """A file a command line writes through a redirection or ``tee``."""
+    """A file a command line writes: a redirection, ``tee``, the destination of ``cp``/``mv``/``rsync``, an
+    archive's extraction directory, a download's ``-o`` file ..."""
 
     path: str
     dynamic: bool
@@ -141,6 +142,15 @@ class WriteTarget:
     """For a link: a symbolic one (its ``source`` is relative to the link's directory)."""
     input: bool = False
     """The path is data read at run time (a ``read`` variable, ``$(...)`` output): it can be any file."""
+    into: bool = False
+    """The path is a directory and the command writes files of any name under it, at any depth (an archive
+    extracted there, a directory's contents copied there, ``find DIR -exec sed -i``): which ones is decided by
+    data the guard does not read."""
+    follow: bool = True
+    """The write goes through a symlink at ``path`` (``cp``, ``>``); False when the command replaces the name
+    itself (``mv``, ``ln -f``)."""
+    skips_git: bool = False
+    """With ``into``: the program never writes a ``.git`` under ``path`` (git's own work-tree writes)."""
 
 
 @dataclass(frozen=True)
@@ -271,14 +281,28 @@ def resolve_path(
     to values; ``cd`` are the ``cd`` targets seen earlier on the line.  Any
     other run-time part -> None.
     """
+    from ralph.shell.budget import active
+
     if cd_unknown and not (text.startswith("/") or text.startswith("~")):
         return None
     base = cwd
-    for step in cd or []:
-        nxt = resolve_path(step, base, home, step.startswith("$"), None, False, known)  # logical, like `cd`
-        if nxt is None:
+    if cd:
+        memo = active().memo  # every path after the same `cd` steps starts in the same place: found once
+        key = ("cd", cwd, home, tuple(cd), tuple(sorted(known.items())) if known else ())
+        if key in memo:
+            base = memo[key]
+        else:
+            for step in cd:
+                nxt = resolve_path(step, base, home, step.startswith("$"), None, False, known)  # logical, like `cd`
+                if nxt is None:
+                    break
+                base = nxt
+            else:
+                nxt = base
+            memo[key] = base if nxt is not None else None
+            base = memo[key]
+        if base is None:
             return None
-        base = nxt
     if dynamic:
         m = _VAR.match(text)
         values = {"HOME": home, "PWD": base, **(known or {})}
@@ -296,6 +320,9 @@ def resolve_path(
         text = os.path.join(os.path.dirname(os.path.normpath(home)) or "/", user, rest)
     if not text:
         return None
+    active().spend(len(text) + len(base))
     if physical:
-        return os.path.realpath(os.path.join(base, text))
+        from ralph.shell.paths import real_path
+
+        return real_path(os.path.join(base, text))
     return os.path.normpath(os.path.join(base, text))

@@ -13,6 +13,8 @@ on a fast machine and a loaded one.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 MAX_STEPS = 1_500_000
 """Work units one analysis may spend: about 0.2 s of CPU at the most (``benchmarks/hook_latency.py``
@@ -30,11 +32,14 @@ class BudgetExceeded(Exception):
 class Budget:
     """The work units one analysis has spent, and its limit."""
 
-    __slots__ = ("limit", "steps")
+    __slots__ = ("limit", "steps", "memo")
 
     def __init__(self, limit: int = MAX_STEPS) -> None:
         self.limit = limit
         self.steps = 0
+        self.memo: dict[Any, Any] = {}
+        """Results of file-system lookups made under this budget (:mod:`ralph.shell.paths`): one hook call
+        looks a path up once."""
 
     def spend(self, units: int) -> None:
         """Count ``units`` of work; past the limit, raise :class:`BudgetExceeded`."""
@@ -47,10 +52,11 @@ _active = threading.local()
 
 
 def active() -> Budget:
-    """The budget of the analysis running in this thread (helpers that decode or traverse syntax spend
-    from it without being handed it); an unlimited one outside an analysis."""
+    """The budget of the analysis (or guard check) running in this thread: helpers that decode or traverse
+    syntax or look paths up spend from it without being handed it.  Outside one, a fresh unlimited budget
+    (nothing is remembered from one call to the next)."""
     budget = getattr(_active, "budget", None)
-    return budget if budget is not None else _UNLIMITED
+    return budget if budget is not None else Budget(limit=_UNLIMITED)
 
 
 def activate(budget: Budget | None) -> Budget | None:
@@ -60,4 +66,16 @@ def activate(budget: Budget | None) -> Budget | None:
     return previous
 
 
-_UNLIMITED = Budget(limit=1 << 62)
+@contextmanager
+def scope(limit: int) -> Iterator[Budget]:
+    """A budget of ``limit`` units, active in this thread for the ``with`` block (the one it replaces comes
+    back after).  A guard opens one around its checks so that its own path work is bounded too."""
+    budget = Budget(limit)
+    previous = activate(budget)
+    try:
+        yield budget
+    finally:
+        activate(previous)
+
+
+_UNLIMITED = 1 << 62

@@ -20,8 +20,18 @@ from dataclasses import dataclass, field
 
 from ralph.shell.walker import Call, Walker
 
-CONTAINER_CLIS = frozenset({"docker", "podman", "nerdctl"})
-"""CLIs that start containers and take docker's options."""
+CONTAINER_CLIS = frozenset({"docker", "podman", "nerdctl", "finch", "buildah"})
+"""CLIs that start containers and take docker's options (buildah's ``run``/``from`` take its mount options)."""
+OTHER_RUNTIMES = frozenset(
+    {"ctr", "crictl", "runc", "crun", "runsc", "youki", "lxc", "lxc-execute", "lxc-start", "lxc-attach", "lxc-create",
+     "incus", "systemd-nspawn", "apptainer", "singularity", "kubectl", "oc", "minikube", "kind", "k3d", "k3s",
+     "microk8s", "lima", "limactl", "colima", "vagrant", "virsh", "virt-install", "qemu-system-x86_64",
+     "qemu-system-aarch64", "qemu-kvm", "firecracker", "multipass", "toolbox", "distrobox", "distrobox-create",
+     "containerd", "dockerd", "machinectl", "charliecloud", "ch-run", "udocker"})
+"""Other container and VM runners: what they mount, share or run is not modelled (opaque in direct mode, except
+the read-only commands of ``kubectl``/``oc``)."""
+_KUBECTL_READS = frozenset({"get", "describe", "logs", "explain", "version", "api-resources", "api-versions",
+                            "cluster-info", "top", "config", "diff", "events", "wait", "auth"})
 COMPOSE_CLIS = frozenset({"docker-compose", "podman-compose", "nerdctl-compose"})
 
 _MANAGEMENT = frozenset({"container", "image", "volume", "network", "service", "stack", "compose", "buildx",
@@ -33,8 +43,8 @@ _GLOBAL_VALUES = frozenset({"-H", "--host", "-c", "--context", "-l", "--log-leve
 """Global options that take a value and change nothing a container can reach."""
 _GLOBAL_FLAGS = frozenset({"-D", "--debug", "--tls", "--tlsverify", "--remote", "-r", "--help", "-h", "--version",
                            "-v"})
-_SHORT_VALUES = {"run": "acehlmpuvw", "create": "acehlmpuvw", "build": "fot", "volume create": "do",
-                 "service create": "elpuw", "pod create": "lp"}
+_SHORT_VALUES = {"run": "acehlmpuvw", "create": "acehlmpuvw", "build": "fotv", "bud": "fotv", "from": "v",
+                 "volume create": "do", "service create": "elpuw", "pod create": "lp"}
 """Per subcommand, its short options that take a value (``-v``, ``-e``, ``-p`` ...); the others are flags."""
 _LONG_VALUES = frozenset(
     """--add-host --annotation --attach --blkio-weight --blkio-weight-device --cap-add --cap-drop --cgroup-parent
@@ -52,7 +62,9 @@ _LONG_VALUES = frozenset(
     --cache-from --cache-to --progress --ssh --arch --os --variant --uidmap --gidmap --subuidname --subgidname
     --chrootdirs --init-path --seccomp-policy --personality --preserve-fds --sdnotify --timeout --requires
     --infra-command --infra-image --share --cgroups --conmon-pidfile --pidfile --image-volume --decryption-key
-    --passwd-entry --group-entry --umask --mode --replicas --constraint --config --network-alias""".split()
+    --passwd-entry --group-entry --umask --mode --replicas --constraint --config --network-alias --mount-add
+    --mount-rm --cap-drop --network-add --network-rm --host-add --generic-resource-add --env-add --label-add
+    --publish-add --dns-add --group-add --build-context --runtime-flag""".split()
 )
 """Long options that take a value (as the next word when not given with ``=``)."""
 
@@ -152,6 +164,8 @@ def mount_fields(value: str) -> dict[str, str]:
         if key in ("volume-opt", "opt"):  # `volume-opt=device=/`: keep each option as its own field
             sub, _, subval = val.partition("=")
             fields[f"volume-opt:{sub.strip().lower()}"] = subval
+        elif key == "type":  # the CLIs lower-case the type (`type=BIND` is a bind mount)
+            fields[key] = val.strip().lower()
         else:
             fields[key] = val if eq else "true"
     return fields
@@ -168,7 +182,52 @@ _OPAQUE_ACTIONS = {
     "attach": "attaches to a container the loop did not start",
     "debug": "runs a shell in a container the loop did not start",
     "machine ssh": "runs a command in a virtual machine",
+    "start": "starts a container the loop did not create, with whatever mounts and privileges it was given",
+    "restart": "starts a container the loop did not create, with whatever mounts and privileges it was given",
+    "unpause": "resumes a container the loop did not start",
+    "context": "switches the engine the CLI talks to (another host's, a root one)",
+    "login": "stores registry credentials in the user's configuration",
+    "app": "runs a plugin that reads an application file the agent may have written",
 }
+KNOWN_SUBCOMMANDS = frozenset(
+    """attach build builder buildx checkpoint commit compose config container context cp create diff events exec
+    export history image images import info inspect kill load login logout logs manifest network node pause plugin
+    port ps pull push rename restart rm rmi run save search secret service stack start stats stop swarm system tag
+    top trust unpause update version volume wait init scout sbom debug pod kube machine generate play healthcheck
+    mount umount unmount unshare untag auto-update farm artifact from bud commit containers copy add config
+    rename mkcm manifest source namespace ipfs apparmor builder compose events login""".split())
+"""Subcommands of the container CLIs the analysis reads (any other is a plugin program: opaque)."""
+
+
+_COMPOSE_READS = frozenset({"ps", "logs", "ls", "config", "images", "top", "version", "port", "events"})
+"""Compose subcommands that start, build or change nothing (they read the file to find the project)."""
+_COMPOSE_GLOBAL_VALUES = frozenset({"-f", "--file", "-p", "--project-name", "--project-directory", "--env-file",
+                                    "--profile", "--ansi", "--parallel", "--progress"})
+
+
+def _compose_reads(args: list[str], dynamic: list[bool]) -> bool:
+    """Is this compose command line (after ``compose``) one that only reads (``ps``, ``logs`` ...)?"""
+    i = 0
+    while i < len(args) and args[i].startswith("-") and not dynamic[i]:
+        i += 1 if "=" in args[i] or args[i] not in _COMPOSE_GLOBAL_VALUES else 2
+    return i < len(args) and not dynamic[i] and args[i] in _COMPOSE_READS
+
+
+def other_runtime(w: Walker, call: Call) -> None:
+    """``ctr``, ``kubectl``, ``apptainer``, ``lxc``, ``systemd-nspawn``, VMs ...: opaque (read-only kubectl aside)."""
+    from ralph.shell.progutil import emit
+
+    emit(w, call)
+    name = call.name
+    words = [x.text for x in call.words[1:]]
+    if name in ("kubectl", "oc"):
+        sub = next((x for x in words if not x.startswith("-")), "")
+        if sub in _KUBECTL_READS and not (sub == "config" and any(x in words for x in ("set", "set-context",
+                                                                                       "use-context", "set-cluster",
+                                                                                       "set-credentials"))):
+            return
+    w.opaque(f"`{name}` runs containers, pods or machines with mounts and privileges the guard does not model",
+             "use docker or podman with literal options, or leave it to the user")
 
 
 def container_program(w: Walker, call: Call) -> None:
@@ -179,8 +238,9 @@ def container_program(w: Walker, call: Call) -> None:
     cmd = call.cmd
     name = cmd.name
     if name in COMPOSE_CLIS:
-        w.opaque(f"`{name}` reads a compose file the agent may have written",
-                 "start containers with `docker run` and literal options")
+        if not _compose_reads(cmd.argv[1:], cmd.dynamic[1:]):
+            w.opaque(f"`{name}` reads a compose file the agent may have written",
+                     "start containers with `docker run` and literal options")
         return
     view = read_container(cmd.argv, cmd.dynamic)
     if view.global_options:
@@ -193,9 +253,18 @@ def container_program(w: Walker, call: Call) -> None:
     if action in ("run", "create") and any(dynamic for _, dynamic in view.operands):
         w.opaque(f"`{name} {action}` with a word only known at run time (it could be any option: a mount, "
                  "--privileged)", "write the image and the options literally")
-    if action == "unshare":  # `podman unshare CMD`: CMD runs here, as you
+    if action == "unshare":  # `podman unshare CMD`, `buildah unshare CMD`: CMD runs here, as you
         at = next((k for k, word in enumerate(call.words) if word.text == "unshare" and k > 0), len(call.words))
         inner(w, call, at + 1)
+    if view.sub and view.sub[0] not in KNOWN_SUBCOMMANDS and not view.sub[0].startswith("-"):
+        w.opaque(f"`{name} {view.sub[0]}` is not a {name} command the guard knows (a CLI plugin runs a program of "
+                 "its own)", f"use the {name} commands the guard reads (run, build, ps ...)")
     why = _OPAQUE_ACTIONS.get(action) or _OPAQUE_ACTIONS.get(view.sub[0] if view.sub else "")
+    if action in ("context ls", "context list", "context inspect", "context show"):
+        why = None
+    if view.sub[:1] == ["compose"]:
+        at = next((k for k, word in enumerate(call.words) if k and word.text == "compose"), len(call.words))
+        if _compose_reads(cmd.argv[at + 1 :], cmd.dynamic[at + 1 :]):
+            why = None
     if why:
         w.opaque(f"`{name} {action}` {why}", "run the commands in the project directly")

@@ -81,6 +81,10 @@ class GitView:
     shell_aliases: list[str] = field(default_factory=list)
     """Shell code of ``!`` aliases, with the arguments git appends."""
     unknown_global: str | None = None
+    work_tree: str | None = None
+    """``--work-tree`` (the last one given)."""
+    git_dir: str | None = None
+    """``--git-dir`` (the last one given)."""
 
 
 def normalise_key(key: str) -> str:
@@ -100,6 +104,8 @@ def view(argv: list[str], env: dict[str, Any] | None = None) -> GitView:
     dirs: list[str] = []
     config_env = False
     unknown: str | None = None
+    work_tree: str | None = None
+    git_dir: str | None = None
     i = 1
     while i < len(argv):
         a = argv[i]
@@ -118,6 +124,10 @@ def view(argv: list[str], env: dict[str, Any] | None = None) -> GitView:
                 configs[normalise_key(k)] = known if isinstance(known, str) else None
             elif opt == "-C":
                 dirs.append(value)
+            elif opt == "--work-tree":
+                work_tree = value
+            elif opt == "--git-dir":
+                git_dir = value
             continue
         if a.startswith("--exec-path="):
             unknown = a
@@ -133,7 +143,8 @@ def view(argv: list[str], env: dict[str, Any] | None = None) -> GitView:
         break
     sub = argv[i] if i < len(argv) else ""
     args = argv[i + 1 :]
-    result = GitView(sub, args, configs, dirs, config_env, unknown_global=unknown)
+    result = GitView(sub, args, configs, dirs, config_env, unknown_global=unknown, work_tree=work_tree,
+                     git_dir=git_dir)
     _expand_aliases(result)
     return result
 
@@ -187,19 +198,67 @@ def short_flag(args: list[str], letters: str, stop: str = "") -> str | None:
     return None
 
 
-def _config_write(args: list[str]) -> tuple[str, str | None] | None:
-    """``git config [opts] KEY VALUE`` / ``git config set KEY VALUE``: (key, value) of a write."""
-    ops = [a for a in args if not a.startswith("-")]
-    if ops and ops[0] in ("set", "unset", "get", "list", "edit", "rename-section", "remove-section"):
-        if ops[0] != "set":
-            return None
-        ops = ops[1:]
-    if any(a in ("--get", "--get-all", "--get-regexp", "--list", "-l", "--unset", "--unset-all", "-e", "--edit",
-                 "--get-urlmatch", "--show-origin", "--name-only") for a in args):
-        return None
-    if len(ops) >= 2:
-        return normalise_key(ops[0]), ops[1]
-    return None
+_CONFIG_VALUES = frozenset({"-f", "--file", "--blob", "--type", "--default", "--comment", "--value", "--url"})
+_CONFIG_READS = frozenset({"--get", "--get-all", "--get-regexp", "--list", "-l", "--get-urlmatch", "--get-color",
+                           "--get-colorbool", "--show-origin", "--name-only", "--show-scope"})
+_CONFIG_ACTIONS = frozenset({"set", "unset", "get", "list", "edit", "rename-section", "remove-section"})
+
+
+@dataclass
+class ConfigCall:
+    """A ``git config`` command line, read: what it does, to which file, with which key."""
+
+    action: str
+    """``set`` (also ``--add``/``--replace-all``), ``unset``, ``edit``, ``rename-section``, ``remove-section``,
+    ``get`` (every read)."""
+    file: str | None
+    """``-f``/``--file`` (None: the repository's, or ``--global``/``--system``)."""
+    key: str | None
+    value: str | None
+    scope: str | None = None
+    """``global``, ``system``, ``local``, ``worktree`` when given."""
+
+
+def config_call(args: list[str]) -> ConfigCall:
+    """Read ``git config ARGS`` the way git does (options with values, the classic and the subcommand forms)."""
+    action: str = ""
+    file: str | None = None
+    scope: str | None = None
+    ops: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        key, eq, inline = a.partition("=")
+        if a.startswith("-") and (key if eq else a) in _CONFIG_VALUES:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if (key if eq else a) in ("-f", "--file"):
+                file = value
+            i += 1 if eq else 2
+            continue
+        if a.startswith("-f") and not a.startswith("--") and len(a) > 2:
+            file = a[2:]
+        elif a in _CONFIG_READS:
+            action = action or "get"
+        elif a in ("--unset", "--unset-all"):
+            action = "unset"
+        elif a in ("-e", "--edit"):
+            action = "edit"
+        elif a in ("--rename-section", "--remove-section"):
+            action = a[2:]
+        elif a in ("--add", "--replace-all"):
+            action = action or "set"
+        elif a in ("--global", "--system", "--local", "--worktree"):
+            scope = a[2:]
+        elif not a.startswith("-"):
+            ops.append(a)
+        i += 1
+    if not action and ops and ops[0] in _CONFIG_ACTIONS:
+        action, ops = ops[0], ops[1:]
+    if not action:
+        action = "set" if len(ops) >= 2 else "get"
+    name = normalise_key(ops[0]) if ops else None
+    given = ops[1] if len(ops) > 1 else None
+    return ConfigCall(action, file, name, given, scope)
 
 
 def inspect(w: Any, call: Any) -> None:
@@ -228,6 +287,76 @@ def inspect(w: Any, call: Any) -> None:
     if handler is not None:
         handler(w, call, v.args)
     _transport_programs(w, sub, v.args)
+    _tree_writes(w, call, v)
+
+
+def _word(call: Any, text: str) -> Any:
+    """The word of ``call`` spelled ``text`` (its run-time flags), or a plain word."""
+    from ralph.shell.walker import Word
+
+    for word in call.words:
+        if word.text == text or word.text.endswith("=" + text):
+            return word if word.text == text else Word(text, word.dynamic, word.glob, input=word.input)
+    return Word(text)
+
+
+_WRITES_TREE = frozenset({"checkout", "restore", "switch", "merge", "pull", "rebase", "cherry-pick", "revert", "stash",
+                          "am", "apply", "read-tree", "checkout-index", "sparse-checkout", "bisect", "lfs", "reset",
+                          "submodule", "mv", "rm", "clean"})
+"""Subcommands that write (or delete) files of the work tree."""
+
+
+def _tree_writes(w: Any, call: Any, v: GitView) -> None:
+    """Files git writes outside ``.git``: a work tree given with ``--work-tree``/``GIT_WORK_TREE``/``-C``, the
+    directory of ``clone``/``init``/``worktree add``, ``-o``/``--output`` files."""
+    import os
+
+    from ralph.shell.writes import add_write
+
+    sub, args = v.sub, v.args
+    base = ""
+    for d in v.dirs:
+        base = d if d.startswith(("/", "~", "$")) else os.path.join(base, d) if base else d
+    env = {**call.st.vars, **call.env}
+    tree = v.work_tree or (env.get("GIT_WORK_TREE") if "GIT_WORK_TREE" in env else None)
+    if "GIT_WORK_TREE" in env and not isinstance(env.get("GIT_WORK_TREE"), str) and not v.work_tree:
+        w.opaque("`GIT_WORK_TREE` is only known at run time: git writes files there",
+                 "run git in the project's own work tree")
+    if sub in _WRITES_TREE and not (sub == "apply" and any(a in ("--cached", "--check", "--stat", "--numstat",
+                                                                 "--summary") for a in args)):
+        where = None
+        if isinstance(tree, str):
+            where = tree if tree.startswith(("/", "~", "$")) or not base else os.path.join(base, tree)
+        elif base:
+            where = base
+        if where is not None:
+            add_write(w, call, _word(call, where), into=True, skips_git=True, via=f"git {sub}")
+        prefix = next((a.split("=", 1)[1] for a in args if a.startswith("--prefix=")), None)
+        if sub == "checkout-index" and prefix:
+            add_write(w, call, _word(call, prefix), into=True, skips_git=True, via="git checkout-index --prefix")
+    operands = [a for a in args if not a.startswith("-")]
+    if sub == "clone" and len(operands) >= 2:
+        add_write(w, call, _word(call, operands[1]), into=True, skips_git=True, via="git clone")
+    elif sub == "init":  # DIR/.git, or .git where git runs
+        where = operands[0] if operands else (base or ".")
+        add_write(w, call, _word(call, where.rstrip("/") + "/.git" if not v.git_dir else where), into=True,
+                  skips_git=True, via="git init")
+    if sub == "apply":
+        for k, a in enumerate(args):
+            directory = a.split("=", 1)[1] if a.startswith("--directory=") else (
+                args[k + 1] if a == "--directory" and k + 1 < len(args) else None)
+            if directory is not None:
+                add_write(w, call, _word(call, directory), into=True, via="git apply --directory")
+    elif sub == "worktree" and operands[:1] == ["add"] and len(operands) >= 2:
+        add_write(w, call, _word(call, operands[1]), into=True, skips_git=True, via="git worktree add")
+    for k, a in enumerate(args):
+        if a in ("-o", "--output", "--output-directory") and k + 1 < len(args) and sub in ("archive", "format-patch",
+                                                                                            "diff", "log", "show"):
+            add_write(w, call, _word(call, args[k + 1]), into=sub == "format-patch", via=f"git {sub} {a}")
+        elif a.startswith(("--output=", "--output-directory=")):
+            add_write(w, call, _word(call, a.split("=", 1)[1]), into=sub == "format-patch", via=f"git {sub}")
+    if sub == "bundle" and operands[:1] == ["create"] and len(operands) > 1:
+        add_write(w, call, _word(call, operands[1]), via="git bundle create")
 
 
 def _flow(call: Any, reads_output: bool = False) -> Any:
@@ -329,10 +458,20 @@ def _clone(w: Any, call: Any, args: list[str]) -> None:
 def _config(w: Any, call: Any, args: list[str]) -> None:
     from ralph.shell.walker import Word
 
-    write = _config_write(args)
-    if write is None:
+    read = config_call(args)
+    if read.action == "edit":
+        w.opaque("`git config --edit` lets an editor rewrite git's configuration (push URLs and programs "
+                 "included)", "set single keys with `git config KEY VALUE`")
+        w.push_block("`git config --edit` can give a remote a push URL")
+    if read.action != "get" and (read.file is not None or read.scope in ("global", "system")):
+        from ralph.shell.writes import add_write
+
+        where = _word(call, read.file) if read.file is not None else Word(
+            "~/.gitconfig" if read.scope == "global" else "/etc/gitconfig")
+        add_write(w, call, where, truncates=False, via=f"git config --{read.scope or 'file'}")
+    if read.action != "set" or read.key is None:
         return
-    key, value = write
+    key, value = read.key, read.value
     if PUSH_URL_KEYS.match(key):
         w.push_block(f"`git config {key}` decides where later pushes go")
     if _CODE_KEYS.match(key) and key != "core.hookspath":

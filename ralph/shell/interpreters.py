@@ -49,9 +49,10 @@ def _shell(w: Walker, call: Call) -> None:
         break
     operands = words[i:]
     if code_mode:
-        if operands and not operands[0].dynamic:  # `sh -c CODE NAME ARGS...`: ARGS are its $1, $@ ...
+        if operands and not operands[0].dynamic:  # `sh -c CODE NAME ARGS...`: NAME is its $0, ARGS $1, $@ ...
             st = call.st.copy()
             st.positional = list(operands[2:])
+            st.zero = operands[1] if len(operands) > 1 else None
             w.code(operands[0].text, st, call.flow, f"`{name} -c`")
         elif operands:
             run_code(w, call, operands[0], f"`{name} -c`")
@@ -109,6 +110,12 @@ def _interpreter(w: Walker, call: Call) -> None:
         opts, i = _perl_opts(words, start)
     else:
         opts, i = getopts(words, start, values | code_opts | module_opts)
+    module = next((opts[o] for o in module_opts if opts.get(o) is not None), None)
+    if module is not None and module.text in ("venv", "virtualenv"):  # `python -m venv DIR`: a tree in DIR
+        from ralph.shell.writes import add_write
+
+        for target in [x for x in call.words[i:] if not x.text.startswith("-")][:1]:
+            add_write(w, call, target, into=True)
     if any(o in opts for o in code_opts) or any(o in opts for o in module_opts):
         return
     if family == "php" and opts.get("-f") is not None:
@@ -169,11 +176,27 @@ def _perl_opts(words: list[Word], start: int) -> tuple[dict[str, Word | None], i
     return opts, i
 
 
+_EDITOR_VALUES = frozenset({"-c", "--cmd", "-S", "-u", "-U", "-i", "-T", "-w", "-W", "-s", "-t", "-q", "-r", "-l",
+                            "--load", "--eval", "-f", "--funcall", "-L", "--directory", "--script", "-x"})
+
+
 def _editor(w: Walker, call: Call) -> None:
-    """Editors run their own commands (``vim -c '!cmd'``, ``emacs --eval``) and read them from stdin in ex mode."""
+    """Editors run their own commands (``vim -c '!cmd'``, ``emacs --eval``) and read them from stdin in ex mode;
+    the files they are given may be written (``vim -es FILE``, ``+wq``)."""
+    from ralph.shell.writes import add_write
+
     emit(w, call)
+    skip = False
+    for word in call.words[1:]:
+        if skip:
+            skip = False
+        elif word.text in _EDITOR_VALUES:
+            skip = True
+        elif word.dynamic or not word.text.startswith(("-", "+")):
+            add_write(w, call, word)
     args = [x.text for x in call.words[1:]]
     if any(a in ("-c", "--cmd", "-S", "--eval", "-l", "--load", "-x", "--script") or a.startswith(("+", "--eval="))
+           or (call.name != "emacs" and a.startswith("-") and not a.startswith("--") and ("c" in a or "S" in a))
            for a in args):
         w.opaque(f"`{call.name}` with startup commands can run shell commands",
                  "edit files with the Edit tool or sed, and run commands directly")
@@ -181,7 +204,42 @@ def _editor(w: Walker, call: Call) -> None:
         w.stdin_program(call.name, call.flow, call.st, shell=False)
 
 
+_ED_WRITE = re.compile(r"^[^A-Za-z!]*(?:wq?|W)\s+(?!!)(\S.*)$")
+
+
+def _ed(w: Walker, call: Call) -> None:
+    """``ed``/``red``/``ex FILE...``: the files are rewritten in place; their command language (stdin, ``ex -c``)
+    runs shell commands after ``!`` and writes the files ``w NAME`` names."""
+    from ralph.shell.writes import add_write
+
+    if call.name == "ex":
+        _editor(w, call)
+    else:
+        emit(w, call)
+    opts, i = getopts(call.words, 1, {"-p"} if call.name != "ex" else {"-c", "-S", "--cmd", "-u", "-i", "-T", "-w",
+                                                                          "-W", "-t", "-q", "-r"})
+    for word in call.words[i:]:
+        if not word.text.startswith(("-", "+")) or word.dynamic:
+            add_write(w, call, word)
+    stdin = call.flow.stdin
+    if stdin is not None and stdin[0] == "text":
+        for line in stdin[1].splitlines():
+            if "!" in line:
+                w.opaque(f"`{call.name}` runs a shell command (`!`) from its commands", "run the command directly")
+                w.code(line.split("!", 1)[1], call.st.copy(), call.flow, f"`{call.name} !`")
+            m = _ED_WRITE.match(line)
+            if m:
+                add_write(w, call, Word(m.group(1).strip()))
+    elif stdin is not None and stdin[0] == "file":
+        w.result.scripts.append(stdin[1])
+    else:
+        w.stdin_program(call.name, call.flow, call.st, shell=False)
+
+
 INTERPRETER_HANDLERS: dict[str, Handler] = {
+    "ed": _ed,
+    "red": _ed,
+    "ex": _ed,
     "vi": lambda w, call: _editor(w, call),
     "vim": lambda w, call: _editor(w, call),
     "nvim": lambda w, call: _editor(w, call),

@@ -11,7 +11,7 @@ is an ordinary command.
 
 from __future__ import annotations
 
-from ralph.shell.containers import COMPOSE_CLIS, CONTAINER_CLIS, container_program
+from ralph.shell.containers import COMPOSE_CLIS, CONTAINER_CLIS, OTHER_RUNTIMES, container_program, other_runtime
 from ralph.shell.environment import check_env, declaration
 from ralph.shell.interpreters import INTERPRETER, INTERPRETER_HANDLERS, _interpreter, _shell
 from ralph.shell.progutil import Handler, emit, fetches, getopts, has_long, is_stdin_path
@@ -20,6 +20,7 @@ from ralph.shell.shell_builtins import BUILTINS
 from ralph.shell.tools import TOOLS, find_roots, sed_executes
 from ralph.shell.walker import Call, Walker
 from ralph.shell.wrappers import WRAPPERS
+from ralph.shell.writes import WRITERS, generic_outputs
 
 __all__ = ["OPAQUE_WRAPPERS", "check_env", "declaration", "dispatch", "fetches", "find_roots", "getopts", "has_long",
            "is_stdin_path", "sed_executes"]
@@ -32,7 +33,12 @@ OPAQUE_WRAPPERS = frozenset(
      "npm-run-all", "run-p", "run-s", "sem", "daemonize", "start-stop-daemon", "chpst", "ionice-wrapper", "prlimit",
      "cpulimit", "sshpass", "vipe", "pexec", "rush", "dumb-init", "tini", "catatonit", "setpriv", "capsh", "bindfs",
      "flatpak-spawn", "toolbox", "distrobox-enter", "eatmydata", "nocache", "timelimit", "with-lock-ex", "lckdo",
-     "ssh", "mosh", "kubectl-exec", "vagrant", "nsjail", "minijail0", "firecracker", "qemu-user", "box64", "wine"}
+     "ssh", "mosh", "kubectl-exec", "vagrant", "nsjail", "minijail0", "firecracker", "qemu-user", "box64", "wine",
+     "xterm", "uxterm", "gnome-terminal", "konsole", "x-terminal-emulator", "xfce4-terminal", "kitty", "alacritty",
+     "wezterm", "tilix", "terminator", "urxvt", "st", "softlimit", "setuidgid", "envuidgid", "setlock", "tcpserver",
+     "s6-setuidgid", "s6-envdir", "vidir", "sensible-editor", "sensible-browser", "xdg-open", "open", "zrun",
+     "flatpak", "snap", "sshfs", "rclone", "inotifywait", "fswatch", "watchman", "reflex", "air", "pm2", "forever",
+     "supervisord", "caffeinate", "osascript", "schroot", "sandbox-exec", "with-contenv"}
 )
 
 
@@ -56,7 +62,13 @@ def dispatch(w: Walker, call: Call) -> None:
                  f"run the program directly, without `{name}`")
     else:
         emit(w, call)
+    writer = WRITERS.get(name)
+    if writer is not None:
+        writer(w, call)
+    else:
+        generic_outputs(w, call)
 
 
 _HANDLERS: dict[str, Handler] = {**WRAPPERS, **INTERPRETER_HANDLERS, **BUILTINS, **TOOLS,
-                                 **dict.fromkeys(CONTAINER_CLIS | COMPOSE_CLIS, container_program)}
+                                 **dict.fromkeys(CONTAINER_CLIS | COMPOSE_CLIS, container_program),
+                                 **dict.fromkeys(OTHER_RUNTIMES, other_runtime)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ralph.shell.environment import check_name
 from ralph.shell.progutil import Handler, emit, getopts, is_stdin_path, run_code
 from ralph.shell.walker import Call, Walker, Word
 
@@ -48,8 +49,16 @@ def _trap(w: Walker, call: Call) -> None:
         return
     if len(args) == 1 and re.fullmatch(r"[0-9]+|(SIG)?[A-Z0-9+-]+", args[0].text) and not args[0].dynamic:
         return  # `trap SIG`: reset
-    w.opaque("`trap` runs code later (on a signal or at exit), where the guard cannot follow it",
-             "run the commands directly instead of from a trap")
+    signals = [x.text.upper().removeprefix("SIG") for x in args[1:]]
+    if not args[0].dynamic and signals and all(x in ("EXIT", "0") for x in signals) and not any(
+            x.dynamic for x in args[1:]):
+        # at exit: checked now, and again with the shell's state as it is when the line ends (a later `cd`
+        # changes where its paths lead)
+        run_code(w, call, args[0], "`trap ... EXIT`")
+        w.exit_traps.append((args[0], call.st, call.flow))
+        return
+    w.opaque("`trap` runs code later (on a signal, before each command, on an error), where the guard cannot "
+             "follow it", "run the commands directly instead of from a trap (`trap '...' EXIT` is followed)")
     run_code(w, call, args[0], "`trap`")
 
 
@@ -74,8 +83,53 @@ def _hash(w: Walker, call: Call) -> None:
 
 def _enable(w: Walker, call: Call) -> None:
     emit(w, call)
-    if any(x.text.startswith("-") and "f" in x.text for x in call.words[1:]):
+    flags = "".join(x.text[1:] for x in call.words[1:] if x.text.startswith("-"))
+    if "f" in flags:
         w.opaque("`enable -f` loads a builtin from a shared library", "use the program it provides directly")
+    elif "n" in flags or "d" in flags or any(x.dynamic for x in call.words[1:]):
+        w.opaque("`enable -n` turns a builtin off: its name then runs a function or a program of that name",
+                 "leave the shell's builtins as they are")
+
+
+_SHOPT_OPAQUE = {"cdable_vars": "`cd NAME` then goes to the directory in $NAME",
+                 "extdebug": "a DEBUG trap can then skip commands",
+                 "xpg_echo": "echo then expands backslash escapes"}
+
+
+def _shopt(w: Walker, call: Call) -> None:
+    """``shopt -s OPTION``: options that change where ``cd`` goes or what runs are opaque."""
+    emit(w, call)
+    words = call.words[1:]
+    if any(x.dynamic for x in words):
+        w.opaque("`shopt` of options only known at run time", "give `shopt` literal option names")
+        return
+    setting = any(x.text.startswith("-") and "s" in x.text for x in words) or any(x.text == "-o" for x in words)
+    for x in words:
+        if setting and x.text in _SHOPT_OPAQUE:
+            w.opaque(f"`shopt -s {x.text}`: {_SHOPT_OPAQUE[x.text]}", f"leave `{x.text}` off")
+        if setting and x.text == "keyword":
+            w.opaque("`set -o keyword` makes `NAME=value` arguments assignments", "leave it off")
+            w.push_block("`shopt -o -s keyword` turns `NAME=value` arguments into assignments")
+
+
+def _wait(w: Walker, call: Call) -> None:
+    """``wait -p NAME``: NAME gets a process id."""
+    emit(w, call)
+    opts, _ = getopts(call.words, 1, {"-p"})
+    target = opts.get("-p")
+    if target is not None:
+        w.sets(None if target.dynamic else target.text, "wait -p")
+        check_name(w, target.text, "wait -p")
+        call.st.vars[target.text] = None
+
+
+def _test(w: Walker, call: Call) -> None:
+    """``test``/``[``: ``-v NAME`` evaluates a subscript in NAME (``[ -v 'a[$(cmd)]' ]`` runs cmd)."""
+    emit(w, call)
+    words = call.words[1:]
+    for k, word in enumerate(words[:-1]):
+        if word.text == "-v" and not word.dynamic:
+            check_name(w, words[k + 1].text, "test -v")
 
 
 def _read(w: Walker, call: Call) -> None:
@@ -86,6 +140,7 @@ def _read(w: Walker, call: Call) -> None:
         targets.append(opts["-a"])  # type: ignore[arg-type]
     for word in targets:
         w.sets(None if word.dynamic else word.text, call.name)
+        check_name(w, word.text, call.name)
         call.st.vars[word.text] = None
         call.st.inputs.add(word.text)
 
@@ -97,6 +152,7 @@ def _mapfile(w: Walker, call: Call) -> None:
         w.opaque(f"`{call.name} -C` runs a callback for the lines it reads", "read the lines, then run commands plainly")
     for word in call.words[i:] or [Word("MAPFILE")]:
         w.sets(None if word.dynamic else word.text, call.name)
+        check_name(w, word.text, call.name)
         call.st.vars[word.text] = None
         call.st.inputs.add(word.text)
 
@@ -107,6 +163,7 @@ def _printf(w: Walker, call: Call) -> None:
     target = opts.get("-v")
     if target is not None:
         w.sets(None if target.dynamic else target.text.partition("[")[0], "printf -v")
+        check_name(w, target.text, "printf -v")
         call.st.vars[target.text] = None
         if any(x.dynamic for x in call.words[1:]):
             call.st.inputs.add(target.text)
@@ -128,6 +185,7 @@ def _getopts_builtin(w: Walker, call: Call) -> None:
     emit(w, call)
     if len(call.words) > 2:
         w.sets(None if call.words[2].dynamic else call.words[2].text, "getopts")
+        check_name(w, call.words[2].text, "getopts")
         call.st.vars[call.words[2].text] = None
 
 
@@ -169,9 +227,23 @@ def _bind(w: Walker, call: Call) -> None:
 
 
 def _set(w: Walker, call: Call) -> None:
-    """``set -- ARGS`` / ``set ARGS``: new positional parameters (options alone change none)."""
+    """``set -- ARGS`` / ``set ARGS``: new positional parameters (options alone change none).  ``set -k`` makes
+    every ``NAME=value`` argument an assignment (``make GIT_CONFIG_COUNT=0``): opaque."""
     emit(w, call)
     args = call.words[1:]
+    for k, word in enumerate(args):
+        if word.dynamic:
+            w.opaque(f"`set {word.text}`: options only known at run time change how the shell reads commands",
+                     "give `set` literal options")
+            break
+        if word.text in ("--", "-") or not word.text.startswith(("-", "+")):
+            break
+        if (word.text.startswith("-") and "k" in word.text[1:] and not word.text.startswith("--")) or (
+                word.text in ("-o", "+o") and k + 1 < len(args) and args[k + 1].text == "keyword"
+                and word.text == "-o"):
+            w.opaque("`set -k` makes `NAME=value` arguments anywhere on a command assignments (a way to set the push "
+                     "block's variables)", "leave `set -k` off")
+            w.push_block("`set -k` turns `NAME=value` arguments into assignments")
     for k, word in enumerate(args):
         if word.dynamic:
             call.st.positional = None  # the new parameters (or whether there are any) are not known
@@ -207,22 +279,11 @@ def _unset(w: Walker, call: Call) -> None:
 
 
 def _declare(w: Walker, call: Call) -> None:
-    """``export``/``declare``/``local`` ... run as a command (``builtin export X=1``)."""
-    from ralph.shell.environment import check_env
+    """``export``/``declare``/``local`` ... run as a command (``builtin export X=1``, ``command declare -n``)."""
+    from ralph.shell.environment import _declared_words
 
     emit(w, call)
-    for word in call.words[1:]:
-        if word.dynamic:
-            w.sets(None, call.name)
-            w.opaque(f"`{call.name}` of `{word.text}`, only known at run time, can set any variable",
-                     "name the variable and its value literally")
-        elif not word.text.startswith(("-", "+")):
-            name, eq, value = word.text.partition("=")
-            if eq:
-                check_env(w, name, value, call.st, call.flow)
-                call.st.vars[name] = value
-            else:
-                w.sets(name, f"{call.name} {name}")
+    _declared_words(w, call.name, call.words[1:], call.st, call.flow, [])
 
 
 BUILTINS: dict[str, Handler] = {
@@ -254,4 +315,8 @@ BUILTINS: dict[str, Handler] = {
     "complete": _compgen,
     "fc": _fc,
     "bind": _bind,
+    "shopt": _shopt,
+    "wait": _wait,
+    "test": _test,
+    "[": _test,
 }

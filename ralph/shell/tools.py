@@ -6,6 +6,7 @@ import os
 import re
 
 from ralph.shell.progutil import Handler, emit, expand_long, getopts, is_stdin_path
+from ralph.shell.paths import is_dir
 from ralph.shell.sedscript import read_sed
 from ralph.shell import basename, resolve_path
 from ralph.shell.walker import Call, Flow, Walker, Word
@@ -186,11 +187,31 @@ def find_roots(argv: list[str]) -> tuple[list[int], bool]:
     return roots, follow or "-follow" in argv[i:]
 
 
+def found_word(root: Word, template: Word, anything: bool) -> list[Word]:
+    """``template`` (a word holding ``{}``) for the paths find or ``xargs -I`` put there: a path under ``root``
+    (``root/[!.]*``: not its ``.git``; with ``anything``, ``root/**``: any path, ``.git`` included) -- and ``root``
+    itself where ``{}`` is only part of the word (``{}/../x`` climbs from the start path too)."""
+    base = root.text.rstrip("/") if root.text != "/" else ""
+    under = Word(template.text.replace("{}", base + ("/**" if anything else "/[!.]*")),
+                 root.dynamic or template.dynamic, True, input=root.input)
+    if template.text == "{}":
+        return [under]
+    itself = Word(template.text.replace("{}", root.text), root.dynamic or template.dynamic, root.glob or template.glob,
+                  input=root.input)
+    return [under, itself]
+
+
 def _find(w: Walker, call: Call) -> None:
+    from itertools import product
+
+    from ralph.shell.findexpr import may_reach_git
+
     emit(w, call)
     words = call.words
-    roots, _ = find_roots([x.text for x in words])
+    texts = [x.text for x in words]
+    roots, _ = find_roots(texts)
     root_words = [words[r] for r in roots] or [Word(".")]
+    expression = texts[(roots[-1] + 1) if roots else 1 :]
     i = 1
     while i < len(words):
         t = words[i].text
@@ -199,12 +220,18 @@ def _find(w: Walker, call: Call) -> None:
             while j < len(words) and words[j].text not in (";", "+"):
                 j += 1
             for root in root_words[:4]:  # `{}` is a path found under each start path
-                found = Word(root.text.rstrip("/") + "/*" if root.text != "/" else "/*", root.dynamic, True)
-                cmd = [Word(x.text.replace("{}", found.text), found.dynamic or x.dynamic, True) if "{}" in x.text
-                       else x for x in words[i + 1 : j]]
-                if cmd:
-                    w.run(cmd, dict(call.env), call.st.copy(), Flow(depth=call.flow.depth),
-                          [*call.wrappers, "find " + t], [])
+                anything = root.dynamic or may_reach_git(expression, root.text)
+                variants = [found_word(root, x, anything) if "{}" in x.text else [x] for x in words[i + 1 : j]]
+                st = call.st.copy()
+                if t in ("-execdir", "-okdir"):  # the command runs in the found file's directory
+                    if root.dynamic:
+                        st.cd_unknown = True
+                    else:
+                        st.cd.append(root.text)
+                for cmd in list(product(*variants))[:8]:
+                    if cmd:
+                        w.run(list(cmd), dict(call.env), st.copy(), Flow(depth=call.flow.depth),
+                              [*call.wrappers, "find " + t], [])
             i = j + 1
             continue
         if t in ("-fprint", "-fprint0", "-fprintf", "-fls") and i + 1 < len(words):
@@ -242,7 +269,7 @@ def _links(w: Walker, call: Call) -> None:
     sources = ops if target_dir is not None or len(ops) == 1 else ops[:-1]
     dest_path = resolve_path(dest, w.cwd, w.home, False, call.st.cd, call.st.cd_unknown)
     into_dir = target_dir is not None or len(ops) != 2 or dest.endswith("/") or dest in (".", "..") or (
-        dest_path is not None and os.path.isdir(dest_path)
+        dest_path is not None and is_dir(dest_path)
     )
     if into_dir:
         made.update(basename(s) for s in sources)
@@ -258,6 +285,35 @@ def _links(w: Walker, call: Call) -> None:
             path = os.path.join(dest, basename(source)) if into_dir else dest
             w.result.links.append(WriteTarget(path, dynamic, False, list(call.st.cd), call.st.cd_unknown, call.name,
                                               truncates=False, source=source, symbolic=symbolic))
+
+
+_SERVICE_READS = frozenset({"status", "show", "cat", "list-units", "list-unit-files", "list-timers", "list-sockets",
+                            "list-jobs", "list-dependencies", "is-active", "is-enabled", "is-failed", "is-system-running",
+                            "help", "--version", "-h", "--help", "get-default", "show-environment", "list-machines",
+                            "list-paths", "list-automounts"})
+
+
+def _service_manager(w: Walker, call: Call) -> None:
+    """``systemctl``/``service``/``launchctl``/``loginctl`` ...: starting, linking or configuring a service runs
+    its command outside the loop, in the service manager's environment (the push block is not there)."""
+    emit(w, call)
+    operands = [x for x in call.words[1:] if x.dynamic or not x.text.startswith("-")]
+    if call.name in ("systemctl", "service") and operands and not operands[0].dynamic and (
+            operands[0].text in _SERVICE_READS or (call.name == "service" and operands[-1].text == "status")):
+        return
+    if call.name in ("systemctl",) and not operands:
+        return  # `systemctl` alone lists units
+    w.opaque(f"`{call.name}` starts or configures services, which run outside the loop and its environment",
+             "run the program directly, or leave the service to the user")
+
+
+def _message_bus(w: Walker, call: Call) -> None:
+    """``dbus-send``/``busctl``/``gdbus``: a method call can ask the service manager to start anything."""
+    emit(w, call)
+    if any(x.text in ("call", "emit", "--print-reply", "set-property") or x.text.startswith("--dest") for x in
+           call.words[1:]) or call.name == "dbus-send":
+        w.opaque(f"`{call.name}` sends messages that can start programs outside the loop (systemd, portals)",
+                 "run the program directly")
 
 
 def _git(w: Walker, call: Call) -> None:
@@ -287,4 +343,17 @@ TOOLS: dict[str, Handler] = {
     "install": _links,
     "link": _links,
     "git": _git,
+    "systemctl": _service_manager,
+    "service": _service_manager,
+    "launchctl": _service_manager,
+    "loginctl": _service_manager,
+    "machinectl": _service_manager,
+    "initctl": _service_manager,
+    "rc-service": _service_manager,
+    "sv": _service_manager,
+    "supervisorctl": _service_manager,
+    "dbus-send": _message_bus,
+    "busctl": _message_bus,
+    "gdbus": _message_bus,
+    "qdbus": _message_bus,
 }

@@ -20,7 +20,8 @@ from typing import Any, Union
 
 from ralph.shell.budget import MAX_VALUE, NODE_COST, Budget, activate, active
 from ralph.shell.grammar import MAX_PIPES, TooManyPipes, parse
-from ralph.shell.lexical import join_continuations, mask_returns
+from ralph.shell.lexical import (BackticksUnpaired, backticks_to_dollar, join_continuations, mask_returns,
+                                 unparsed_backticks)
 from ralph.shell import MAX_DEPTH, Analysis, Command, WriteTarget, basename, resolve_path
 
 Val = Union[str, list, None]
@@ -30,6 +31,8 @@ PUSH_BLOCK_VARS = re.compile(r"GIT_CONFIG_(COUNT|KEY_[0-9]+|VALUE_[0-9]+|PARAMET
 """The variables that carry direct mode's git push block (and git's ``-c`` settings) to every git."""
 _NUMBER = re.compile(r"-?[0-9]+|0[xX][0-9a-fA-F]+|[0-9]+#[0-9A-Za-z@_]+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ARITH_NAME = re.compile(r"(?<![0-9A-Za-z_#@])[A-Za-z_][A-Za-z0-9_]*")
+"""A variable name in arithmetic text (not the digits of ``0x1F`` or ``16#ff``)."""
 _OUTPUT_OPS = frozenset({">", ">>", ">|", "&>", "&>>", ">&", "&>|"})
 _C_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
               "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
@@ -74,12 +77,17 @@ class State:
     """Variables holding data read at run time (``read``, ``mapfile``, ``for x in $(...)``)."""
     positional: list[Word] | None = None
     """The arguments of the function call being followed (None: not known, e.g. where a function is defined)."""
+    zero: Word | None = None
+    """``$0`` where it is a known word (``sh -c CODE NAME``); None: the shell's own name."""
+    globs: set[str] = field(default_factory=set)
+    """Variables holding a glob pattern's match (``for f in ~/*``): any file the pattern matches."""
 
     def copy(self) -> "State":
         if self.budget is not None:
-            self.budget.spend(1 + len(self.vars) + len(self.cd) + len(self.made) + len(self.functions) + len(self.inputs))
+            self.budget.spend(1 + len(self.vars) + len(self.cd) + len(self.made) + len(self.functions) + len(self.inputs)
+                              + len(self.globs))
         return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions), self.stdin,
-                     self.budget, set(self.inputs), self.positional)
+                     self.budget, set(self.inputs), self.positional, self.zero, set(self.globs))
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,36 @@ class Walker:
         """Aliases defined anywhere on the line (None: a run-time value), expanded wherever their name is a
         command: bash expands them once ``expand_aliases`` is on, which the agent's shell may have."""
         self.expanding: set[str] = set()
+        self.called: set[str] = set()
+        """Functions the line calls (with the arguments of each call)."""
+        self.uncalled: list[tuple[str, Analysis]] = []
+        """What the walk of each function body found where it was defined, arguments unknown."""
+        self.exit_traps: list[tuple[Any, State, Flow]] = []
+        """``trap CODE EXIT``: the code, and the state of the shell that set it (it changes until that shell ends)."""
+
+    def finish(self) -> None:
+        """Walk the exit traps with the state their shell ends in; add what the bodies of functions the line
+        never calls hold (they may still run: a trap, a later line in the same shell ...)."""
+        for word, st, flow in self.exit_traps:
+            self.code(word.text, st.copy(), flow, "`trap ... EXIT` (when the shell exits)")
+        self.exit_traps = []
+        result = self.result
+        for name, found in self.uncalled:
+            if name in self.called:
+                continue
+            result.simple.extend(found.simple)
+            result.writes.extend(found.writes)
+            result.links.extend(found.links)
+            result.scripts.extend(found.scripts)
+            for item in found.opaque:
+                result.add_opaque(item.construct, item.advice)
+            for how in found.push_block:
+                self.push_block(how)
+            if found.pipes_into_shell and not result.pipes_into_shell:
+                result.pipes_into_shell, result.pipe_detail = True, found.pipe_detail
+            if result.unparseable is None:
+                result.unparseable = found.unparseable
+        self.uncalled = []
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -168,10 +206,30 @@ class Walker:
         text = mask_returns(text)
         try:
             tree = parse(text)
-            joined = join_continuations(text, tree.root_node) if "\\\n" in text else None
-            if joined is not None:
-                self.budget.spend(len(joined))
-                tree = parse(joined)
+            for _ in range(MAX_DEPTH):  # continuations, then backticks (whose text may hold more of both)
+                joined = join_continuations(text, tree.root_node) if "\\\n" in text else None
+                if joined is not None:
+                    self.budget.spend(len(joined))
+                    text = joined
+                    tree = parse(text)
+                if "`" not in text and "$(" not in text:
+                    break
+                try:
+                    unparsed_backticks()
+                    converted = backticks_to_dollar(text)
+                    if unparsed_backticks():
+                        self.opaque("a backtick substitution whose text bash cannot parse (bash runs nothing for "
+                                    "it, and reads the rest of the line differently than it looks)",
+                                    "use $(...) with balanced quotes instead of backticks")
+                except BackticksUnpaired:
+                    if "`" in text:
+                        self.opaque("backticks (or the quoting around them) the guard cannot pair the way bash does",
+                                    "use $(...) instead of backticks")
+                    break
+                if converted == text:
+                    break
+                text = converted
+                tree = parse(text)
         except TooManyPipes:
             return None
         return tree
@@ -314,6 +372,9 @@ class Walker:
         values: list[Word] = []
         for value in node.children_by_field_name("value"):
             values.extend(self.words(value, st, flow))
+        if not any(c.type == "in" for c in node.children):  # `for f; do`: over "$@"
+            values = list(st.positional) if st.positional is not None else [
+                Word("$@", dynamic=True, positional=True)]
         body = node.child_by_field_name("body")
         name = _text(var) if var is not None else ""
         known = values and all(not w.dynamic for w in values) and len(values) <= 8
@@ -325,6 +386,10 @@ class Walker:
         for item in (values if known and not is_select else [None]):
             if name:
                 st.vars[name] = item.text if item is not None else None
+                if item is not None and item.glob:  # a pattern: the variable holds one of its matches
+                    st.globs.add(name)
+                else:
+                    st.globs.discard(name)
             if body is not None:
                 self.statement(body, st, flow)
 
@@ -336,6 +401,7 @@ class Walker:
                 if value is not None:
                     self.arith(value, st)
                 if name is not None and name.type == "variable_name":
+                    self.sets(_text(name), f"for (({_text(name)}=...))")
                     st.vars[_text(name)] = "0"
             elif child.type == "do_group" or child.type == "compound_statement":
                 self.statement(child, st, flow)
@@ -368,8 +434,14 @@ class Walker:
         self.bodies.setdefault(name, []).append(body)
         if name and _calls_itself_in_a_pipe(body, name):
             self.result.fork_bomb = True
-        # the body runs when the function is called: check it as if it ran here, arguments unknown
-        self.statement(body, st.copy(), flow)
+        # The body runs when the function is called: check it as if it ran here, arguments unknown.  What this
+        # finds counts only if the line never calls the function (a call walks the body with its arguments).
+        real, self.result = self.result, Analysis(self.result.command)
+        try:
+            self.statement(body, st.copy(), flow)
+        finally:
+            self.uncalled.append((name, self.result))
+            self.result = real
 
     def _redirected(self, node: Any, st: State, flow: Flow) -> None:
         self._with_redirects(node.child_by_field_name("body"), node.children_by_field_name("redirect"), st, flow)
@@ -441,8 +513,22 @@ class Walker:
         declaration(self, node, st, flow)
 
     def _unset(self, node: Any, st: State, flow: Flow) -> None:
-        words = [w for child in node.named_children for w in self.words(child, st, flow)]
+        words = [w for group in adjacent(node.named_children) for w in self.joined_words(group, st, flow)]
         unset_vars(self, words, st)
+
+    def joined_words(self, nodes: list[Any], st: State, flow: Flow) -> list[Word]:
+        """The words of syntax nodes with nothing between them: one shell word to bash (the grammar reads
+        ``unset GIT_CONFIG_COUN''T`` as a name and a separate string)."""
+        if len(nodes) == 1:
+            return self.words(nodes[0], st, flow)
+        chars: list[tuple[str, int]] = []
+        flags = {"positional": False, "procsub": False, "output": False}
+        for node in nodes:
+            if node.type in ("variable_name", "word"):
+                _unquote_word(_text(node), chars)
+            else:
+                self._parts(node, st, flow, chars, False, flags)
+        return _assemble(chars, flags, True, self.budget)
 
     def _test(self, node: Any, st: State, flow: Flow) -> None:
         double = bool(node.children) and node.children[0].type == "[["
@@ -450,6 +536,12 @@ class Walker:
 
     def _test_expr(self, node: Any, st: State, flow: Flow, double: bool) -> None:
         for child in node.named_children:
+            if child.type == "unary_expression" and child.named_children and \
+                    _text(child.named_children[0]) == "-v" and len(child.named_children) > 1:
+                from ralph.shell.environment import check_name
+
+                for word in self.words(child.named_children[1], st, flow):  # `-v 'a[$(cmd)]'` evaluates it
+                    check_name(self, word.text, "test -v")
             if child.type in ("binary_expression", "unary_expression", "parenthesized_expression"):
                 op = child.child_by_field_name("operator")
                 if double and op is not None and _text(op) in ("-eq", "-ne", "-lt", "-le", "-gt", "-ge"):
@@ -480,6 +572,11 @@ class Walker:
                     words.extend(self.words(part, st, flow))
             elif fname == "redirect" or child.type in ("file_redirect", "herestring_redirect", "heredoc_redirect"):
                 inline.append(child)
+            elif fname == "argument" and _fd_variable(child):
+                # `exec {NAME}>file`: bash puts the new descriptor's number in NAME
+                name = _text(child)[1:-1]
+                self.sets(name, f"{{{name}}}>")
+                st.vars[name] = None
             elif fname == "argument":
                 if not child.is_named:
                     self.opaque(
@@ -551,10 +648,12 @@ class Walker:
         )
         call = Call(words, env, st, flow, wrappers, redirects, cmd)
         first = words[0]
-        if first.dynamic and first.text in _INTERPRETER_VARS and first.text.strip("${}") not in st.vars:
-            # `$PYTHON -m pytest`: set outside the line (a Makefile's or CI's convention), read as `python`
-            first = words[0] = Word("python", input=False)
-            cmd.argv[0], cmd.dynamic[0] = "python", False
+        conventional = _conventional_program(first.text, st) if first.dynamic else None
+        if conventional is not None:
+            # `$PYTHON -m pytest`, `${CC:-gcc} -c x.c`: set outside the line (a Makefile's or CI's convention,
+            # the user's environment), read as the program it conventionally names
+            first = words[0] = Word(conventional, input=False)
+            cmd.argv[0], cmd.dynamic[0] = conventional, False
             call = Call(words, env, st, flow, wrappers, redirects, cmd)
         if first.positional or first.dynamic or first.glob:
             self.result.simple.append(cmd)
@@ -590,18 +689,20 @@ class Walker:
             expand_alias(self, first.text, words, env, st, flow, redirects, None)
             return
         dispatch(self, call)
+        if first.text in self.bodies:
+            self.called.add(first.text)
         if first.text in self.bodies and first.text not in self.calling:
             from ralph.shell.aliases import call_function
 
             call_function(self, first.text, words[1:], st, flow)
 
     def _link_target(self, text: str, st: State) -> str | None:
-        import os
+        from ralph.shell.paths import is_link, real_path
 
         path = resolve_path(text, self.cwd, self.home, False, st.cd, st.cd_unknown)
-        if path is None or not os.path.islink(path):
+        if path is None or not is_link(path):
             return None
-        real = basename(os.path.realpath(path))
+        real = basename(real_path(path))
         return real if real != basename(text) else None
 
     # -- assignments and redirections ------------------------------------------------------------
@@ -687,6 +788,8 @@ class Walker:
             return stdin
         target = words[0]
         pairs.append((fd + op, target.text))
+        if op == "<&" and fd in ("", "0") and re.fullmatch(r"[0-9]+-?", target.text) and target.text.rstrip("-") != "0":
+            return ("dyn", "")  # `<&3`: stdin is what descriptor 3 holds (a here-string, a file) -- not known here
         if op in (">&", "<&") and (re.fullmatch(r"[0-9]+-?|-", target.text) or target.dynamic and not target.split):
             return stdin
         if op in _OUTPUT_OPS:
@@ -725,19 +828,44 @@ class Walker:
         quoted = any(ch in start for ch in "'\"\\")
         if body is None:
             stdin = ("text", "")
-        elif quoted or not body.named_children or all(c.type == "heredoc_content" for c in body.named_children):
-            text = _text(body)
+        else:
+            text = _heredoc_text(node, body)
             if strip_tabs:
                 text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
             stdin = ("text", text)
-        else:
-            output = False
-            for child in body.named_children:
-                if child.type != "heredoc_content":
-                    output = output or any(x.output for x in self.words(child, st, flow))
-            stdin = ("procsub", "a heredoc with $(...)") if output else ("dyn", "")
+            if not quoted and any(mark in text for mark in ("$", "`")):
+                # tree-sitter-bash leaves `\t$(cmd)` in a body as plain text: read the body as bash does, like a
+                # double-quoted string whose `"` are plain characters
+                words = self._expanded_text(text, st, flow)
+                if any(w.output for w in words):
+                    stdin = ("procsub", "a heredoc with $(...)")
+                elif any(w.dynamic for w in words):
+                    stdin = ("dyn", "")
         pairs.append(("<<", "<heredoc>"))
         return stdin
+
+    def _expanded_text(self, text: str, st: State, flow: Flow) -> list[Word]:
+        """The expansions in ``text`` (an unquoted heredoc body) walked as bash runs them; its word."""
+        out: list[str] = []
+        i = 0
+        while i < len(text):  # `\` escapes only `$`, a backtick, `\` and a newline here; `"` is plain
+            ch = text[i]
+            if ch == "\\" and i + 1 < len(text) and text[i + 1] in "$`\\\n":
+                out.append(text[i : i + 2])
+                i += 2
+                continue
+            out.append("\\\\" if ch == "\\" else '\\"' if ch == '"' else ch)
+            i += 1
+        tree = self.parse(': "' + "".join(out) + '"')
+        if tree is None:
+            return [Word(text, dynamic=True, output=True)]
+        root = tree.root_node
+        command = root.named_children[0] if root.named_children else None
+        strings = [c for c in command.named_children if c.type == "string"] if command is not None else []
+        if root.has_error or len(strings) != 1:
+            self.opaque("a heredoc body the guard cannot read as bash does", "quote the delimiter (<<'EOF')")
+            return [Word(text, dynamic=True, output=True)]
+        return self.words(strings[0], st, flow, split=False)
 
     # -- words ----------------------------------------------------------------------------------
 
@@ -835,6 +963,10 @@ class Walker:
         _push(out, _text(node), _DYNQ if quoted else _DYNU)
 
     def _part_lone_dollar(self, node: Any, st: State, flow: Flow, out: list, quoted: bool, flags: dict) -> None:
+        text = _text(node)
+        if text == "$$":  # `x.$$` at the end of a word: the shell's process id
+            _push(out, "$$", _DYNQ if quoted else _DYNU)
+            return
         self.opaque("a `$` the grammar reads apart from its word (e.g. $\"...\")", "use a plain quoted string")
         _push(out, "$", _DYNQ)
 
@@ -843,6 +975,9 @@ class Walker:
         self.statements(node.children, st.copy(), Flow(stdin=flow.stdin, piped_out=True, depth=flow.depth))
 
     def _var(self, name: str, shown: str, st: State, out: list, quoted: bool, flags: dict) -> None:
+        if name == "0" and st.zero is not None:
+            self._argument(st.zero, shown, out, quoted, flags)
+            return
         if name in ("@", "*", "#") or name.isdigit() and name != "0":
             if st.positional is not None:
                 self._positional(name, shown, st, out, quoted, flags)
@@ -857,6 +992,9 @@ class Walker:
             value = st.vars[name]
             if isinstance(value, list):
                 value = value[0] if value else ""
+            if isinstance(value, str) and name in st.globs:
+                self._argument(Word(value, glob=True), shown, out, quoted, flags)
+                return
             if isinstance(value, str):
                 self.push_value(out, value, shown, quoted)
                 return
@@ -872,12 +1010,19 @@ class Walker:
         for k, arg in enumerate(chosen):
             if k:  # "$@" stays one word per argument; "$*" joins them; unquoted, both split
                 _push(out, " ", _QUOTED if quoted and name == "*" else _EXP)
-            if arg.dynamic:
-                flags["positional"] = True
-                flags["input"] = flags.get("input") or arg.input
-                _push(out, arg.text or shown, _DYNQ if quoted else _DYNU)
-            else:
-                self.push_value(out, arg.text, shown, quoted)
+            self._argument(arg, shown, out, quoted, flags)
+
+    def _argument(self, arg: Word, shown: str, out: list, quoted: bool, flags: dict) -> None:
+        """One argument of a call followed with known arguments, expanded where ``$1``/``$@``/``$0`` stand."""
+        if arg.dynamic:
+            flags["positional"] = True
+            flags["input"] = flags.get("input") or arg.input
+            _push(out, arg.text or shown, _DYNQ if quoted else _DYNU)
+        elif arg.glob:  # the call's caller expanded a pattern (or find put a found path there): still any match
+            self.budget.spend(len(arg.text))
+            _push(out, arg.text, _EXP)
+        else:
+            self.push_value(out, arg.text, shown, quoted)
 
     def push_value(self, out: list, value: str, shown: str, quoted: bool) -> None:
         """A known value expanded into the word being built; past :data:`MAX_VALUE` characters of word the
@@ -904,6 +1049,11 @@ class Walker:
         target = named[0] if named else None
         name = self._expansion_target(target, st)
         self._expansion_operands(named[1:], st, flow)
+        if ops and ops[0] in (":=", "="):  # `${X:=value}` assigns X
+            self.sets(name or None, f"${{{name}{ops[0]}...}}")
+        if name == "0" and st.zero is not None and not ops:
+            self._argument(st.zero, _text(node), out, quoted, flags)
+            return
         known_args = st.positional is not None and (name.isdigit() and name != "0" or name in ("@", "*"))
         if (name in ("@", "*") or name.isdigit() and name != "0") and not known_args:
             flags["positional"] = True
@@ -1024,7 +1174,10 @@ def walk(command: str, result: Analysis, cwd: str, home: str, budget: Budget | N
     walker = Walker(result, cwd, home, budget)
     previous = activate(walker.budget)
     try:
-        walker.code(command, State(budget=walker.budget), Flow(), "the command")
+        try:
+            walker.code(command, State(budget=walker.budget), Flow(), "the command")
+        finally:
+            walker.finish()
     finally:
         activate(previous)
 
@@ -1032,8 +1185,28 @@ def walk(command: str, result: Analysis, cwd: str, home: str, budget: Budget | N
 # -- helpers ----------------------------------------------------------------------------------------
 
 
-_INTERPRETER_VARS = frozenset({"$PYTHON", "${PYTHON}", "$PYTHON3", "${PYTHON3}"})
-"""Command names that are a variable conventionally naming the Python interpreter."""
+_CONVENTIONAL = {"PYTHON": ("python",), "PYTHON3": ("python3", "python"), "CC": ("cc", "gcc", "clang"),
+                 "CXX": ("c++", "g++", "clang++"), "MAKE": ("make", "gmake"), "EDITOR": ("vi", "vim", "nvim", "nano"),
+                 "VISUAL": ("vi", "vim", "nvim", "nano"), "PAGER": ("less", "more"), "GIT": ("git",)}
+"""Variables that conventionally name a program (Makefiles, CI scripts, the user's environment): the program
+they are read as, and the programs a default (``${CC:-gcc}``) may name."""
+_CONVENTIONAL_WORD = re.compile(r"\$\{?([A-Z0-9_]+)\}?|\$\{([A-Z0-9_]+):?-([A-Za-z0-9_.+/-]+)\}")
+
+
+def _conventional_program(text: str, st: State) -> str | None:
+    """The program a command name such as ``$PYTHON`` or ``${CC:-gcc}`` stands for, when the line did not set
+    the variable (None: it is a run-time name)."""
+    m = _CONVENTIONAL_WORD.fullmatch(text)
+    if m is None:
+        return None
+    name = m.group(1) or m.group(2)
+    if name not in _CONVENTIONAL or name in st.vars:
+        return None
+    default = m.group(3)
+    if default is None:
+        return _CONVENTIONAL[name][0]
+    programs = "|".join(re.escape(p) for p in _CONVENTIONAL[name])
+    return default if re.fullmatch(rf"({programs})[0-9.]*", basename(default)) else None
 _FIND_PRINTS = frozenset({"-exec", "-execdir", "-ok", "-okdir", "-print", "-printf", "-fprint", "-fprint0", "-fprintf",
                           "-ls", "-fls", "-files0-from"})
 
@@ -1051,11 +1224,15 @@ def _found_paths(cmds: list[Command], depth: int) -> tuple[str, ...] | None:
             return None  # paths through symlinks; error messages mixed into the pipe
         from ralph.shell.tools import find_roots
 
+        from ralph.shell.findexpr import PRINTS, may_reach_git
+
         roots, _ = find_roots(cmd.argv)
         if any(cmd.dynamic[r] or cmd.glob[r] for r in roots):
             return None
+        expression = cmd.argv[(roots[-1] + 1) if roots else 1 :]
         for root in [cmd.argv[r] for r in roots] or ["."]:
-            patterns.append(root.rstrip("/") + "/*" if root != "/" else "/*")
+            tail = "/**" if may_reach_git(expression, root, PRINTS) else "/[!.]*"  # `.git` among the paths?
+            patterns.append(root.rstrip("/") + tail if root != "/" else tail)
     return tuple(patterns)
 
 
@@ -1069,6 +1246,44 @@ def _cat_files(cmds: list[Command], depth: int) -> tuple[str, ...] | None:
     return tuple(cmd.args)
 
 
+def _heredoc_text(redirect: Any, body: Any) -> str:
+    """The text of a heredoc body from the start of its first line (tree-sitter's node may begin after the
+    line's leading blanks)."""
+    data = redirect.text
+    start = body.start_byte - redirect.start_byte
+    line = data.rfind(b"\n", 0, start) + 1
+    active().spend(body.end_byte - body.start_byte)
+    return data[line : body.end_byte - redirect.start_byte].decode("utf-8", "surrogatepass")
+
+
+def _fd_variable(node: Any) -> bool:
+    """Is this argument ``{NAME}`` written right before a redirection (``{NAME}>file``: a descriptor variable)?"""
+    if node.end_byte - node.start_byte > 130 or not _FD_VAR.fullmatch(_text(node)):
+        return False
+    nxt = node.next_sibling
+    if nxt is None and node.parent is not None and node.parent.parent is not None and \
+            node.parent.parent.type == "redirected_statement":
+        nxt = node.parent.next_sibling
+    return nxt is not None and nxt.start_byte == node.end_byte and nxt.type in ("file_redirect", "heredoc_redirect",
+                                                                               "herestring_redirect")
+
+
+_FD_VAR = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def adjacent(nodes: list[Any]) -> list[list[Any]]:
+    """``nodes`` in runs that touch (each run is one shell word), comments left out."""
+    runs: list[list[Any]] = []
+    for node in nodes:
+        if node.type == "comment":
+            continue
+        if runs and runs[-1][-1].end_byte == node.start_byte:
+            runs[-1].append(node)
+        else:
+            runs.append([node])
+    return runs
+
+
 def unset_vars(w: Walker, words: list[Word], st: State) -> None:
     """``unset [-v|-f|-n] NAME...``: the variables are gone (a run-time name may be any of them)."""
     functions = False
@@ -1078,6 +1293,9 @@ def unset_vars(w: Walker, words: list[Word], st: State) -> None:
             continue
         if not functions:
             w.sets(None if word.dynamic else word.text, "unset")
+            from ralph.shell.environment import check_name
+
+            check_name(w, word.text, "unset")
         st.vars.pop(word.text, None)
 
 
@@ -1160,8 +1378,8 @@ def _arith_names(node: Any, walker: Walker) -> list[str]:
         walker.budget.spend(NODE_COST)
         n = stack.pop()
         t = n.type
-        if t in ("variable_name", "word") and _IDENT.fullmatch(_text(n)):
-            names.append(_text(n))
+        if t in ("variable_name", "word"):  # a word may hold more than a name (`a[X=0]` reads `X=0` as one word)
+            names.extend(m.group() for m in _ARITH_NAME.finditer(_text(n)))
         elif t == "simple_expansion" and n.named_children:
             inner = _text(n.named_children[0])
             if inner not in ("?", "#", "$", "!", "-") and not (inner.isdigit() and inner != "0"):

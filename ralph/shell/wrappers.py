@@ -73,10 +73,14 @@ def _env(w: Walker, call: Call) -> None:
     for gone in unset:
         w.sets(None if gone.dynamic else gone.text, f"env -u {gone.text}")
     env: dict[str, Val] = {}
-    while i < len(words) and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[i].text) and not words[i].split:
+    while i < len(words) and re.match(r"[^=]+=", words[i].text) and not words[i].split:  # env takes any NAME
         key, _, value = words[i].text.partition("=")
         env[key] = None if words[i].dynamic else value
         i += 1
+    for key in env:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            w.opaque(f"`env {key}=...` passes a variable bash could not set (`BASH_FUNC_f%%` exports a function)",
+                     "set ordinary variables, or none")
     st = call.st
     chdir = values.get("-C") or values.get("--chdir")
     if chdir is not None:
@@ -119,12 +123,60 @@ def _exec(w: Walker, call: Call) -> None:
     inner(w, call, i)
 
 
+_XARGS_REQUIRED = frozenset("IinLPdaEs")  # -i/-e/-l take an optional value, attached only (below)
+_XARGS_LONG_REQUIRED = frozenset({"--max-args", "--max-procs", "--delimiter", "--arg-file", "--max-chars",
+                                  "--process-slot-var"})
+_XARGS_LONG_OPTIONAL = frozenset({"--replace", "--eof", "--max-lines"})
+_XARGS_LONGS = _XARGS_LONG_REQUIRED | _XARGS_LONG_OPTIONAL | frozenset(
+    {"--null", "--interactive", "--verbose", "--exit", "--no-run-if-empty", "--open-tty", "--show-limits",
+     "--help", "--version"})
+
+
+def xargs_options(words: list[Word]) -> tuple[dict[str, Word | None], int]:
+    """``xargs`` options as GNU xargs reads them, and where its command starts: ``-i[R]``, ``-e[E]``,
+    ``-l[N]``, ``--replace[=R]``, ``--eof[=E]``, ``--max-lines[=N]`` take a value only when it is attached
+    (``xargs -l rm`` runs ``rm``); the others take the next word too."""
+    opts: dict[str, Word | None] = {}
+    i = 1
+    while i < len(words):
+        word = words[i]
+        t = word.text
+        if word.dynamic or not t.startswith("-") or t == "-":
+            break
+        i += 1
+        if t == "--":
+            break
+        if t.startswith("--"):
+            key, eq, val = t.partition("=")
+            key = expand_long(key, _XARGS_LONGS)
+            if eq:
+                opts[key] = Word(val)
+            elif key in _XARGS_LONG_REQUIRED and i < len(words):
+                opts[key] = words[i]
+                i += 1
+            else:
+                opts[key] = None
+            continue
+        for j in range(1, len(t)):
+            letter, rest = t[j], t[j + 1 :]
+            if letter in "iel":  # optional value: attached or none
+                opts["-" + letter] = Word(rest) if rest else None
+                break
+            if letter in _XARGS_REQUIRED and letter not in "iel":
+                if rest:
+                    opts["-" + letter] = Word(rest)
+                elif i < len(words):
+                    opts["-" + letter] = words[i]
+                    i += 1
+                break
+            opts["-" + letter] = None
+    return opts, i
+
+
 def _xargs(w: Walker, call: Call) -> None:
-    values = {"-I", "-n", "-L", "-l", "-P", "-d", "-a", "-E", "-e", "-s", "--max-args", "--max-lines", "--max-procs",
-              "--delimiter", "--arg-file", "--eof", "--max-chars", "--replace", "--process-slot-var"}
-    opts, i = getopts(call.words, 1, values)
-    replace = opts.get("-I") or opts.get("--replace")
-    if "-i" in opts and replace is None:
+    opts, i = xargs_options(call.words)
+    replace = opts.get("-I") or opts.get("--replace") or opts.get("-i")
+    if ("-i" in opts or "--replace" in opts) and replace is None:
         replace = Word("{}")
     rest = call.words[i:] or [Word("echo")]
     flow = Flow(stdin=None, depth=call.flow.depth)
@@ -133,10 +185,21 @@ def _xargs(w: Walker, call: Call) -> None:
     found = call.flow.piped_paths if nul and "-a" not in opts and "--arg-file" not in opts else None
     # Arguments read from stdin can be anything (a crafted file name too), unless they are NUL-separated
     # paths from `find DIR -print0`: then each is a path under DIR, as with `find -exec`.
+    from itertools import product
+
+    from ralph.shell.tools import found_word
+
     for pattern in found or [None]:
+        if replace is not None and pattern is not None:  # NUL-separated paths under a start path, one per `{}`
+            anything = pattern.endswith("/**")
+            root = Word(pattern.rsplit("/", 1)[0] or "/")  # `DIR/**` or `DIR/[!.]*`
+            variants = [found_word(root, Word(x.text.replace(replace.text, "{}"), x.dynamic), anything)
+                        if replace.text in x.text else [x] for x in rest]
+            for combination in list(product(*variants))[:8]:
+                inner(w, call, 0, words=list(combination), flow=flow)
+            continue
         if replace is not None:
-            words = [(Word(x.text.replace(replace.text, pattern), x.dynamic, True) if pattern is not None else
-                      Word(x.text, True, x.glob, False, x.positional, input=True)) if replace.text in x.text else x
+            words = [Word(x.text, True, x.glob, False, x.positional, input=True) if replace.text in x.text else x
                      for x in rest]
         elif pattern is not None:
             words = [*rest, Word(pattern, glob=True)]
@@ -290,12 +353,116 @@ def _run_subcommand(subs: dict[str, frozenset[str]]) -> Handler:
     return handle
 
 
+def _ifne(w: Walker, call: Call) -> None:
+    """``ifne [-n] CMD`` (moreutils): CMD runs when stdin is (not) empty."""
+    inner(w, call, 2 if len(call.words) > 1 and call.words[1].text == "-n" else 1)
+
+
+def _each_arg_is_code(skip_options: bool = True) -> Handler:
+    """``pee CMD...``, ``mispipe CMD1 CMD2``, ``hyperfine CMD...``: every operand is shell code (run with sh -c)."""
+
+    def handle(w: Walker, call: Call) -> None:
+        emit(w, call)
+        values = {"-p", "--prepare", "-c", "--cleanup", "-s", "--setup", "-w", "--warmup", "-r", "--runs", "-m",
+                  "--min-runs", "-M", "--max-runs", "-S", "--shell", "-u", "--time-unit", "--export-json",
+                  "--export-csv", "--export-markdown", "-n", "--command-name", "-L", "--parameter-list", "-P",
+                  "--parameter-scan"}
+        i = 1
+        while i < len(call.words):
+            word = call.words[i]
+            if skip_options and word.text in values and not word.dynamic and i + 1 < len(call.words):
+                if word.text in ("-p", "--prepare", "-c", "--cleanup", "-s", "--setup"):
+                    run_code(w, call, call.words[i + 1], f"`{call.name} {word.text}`")
+                i += 2
+                continue
+            if skip_options and word.text.startswith("-") and not word.dynamic:
+                i += 1
+                continue
+            run_code(w, call, word, f"`{call.name}`")
+            i += 1
+
+    return handle
+
+
+def _runcon(w: Walker, call: Call) -> None:
+    """``runcon CONTEXT CMD`` / ``runcon -t TYPE ... CMD``: CMD runs."""
+    opts, i = getopts(call.words, 1, {"-u", "-r", "-t", "-l", "--user", "--role", "--type", "--range"})
+    inner(w, call, i if opts else i + 1)
+
+
+def _envdir(w: Walker, call: Call) -> None:
+    """``envdir DIR CMD`` (daemontools): CMD runs with variables read from the files in DIR."""
+    emit(w, call)
+    w.push_block("`envdir` sets variables (the push block's too) from files")
+    w.opaque("`envdir` sets variables from files the guard does not read", "set the variables on the command line")
+    inner(w, call, 2)
+
+
+def _netcat(w: Walker, call: Call) -> None:
+    """``nc -e PROG``/``-c CMD``, ``ncat --exec/--sh-exec/--lua-exec``: runs a program for each connection."""
+    emit(w, call)
+    for k, word in enumerate(call.words[1:], 1):
+        t = word.text
+        if t in ("-e", "--exec", "--lua-exec") or t.startswith(("--exec=", "--lua-exec=")) or (
+                t.startswith("-") and not t.startswith("--") and "e" in t[1:]):
+            w.opaque(f"`{call.name} {t}` runs a program for each connection", "run the program directly")
+        elif t in ("-c", "--sh-exec") and k + 1 < len(call.words):
+            w.opaque(f"`{call.name} {t}` runs shell code for each connection", "run the commands directly")
+            run_code(w, call, call.words[k + 1], f"`{call.name} {t}`")
+
+
+def _socat(w: Walker, call: Call) -> None:
+    """``socat ... EXEC:cmd`` / ``SYSTEM:cmd``: an address that runs a program."""
+    emit(w, call)
+    for word in call.words[1:]:
+        kind = word.text.split(":", 1)[0].lower()
+        if word.dynamic or kind in ("exec", "system"):
+            w.opaque("`socat` with an EXEC/SYSTEM address runs a program", "run the program directly")
+            if kind == "system" and not word.dynamic:
+                w.code(word.text.split(":", 1)[1].split(",", 1)[0], call.st.copy(), call.flow, "`socat SYSTEM:`")
+            elif kind == "exec" and not word.dynamic:
+                w.code(word.text.split(":", 1)[1].split(",", 1)[0], call.st.copy(), call.flow, "`socat EXEC:`")
+
+
+def _man(w: Walker, call: Call) -> None:
+    """``man -P PAGER``/``-H BROWSER``/``--pager=``: a program man runs."""
+    emit(w, call)
+    opts, _ = getopts(call.words, 1, {"-P", "--pager", "-H", "--html", "-C", "--config-file", "-M", "--manpath",
+                                      "-L", "--locale", "-m", "--systems", "-S", "-s", "--sections", "-e",
+                                      "--extension", "-p", "--preprocessor", "-R", "--recode"})
+    for key in ("-P", "--pager", "-H", "--html", "-p", "--preprocessor"):
+        if opts.get(key) is not None:
+            w.opaque(f"`man {key}` runs the program it is given", "read the page with plain `man`")
+            run_code(w, call, opts[key], f"`man {key}`")
+
+
+def _run_parts(w: Walker, call: Call) -> None:
+    """``run-parts DIR``: runs every script in DIR (their content is not read)."""
+    emit(w, call)
+    if not any(x.text in ("--test", "--list") for x in call.words[1:]):
+        for word in call.words[1:]:
+            if not word.text.startswith("-"):
+                w.result.scripts.append(word.text.rstrip("/") + "/*")
+
+
 _SUDO_VALUES = {"-u", "--user", "-g", "--group", "-h", "--host", "-p", "--prompt", "-C", "--close-from", "-r",
                 "--role", "-t", "--type", "-U", "--other-user", "-D", "--chdir", "-R", "--chroot", "-T",
                 "--command-timeout"}
 
 
 WRAPPERS: dict[str, Handler] = {
+    "ifne": _ifne,
+    "pee": _each_arg_is_code(False),
+    "mispipe": _each_arg_is_code(False),
+    "hyperfine": _each_arg_is_code(),
+    "runcon": _runcon,
+    "envdir": _envdir,
+    "nc": _netcat,
+    "ncat": _netcat,
+    "netcat": _netcat,
+    "socat": _socat,
+    "man": _man,
+    "run-parts": _run_parts,
     "env": _env,
     "command": _command,
     "builtin": _wrapper(set()),

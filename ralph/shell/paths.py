@@ -1,0 +1,135 @@
+"""File-system lookups that spend from the work budget: the guards' own path work is bounded too.
+
+``os.path.realpath`` costs one ``lstat`` per component and copies the path at every step, so a
+crafted 100 KB path (``a/a/a/...`` or thousands of ``../x/..``) kept a guard busy for seconds outside
+any analysis budget.  These helpers do the same lookups and spend from the budget active in this
+thread (:func:`ralph.shell.budget.active`: the analysis's, or the one a guard opens with
+:func:`ralph.shell.budget.scope`): characters handled and a fixed price per system call, never a
+clock.  Past the budget they raise :class:`~ralph.shell.budget.BudgetExceeded`; the caller reports
+the command as opaque.  Results are kept for the rest of the budget's life (one hook call), so the
+same directory is looked up once however often the line names it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ralph.shell.budget import active
+
+SYSCALL_COST = 48
+"""Units for one ``lstat``/``stat``/``readlink`` (measured: about as much CPU as 48 units of analysis)."""
+MAX_PATH = 4096
+"""Bytes the kernel accepts in one path (``PATH_MAX``): a longer path cannot be opened, so it is not looked up."""
+_MAX_LINKS = 40
+
+
+def real_path(path: str) -> str:
+    """``os.path.realpath(path)`` (not strict: a missing tail stays as it is), paid for from the active budget."""
+    budget = active()
+    cache = budget.memo
+    hit = cache.get(("real", path))
+    if hit is not None:
+        budget.spend(1 + len(hit) // 64)
+        return hit
+    budget.spend(len(path))
+    if not path.startswith("/"):  # joined, not normalised: `link/..` is beside the link's target
+        path = os.getcwd() + "/" + path
+    result = _resolve(path, budget, cache)
+    if len(path) <= MAX_PATH:
+        cache[("real", path)] = result
+    return result
+
+
+def _resolve(path: str, budget, cache: dict) -> str:  # type: ignore[no-untyped-def]
+    """Follow every symlink of ``path`` (absolute, normalised or not), as ``realpath`` does.  Each step (a
+    directory and the next name) is remembered: paths that share a start cost one look-up per step."""
+    parts = [p for p in path.split("/") if p and p != "."]
+    parts.reverse()  # a stack: the next name is at the end
+    done = "/"
+    links = 0
+    while parts:
+        name = parts.pop()
+        if name == "..":
+            budget.spend(1 + len(done) // 64)
+            done = os.path.dirname(done) if done != "/" else "/"
+            continue
+        step = cache.get(("step", done, name))
+        if step is not None:
+            budget.spend(2)
+            done = step
+            continue
+        nxt = done.rstrip("/") + "/" + name
+        budget.spend(SYSCALL_COST + len(nxt))
+        target = _readlink(nxt, cache)
+        if target is None:
+            if len(nxt) <= MAX_PATH:
+                cache[("step", done, name)] = nxt
+            done = nxt
+            continue
+        links += 1
+        if links > _MAX_LINKS:  # a loop: realpath gives up the same way and keeps the rest as it is
+            return os.path.normpath("/".join([nxt, *reversed(parts)]))
+        budget.spend(len(target))
+        if target.startswith("/"):
+            done = "/"
+        parts.extend(reversed([p for p in target.split("/") if p and p != "."]))
+    return done
+
+
+def _readlink(path: str, cache: dict) -> str | None:
+    """The target of ``path`` if it is a symlink (None: not a link, missing, or too long to open)."""
+    key = ("link", path)
+    if key in cache:
+        return cache[key]
+    target = None
+    if len(path) <= MAX_PATH:
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                target = os.readlink(path)
+        except (OSError, ValueError):
+            target = None
+    cache[key] = target
+    return target
+
+
+def path_stat(path: str, follow: bool = True) -> os.stat_result | None:
+    """``os.stat`` (``follow``) or ``os.lstat`` of ``path``, or None if it cannot be looked up; paid for."""
+    budget = active()
+    key = ("stat" if follow else "lstat", path)
+    cache = budget.memo
+    if key in cache:
+        budget.spend(1)
+        return cache[key]
+    budget.spend(SYSCALL_COST + len(path))
+    info = None
+    if len(path) <= MAX_PATH:
+        try:
+            info = os.stat(path) if follow else os.lstat(path)
+        except (OSError, ValueError):
+            info = None
+    cache[key] = info
+    return info
+
+
+def is_link(path: str) -> bool:
+    """``os.path.islink``, paid for."""
+    info = path_stat(path, follow=False)
+    return info is not None and stat.S_ISLNK(info.st_mode)
+
+
+def is_file(path: str) -> bool:
+    """``os.path.isfile``, paid for."""
+    info = path_stat(path)
+    return info is not None and stat.S_ISREG(info.st_mode)
+
+
+def is_dir(path: str) -> bool:
+    """``os.path.isdir``, paid for."""
+    info = path_stat(path)
+    return info is not None and stat.S_ISDIR(info.st_mode)
+
+
+def exists(path: str, follow: bool = True) -> bool:
+    """``os.path.exists`` (``follow``) or ``os.path.lexists``, paid for."""
+    return path_stat(path, follow) is not None
