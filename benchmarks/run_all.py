@@ -37,6 +37,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "metering": ["--calls", "40", "--runs", "2"],
     "containment_overhead": ["--runs", "5"],
     "integrity_overhead": ["--runs", "3", "--files", "300"],
+    "sandbox_toolchain": ["--runs", "2"],
 }
 
 

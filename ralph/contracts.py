@@ -429,6 +429,17 @@ class Runner(ABC):
         """
         return []
 
+    def gate_check(self, commands: Sequence[str]) -> list[Check]:
+        """Can the gate commands (the task list's ``verifyCommands``) run where this runner runs them?
+
+        Called before iteration 1 (and by ``ralph doctor``) after ``availability()`` said yes, and
+        by ``auto`` before it chooses this runner.  Return a failed :class:`Check` per program a
+        command needs that is missing there, its fix naming how to add it; a failure stops
+        ``ralph run`` with exit 2, and makes ``auto`` choose ``direct``, saying why.  The default
+        checks nothing.
+        """
+        return []
+
     def run_command(self, command: str, cwd: Path, timeout: float | None) -> CommandResult:
         """Run a loop-owned shell command (a gate) where the agent runs, output merged.
 
@@ -485,11 +496,13 @@ class Runner(ABC):
         """The runner that will really run; ``auto`` returns its choice from ``registry``."""
         return self
 
-    def resolve_for(self, registry: Registry, agents: Sequence[Agent]) -> Runner:
-        """The runner that will really run ``agents`` (the run's agent and review agent).
+    def resolve_for(self, registry: Registry, agents: Sequence[Agent], gates: Sequence[str] = ()) -> Runner:
+        """The runner that will really run ``agents`` (the run's agent and review agent) and the
+        gate commands ``gates`` (the task list's ``verifyCommands``).
 
         The default is :meth:`resolve`'s choice; ``auto`` also asks each agent whether it has
-        credentials in the sandbox it would choose (:meth:`Agent.credential_check`).
+        credentials in the sandbox it would choose (:meth:`Agent.credential_check`), and the
+        sandbox whether it can run the gates (:meth:`gate_check`).
         """
         return self.resolve(registry)
 

@@ -172,6 +172,12 @@ class EventKind(str, Enum):
         "The meter refused model calls that came for an agent session after it had ended (a process "
         "that outlived its iteration). Payload: session, refused (count).",
     )
+    UNPRICED_MODEL = (
+        "unpriced_model",
+        "An iteration called a model the price table has no price for (once per model and run): its tokens count "
+        "$0 in the cost, and --max-cost cannot stop on them. Payload: iteration, model, usage (the iteration's "
+        "tokens), fix (the [tool.ralph.prices] table to add).",
+    )
     METERING_ERROR = ("metering_error", "The meter failed inside itself (reported at the end of the run). Payload: error.")
     EXTRA_SESSION_COST = (
         "extra_session_cost",

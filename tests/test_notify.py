@@ -66,7 +66,7 @@ def test_a_budget_stop_is_notified_with_the_reason_and_the_run_directory(
     assert sent["title"] == f"ralph: run stopped: budget reached ({ralph_project.path.name})"
     assert "budget reached: $1.2000 of $1.0000 spent" in sent["message"]
     assert f"run: {ralph_project.run_dirs()[-1]}" in sent["message"]
-    assert "0/1 stories done | 2 iterations" in sent["message"]
+    assert "0/1 story done | 2 iterations" in sent["message"]
     assert "warning" not in result.stderr.lower().replace("warning: pre-flight", "")  # delivered: nothing to warn
 
 
@@ -278,4 +278,4 @@ def test_the_usage_limit_wait_and_then_the_end_are_notified(ralph_project: Ralph
     name = ralph_project.path.name
     assert endpoint.titles() == [f"ralph: waiting for the usage limit ({name})", f"ralph: run complete ({name})"]
     assert "goes on by itself" in endpoint.received[0]["message"]
-    assert endpoint.received[1]["type"] == "success" and "1/1 stories done" in endpoint.received[1]["message"]
+    assert endpoint.received[1]["type"] == "success" and "1/1 story done" in endpoint.received[1]["message"]

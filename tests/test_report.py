@@ -254,3 +254,58 @@ def test_html_report_renders_in_headless_chromium(finished: RalphProject, tmp_pa
     assert pixels["implement"] > pixels["review-fix"]  # 4 implement bars, 1 review-fix bar
     white = _count_colour(rows, (255, 255, 255), tolerance=0)
     assert white < width * height * 0.95, "the page is (almost) blank"
+
+
+# -- where the cost and time went, and the forecast --------------------------------------------------
+
+
+def test_status_and_report_say_where_the_money_went_and_forecast_the_stories_left(ralph_project, tmp_path) -> None:
+    """A replay run with known costs: a first implementation, a retry, a send-back after a failed gate, three
+    review rounds; two stories are left, forecast from the one done."""
+    ralph_project.write_stories([story("US-001"), story("US-002", priority=2), story("US-003", priority=3)],
+                                verifyCommands=["test ! -e broken"])
+
+    def step(cost: float, *actions: dict[str, Any]) -> list[dict[str, Any]]:
+        return [*actions, {"cost": cost}, {"say": "done"}]
+
+    def fields(**values: Any) -> dict[str, Any]:
+        return {"set": {"story": "US-001", "fields": values}}
+
+    script = {
+        1: step(0.2, {"write": {"path": "a.txt", "content": "a"}}, {"commit": "wip"}),
+        2: step(0.1, {"write": {"path": "broken", "content": "x"}}, fields(reviewStatus="needs_review"), {"commit": "b"}),
+        3: step(0.3, {"run": "rm broken"}, fields(reviewStatus="needs_review"), {"commit": "fix"}),
+        4: step(0.1, fields(reviewStatus="changes_requested", reviewCount=1, reviewFeedback="name it better"),
+                {"commit": "review"}),
+        5: step(0.05, {"write": {"path": "a.txt", "content": "better"}}, fields(reviewStatus="needs_review", reviewFeedback=""),
+                {"commit": "review fix"}),
+        6: step(0.1, fields(reviewStatus="approved", passes=True, reviewCount=2, notes="ok"), {"commit": "approve"}),
+    }
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"iterations": {str(k): v for k, v in script.items()}}))
+    result = ralph_project.run("run", "--runner", "direct", "--agent", "replay", "-n", "6",
+                               env={"RALPH_REPLAY_SCRIPT": str(path)})
+    assert result.returncode == 1, result.stderr
+    modes = [(e["mode"], e["story"]) for e in ralph_project.events("iteration_started")]
+    assert modes == [("implement", "US-001")] * 3 + [("review", "US-001"), ("review-fix", "US-001"), ("review", "US-001")]
+
+    status = ralph_project.run("status")
+    assert status.returncode == 0, status.stderr
+    for shown in (status.stdout, ralph_project.run("report").stdout):
+        lines = {line.strip().split("  ")[0]: line for line in shown.splitlines() if line.startswith("  ")}
+        assert "$0.2000" in lines["first implementation"] and lines["first implementation"].rstrip().endswith("1")
+        assert "$0.1000" in lines["retries"] and lines["retries"].rstrip().endswith("1")
+        assert "$0.3000" in lines["send-backs"] and lines["send-backs"].rstrip().endswith("1")
+        assert "$0.2500" in lines["review rounds"] and lines["review rounds"].rstrip().endswith("3")
+        assert "forecast for the 2 stories left (from the 1 done here: $0.8500 and" in shown
+        assert "about $1.7000 and" in shown
+    data = json.loads(ralph_project.run("status", "--json").stdout)
+    assert data["spending"]["forecast"]["remaining"] == ["US-002", "US-003"]
+    assert data["spending"]["forecast"]["cost"] == pytest.approx(1.7)
+    assert data["spending"]["kinds"]["send-backs"]["cost"] == pytest.approx(0.3)
+
+    html_file = tmp_path / "report.html"
+    assert ralph_project.run("report", "--html", str(html_file)).returncode == 0
+    page = html_file.read_text(encoding="utf-8")
+    assert '<section class="spending">' in page and "<td>send-backs</td><td>$0.3000</td>" in page
+    assert "about $1.7000 and" in page

@@ -252,6 +252,46 @@ def test_codex_iterations_are_metered_and_priced(ralph_project: RalphProject, sc
     assert summary["records"][0]["metered"] is True
 
 
+@pytest.mark.real_codex
+def test_a_codex_model_without_a_price_is_a_warning_not_a_silent_zero(ralph_project: RalphProject, scripted_responses,
+                                                                      codex_binary, codex_agent_env) -> None:
+    """Codex's default model is in no price table: its tokens are metered, cost $0, and the run says so once."""
+    ralph_project.write_stories([story("US-001")], verifyCommands=[])
+    server = scripted_responses(lambda request: Turn([text("Nothing to do yet.")]))
+    result = ralph_project.run("run", "--runner", "direct", "--agent", "codex", "-n", "2", "--timeout", "120",
+                               env=codex_agent_env(server.url))
+    assert result.returncode == 1, result.stdout + result.stderr
+    models = {c["model"] for c in metered(ralph_project) if c["usage"]}
+    assert len(models) == 1, models
+    model = models.pop()
+    warned = ralph_project.events("unpriced_model")
+    assert [(e["iteration"], e["model"]) for e in warned] == [(1, model)]  # once, not per iteration
+    assert warned[0]["usage"]["input"] > 0 and f'[tool.ralph.prices."{model}"]' in warned[0]["fix"]
+    assert f"warning: model {model} has no price: its tokens count $0 in the cost" in result.stderr
+    assert ralph_project.summary()["cost_usd"] == 0
+
+
+@pytest.mark.real_codex
+def test_codex_without_the_meter_is_priced_from_the_tokens_it_reports(ralph_project: RalphProject, scripted_responses,
+                                                                      codex_binary, codex_agent_env) -> None:
+    """metering = false: Codex reports tokens and no cost; the configured price of the model gives the cost."""
+    ralph_project.write_stories([story("US-001")], verifyCommands=[])
+    (ralph_project.path / "ralph.toml").write_text('metering = false\n[prices."gpt-test*"]\ninput = 2.0\noutput = 8.0\n'
+                                                   'cache_read = 0.5\n')
+    ralph_project.commit_all("prices")
+    server = scripted_responses(lambda request: Turn([text("Nothing to do yet.")]))
+    result = ralph_project.run("run", "--runner", "direct", "--agent", "codex", "-m", "gpt-test-1", "-n", "1",
+                               "--timeout", "120", env=codex_agent_env(server.url))
+    assert result.returncode == 1, result.stdout + result.stderr
+    record = ralph_project.summary()["records"][0]
+    assert record["metered"] is False and metered(ralph_project) == []
+    usage = record["usage"]
+    assert usage["input"] + usage.get("cache_read", 0) > 0 and usage["output"] > 0
+    expected = (usage["input"] * 2.0 + usage.get("cache_read", 0) * 0.5 + usage["output"] * 8.0) / 1e6
+    assert record["cost_usd"] == pytest.approx(expected, rel=1e-6) and ralph_project.summary()["cost_usd"] > 0
+    assert ralph_project.events("unpriced_model") == []
+
+
 @pytest.mark.slow
 def test_in_the_sandbox_the_model_is_reached_only_through_the_meter(
         sandbox_project: RalphProject, gateway: str, claude_binary, claude_agent_env) -> None:  # noqa: F811

@@ -120,6 +120,10 @@ class ConsoleView:
         elif self.output == "verbose" and kind in {"tool_result", "error", "system", "result"}:
             self.write(f"  [{kind}] {str(data.get('data'))[:300]}\n")
 
+    def on_unpriced_model(self, data: dict[str, Any]) -> None:
+        self.status(f"warning: model {data.get('model')} has no price: its tokens count $0 in the cost and no budget "
+                    f"(--max-cost) sees them; give it one: {data.get('fix')}")
+
     def on_question_asked(self, data: dict[str, Any]) -> None:
         self.status(f"{data.get('story')} asks a person (iteration {data.get('iteration')}): "
                     f"{quote(str(data.get('question') or ''), 300)}; answer with: {data.get('answer_with')}")

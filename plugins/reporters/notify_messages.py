@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ralph.api import format_elapsed, one_line, quote, strip_controls
+from ralph.api import counted, format_elapsed, one_line, quote, strip_controls
 
 __all__ = ["Message", "RunView", "message_for"]
 
@@ -134,7 +134,7 @@ def _finished(data: dict[str, Any], run: RunView) -> Message:
     cost = _number(data.get("cost_usd"))
     elapsed = _number(data.get("elapsed"))
     lines = [_text(data.get("reason"), 1000), "",
-             f"{done}/{len(stories)} stories done | {data.get('iterations')} iterations | cost ${cost:.4f} | "
+             f"{done}/{counted(len(stories), 'story')} done | {counted(data.get('iterations'), 'iteration')} | cost ${cost:.4f} | "
              f"{format_elapsed(elapsed)} | exit {code}"]
     waiting = [s for s in stories if isinstance(s, dict) and s.get("waiting") and not s.get("passes")]
     if waiting:

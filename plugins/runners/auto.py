@@ -22,7 +22,7 @@ class AutoRunner(Runner):
     """Chooses a runner at start-up; ``resolve()`` returns the choice."""
 
     name = "auto"
-    description = "docker-sandbox when the engine answers and the image exists, else direct"
+    description = "docker-sandbox when the engine answers, the image exists and has the gates' programs, else direct"
 
     def availability(self) -> Availability:
         return Availability.yes()
@@ -42,15 +42,15 @@ class AutoRunner(Runner):
         direct.fallback_reason = "; ".join(reasons)
         return direct
 
-    def resolve_for(self, registry: Registry, agents: Sequence[Agent]) -> Runner:
+    def resolve_for(self, registry: Registry, agents: Sequence[Agent], gates: Sequence[str] = ()) -> Runner:
         """:meth:`resolve`'s choice, unless an agent can log in on this machine but not in the chosen
-        sandbox (a subscription login in the host's Claude Code config or keychain): then ``direct``,
-        saying why and how to give the sandbox a credential of its own."""
+        sandbox (a subscription login in the host's Claude Code config or keychain), or the sandbox
+        lacks a program the gate commands ``gates`` run: then ``direct``, saying why and what to do."""
         chosen = self.resolve(registry)
         if chosen.fallback_reason or not chosen.isolates:
             return chosen
         direct = registry.get("direct")(self.settings)
-        reason = login_only_here(chosen, direct, agents)
+        reason = login_only_here(chosen, direct, agents) or cannot_run_gates(chosen, gates)
         if reason is None:
             return chosen
         direct.fallback_reason = reason
@@ -82,6 +82,16 @@ def login_only_here(sandbox: Runner, direct: Runner, agents: Sequence[Agent]) ->
         return (f"{sandbox.name} cannot use {agent.name}'s login ({found.what}, on {here.where} only): "
                 f"to run in the sandbox, {there.fix}; `--runner direct` runs directly on purpose")
     return None
+
+
+def cannot_run_gates(sandbox: Runner, gates: Sequence[str]) -> str | None:
+    """Why ``sandbox`` cannot run the gate commands (its failed :meth:`Runner.gate_check`, the
+    first one with its fix), or None."""
+    failed = [check for check in sandbox.gate_check(list(gates)) if check.ok is False]
+    if not failed:
+        return None
+    more = f" (and {len(failed) - 1} more: `ralph doctor --runner {sandbox.name}` lists them)" if len(failed) > 1 else ""
+    return f"{sandbox.name}: {failed[0].what}; to run in the sandbox, {failed[0].fix}{more}"
 
 
 @hookimpl(trylast=True)

@@ -10,7 +10,10 @@ pids, memory and CPU are limited.  Gate commands run in the same container
 (:meth:`DockerSandboxRunner.run_command`), and after every exec every process
 the agent's user left in it is killed.
 Network: ``none``, ``allowlist`` (an internal network whose only way out is a
-proxy container) or ``open``.  See docs/sandbox.md.
+proxy container) or ``open``.  The image is the project's own when its config (or
+its devcontainer) describes a toolchain (:mod:`.docker.toolchain`, built by ``ralph
+sandbox build``), and before iteration 1 every program the gates run is looked up
+in it (:meth:`DockerSandboxRunner.gate_check`).  See docs/sandbox.md.
 
 The docker SDK is imported only when this runner is used.
 """
@@ -23,12 +26,12 @@ import os
 import shlex
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ralph.api import AgentView, Availability, Check, CommandResult, ProcessOutcome, ProcessSpec, Runner, hookimpl
 from ralph.api import section_or_default
 
-from .docker.naming import DEFAULT_IMAGE, HOOK_ARGV, reachable_endpoint
+from .docker.naming import DEFAULT_IMAGE, HOOK_ARGV, STANDARD_PATH, reachable_endpoint
 
 if TYPE_CHECKING:
     from ralph.api import AgentChannel, PreflightContext
@@ -68,6 +71,10 @@ class DockerSandboxRunner(Runner):
         self._client: Any = None
         self._availability: Availability | None = None
         self._sandbox: Sandbox | None = None
+        self._image: str | None = None
+        """The image the run uses: the project's own (its toolchain's hash), else the ``image`` key."""
+        self._toolchain = False
+        self._gate_checks: dict[tuple[str, ...], list[Check]] = {}
 
     # -- configuration --------------------------------------------------------------
 
@@ -84,8 +91,12 @@ class DockerSandboxRunner(Runner):
         core = getattr(self.settings, "config", None)
         timeout = float(getattr(core, "timeout", 3600) or 3600)
         iterations = int(getattr(core, "max_iterations", 15) or 15)
+        image = self.image()
+        from .docker.projectimage import image_path
+
         return Options(
-            image=cfg.image,
+            image=image,
+            path=image_path(self._client, image) if self._client is not None else STANDARD_PATH,
             network=cfg.network,
             allow_hosts=list(cfg.allow_hosts),
             env_names=list(dict.fromkeys([*cfg.env_allowlist, *cfg.env])),
@@ -115,10 +126,31 @@ class DockerSandboxRunner(Runner):
             self._client = engine.connect()
         except engine.SandboxError as exc:
             return Availability.no(str(exc))
-        image = self.config().image
-        if not engine.image_present(self._client, image):
-            return Availability.no(f"the sandbox image {image!r} does not exist: {engine.BUILD_HINT}")
+        from .docker import projectimage, toolchain
+
+        cfg = self.config()
+        try:
+            project = toolchain.toolchain_of(Path(self.settings.project_dir).resolve(), cfg)
+            if project is None:
+                if not engine.image_present(self._client, cfg.image):
+                    return Availability.no(f"the sandbox image {cfg.image!r} does not exist: {engine.BUILD_HINT}")
+                self._image = cfg.image
+                return Availability.yes()
+            state = projectimage.image_state(self._client, project)
+        except toolchain.ToolchainError as exc:
+            return Availability.no(str(exc))
+        problem = state.problem()
+        if problem is not None:
+            return Availability.no(problem)
+        self._image, self._toolchain = state.tag, True
         return Availability.yes()
+
+    def image(self) -> str:
+        """The image the sandbox runs (the project's own when its config describes a toolchain);
+        known once :meth:`availability` said yes."""
+        if self._image is None:
+            self.availability()
+        return self._image or self.config().image
 
     def agent_view(self) -> AgentView:
         """The allowlisted environment, the state dir as home, the project (and ralph's code) as files."""
@@ -145,7 +177,11 @@ class DockerSandboxRunner(Runner):
     def preflight(self, context: PreflightContext) -> list[Check]:
         """Engine and image (already known to be there), the credential state dir, the network policy."""
         cfg = self.config()
-        checks = [Check(True, f"Docker engine answers; sandbox image {cfg.image} present")]
+        if self._toolchain:
+            checks = [Check(True, f"Docker engine answers; the project's sandbox image {self.image()} is built from "
+                                  "its toolchain config as it is now")]
+        else:
+            checks = [Check(True, f"Docker engine answers; sandbox image {self.image()} present")]
         if cfg.state_dir:
             try:
                 state = prepare_state_dir(Path(cfg.state_dir))
@@ -159,6 +195,43 @@ class DockerSandboxRunner(Runner):
             checks.append(Check(None, "network policy: open (no egress control)", 'set network = "allowlist" to restrict egress'))
         else:
             checks.append(Check(True, "network policy: none"))
+        return checks
+
+    def gate_check(self, commands: Sequence[str]) -> list[Check]:
+        """Each program the gate commands run, looked up in the sandbox image (one throw-away
+        container; docs/sandbox.md): a failed check naming the program and the config keys that add
+        it.  Remembered for the same commands (``auto`` and pre-flight ask the same runner)."""
+        key = tuple(commands)
+        if not key:
+            return []
+        if key in self._gate_checks:
+            return self._gate_checks[key]
+        if not self.availability().ok:
+            return []  # the runner cannot be used at all: that is said instead
+        from .docker import gateprograms
+
+        project = Path(self.settings.project_dir).resolve()
+        image, cfg = self.image(), self.config()
+        needs, missing, unchecked = gateprograms.gate_needs(list(key), project, tracked_files(project))
+        checks: list[Check] = []
+        try:
+            from .docker.projectimage import image_path
+
+            missing += gateprograms.look_up(self._client, image, cfg.user or f"{os.getuid()}:{os.getgid()}",
+                                            image_path(self._client, image), needs)
+        except Exception as exc:  # noqa: BLE001 - an engine or image problem: said, the gates will show the rest
+            checks.append(Check(None, f"could not look up the gates' programs in the sandbox image {image}: "
+                                      f"{str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else type(exc).__name__}",
+                                "see that the image runs python3 (`docker run --rm IMAGE python3 -V`)"))
+        checks += gateprograms.missing_checks(missing, list(key))
+        if not checks:
+            names = sorted({n.program + (f" -m {n.module}" if n.module else "") for n in needs})
+            checks.append(Check(True, f"the sandbox image {image} has what the gates run"
+                                      + (": " + ", ".join(names) if names else "")))
+        for note in unchecked:
+            checks.append(Check(None, f"a gate program was not looked up in the sandbox: {note}",
+                                "write the program's name itself to have it checked before the run"))
+        self._gate_checks[key] = checks
         return checks
 
     def prepare(self, project_dir: Path) -> None:
@@ -258,6 +331,17 @@ class DockerSandboxRunner(Runner):
     @property
     def sandbox(self) -> Sandbox | None:
         return self._sandbox
+
+
+def tracked_files(project_dir: Path) -> set[str]:
+    """The repository's files (project-relative; none when it is not one): what a checkout of it has."""
+    from ralph.api import git
+
+    try:
+        listed = git(project_dir, "ls-files", "-z", check=False)
+    except Exception:  # noqa: BLE001 - not a repository, or git refused: nothing is known to be there
+        return set()
+    return {name for name in listed.stdout.split("\0") if name} if listed.returncode == 0 else set()
 
 
 @hookimpl

@@ -61,7 +61,7 @@ from ralph.contracts import (
 from ralph.errors import ConfigError, PluginError, RalphError, TaskListError, UnavailableError, UsageError
 from ralph.events import EventKind
 from ralph.plugin.manager import API_VERSION, Registry
-from ralph.ralphfiles import progress_log, story_id_problem
+from ralph.ralphfiles import find_project, progress_log, story_id_problem
 from ralph.settings import Settings, section_or_default
 from ralph.wording import counted
 
@@ -183,6 +183,7 @@ __all__ = [
     "parse_tasks",
     "patch_json_text",
     "progress_log",
+    "find_project",
     "ready_stories",
     "render_run_report",
     "render_run_summary",

@@ -138,6 +138,8 @@ class Report:
     (:func:`ralph.loop.gateoutput.failures`)."""
     questions: list[QuestionRow] = field(default_factory=list)
     """The agent's questions to a person asked in these runs, and every one still waiting (oldest first)."""
+    spending: Any = None
+    """Where the cost and time went, and the forecast for the stories left (:class:`ralph.lifecycle.spending.Spending`)."""
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -305,12 +307,14 @@ def build_project_report(
 
     iterations: list[IterationRow] = []
     why: list[tuple[str, list[dict[str, Any]]]] = []
+    logs: list[list[dict[str, Any]]] = []
     offset = 0.0
     reason = exit_code = None
     cost = elapsed = 0.0
     for run_dir in run_dirs:
         rows = run_iterations(run_dir, offset)
-        found = failures(read_events(run_dir))
+        logs.append(read_events(run_dir))
+        found = failures(logs[-1])
         if found:
             why.append((run_dir.name, found))
         iterations += rows
@@ -362,9 +366,11 @@ def build_project_report(
 
     attention += [f"WAITING {q.story}: asked {quote(q.question, 200)} - answer: ralph answer {q.story} \"ANSWER\""
                   for q in questions if q.waiting]
+    from ralph.lifecycle.spending import fold_spending
+
     return Report(
         title, [d.name for d in run_dirs], reason, exit_code, cost, elapsed, iterations, ordered,
-        review_analytics(stories, cap), attention, why, questions,
+        review_analytics(stories, cap), attention, why, questions, fold_spending(logs, stories) if logs else None,
     )
 
 
@@ -414,6 +420,8 @@ def render_text(report: Report, width: int | None = None) -> str:
             lines.append("  ".join("-" * w for w in widths))
     lines += why_text(report)
     lines += questions_text(report.questions)
+    if report.spending is not None:
+        lines += report.spending.lines()
     if report.iterations:
         lines += ["", "iterations (who did each):"]
         for iteration in report.iterations:
@@ -605,6 +613,22 @@ def _questions_html(questions: list[QuestionRow]) -> str:
     return "".join(parts)
 
 
+def _spending_html(report: Report) -> str:
+    """Where the cost and time went (a table by kind) and the forecast for the stories left."""
+    from ralph.loop.runreport import format_elapsed
+
+    spending = report.spending
+    if spending is None or not any(spend.count for spend in spending.kinds.values()):
+        return ""
+    total = spending.cost
+    rows = [(kind, f"${spend.cost:.4f}", f"{spend.cost / total * 100:.0f}%" if total > 0 else "-",
+             format_elapsed(spend.seconds), str(spend.count))
+            for kind, spend in spending.kinds.items() if spend.count]
+    table = _table(("kind", "cost", "share", "agent time", "iterations / sessions"), rows, table_class="spending")
+    return (f'<section class="spending"><h2>Where the cost and time went</h2>{table}'
+            f'<p class="forecast">{_esc(spending.forecast_line())}</p></section>')
+
+
 def _why_html(report: Report) -> str:
     """The gate failures and quality warnings: what failed, the excerpt (verbatim, escaped), where the rest is."""
     from ralph.loop.gateoutput import excerpt, exit_meaning
@@ -664,6 +688,7 @@ def render_html(report: Report) -> str:
         "ATTENTION": _attention_html(report.attention),
         "WHY": _why_html(report),
         "QUESTIONS": _questions_html(report.questions),
+        "SPENDING": _spending_html(report),
         "HISTOGRAM": analytics_svg(report.analytics)
         if any(s.reviews or s.review_count for s in report.stories)
         else '<p class="empty">No reviews in this report, so no review chart.</p>',

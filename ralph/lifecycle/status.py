@@ -26,9 +26,13 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
     from ralph.questions import load_book
 
     book = load_book(project_dir, state_dir)
+    from ralph.lifecycle.spending import fold_spending
+
+    spending = fold_spending([events], summary.get("stories") if summary else None)
     if as_json:
         return json.dumps({"run_dir": str(run_dir), "running": running, "summary": summary, "events": len(events),
-                           "questions": [asdict(q) for q in book.open()]}, indent=2)
+                           "questions": [asdict(q) for q in book.open()], "spending": spending.as_dict(),
+                           "quota_used": quota_use(events).summary()}, indent=2)
     if running:
         state = "running"
     elif summary is None:
@@ -50,6 +54,8 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
         for event in started[-30:]:
             lines.append(f"  #{event['iteration']} {event['mode']} {event.get('story')} — {who_did(event)}")
     lines += usage_lines(events)
+    lines += spending.lines()
+    lines += quota_lines(events)
     why = why_lines(events)
     if why:
         lines += ["", "why gates failed (the output's first and last lines; the rest is in the file named):", *why]
@@ -79,6 +85,29 @@ def question_lines(questions: list[Any]) -> list[str]:
             lines.append("    the agent was doing: " + "; ".join(quote(t, 120) for t in tools[-3:]))
         lines.append(f'    answer: ralph answer {entry.story} "ANSWER"')
     return lines
+
+
+def quota_use(events: list[dict]) -> Any:
+    """The run's use of a subscription's windows, folded from its ``model_request`` events (as the loop does)."""
+    import datetime as dt
+
+    from ralph.loop.quota import QuotaUse
+
+    use = QuotaUse()
+    for event in events:
+        if event.get("kind") == "model_request" and event.get("quota"):
+            try:
+                now = dt.datetime.fromisoformat(str(event.get("ts"))).timestamp()
+            except ValueError:
+                continue
+            use.add(event["quota"], now)
+    return use
+
+
+def quota_lines(events: list[dict]) -> list[str]:
+    """``5-hour window: 12.0% used by this run (now 43%)``, per window the API reported (subscriptions only)."""
+    lines = quota_use(events).lines()
+    return ["", "subscription usage windows (from the API's figures):", *(f"  {line}" for line in lines)] if lines else []
 
 
 def who_did(event: dict) -> str:

@@ -192,12 +192,30 @@ class LoopAgents:
             record.reported_cost += cost
             add_usage(record.reported_usage, event.data.get("usage"))
             if not metered:
+                if event.data.get("total_cost_usd") is None:  # tokens, no cost (Codex): the price table's
+                    cost = self._priced(record, event.data.get("usage"))
                 record.cost_usd += cost
                 self.cost += cost
                 add_usage(record.usage, event.data.get("usage"))
             if isinstance(event.data.get("result"), str):
                 texts.append("")  # the result repeats the last text; counted once via text events
         self.emit("agent_event", iteration=record.number, type=event.kind, text=event.text[:4000], data=_jsonable(event.data))
+
+    def _priced(self, record: IterationRecord, usage: Any) -> float:
+        """What the tokens an agent reported without a cost come to at the price table's rate (``[tool.ralph.prices]``,
+        then the built-in table); a model without a price (or none named) is listed in ``record.unpriced``."""
+        tokens: dict[str, int] = {}
+        add_usage(tokens, usage)
+        if not any(tokens.values()):
+            return 0.0
+        from ralph.loop.metering import price_table
+
+        price = price_table(self.config).price_for(record.model)
+        if price is None:
+            name = record.model or f"{record.agent}'s default model"
+            record.unpriced = sorted(set(record.unpriced) | {name})
+            return 0.0
+        return price.of(tokens)
 
     def _tool_result(self, record: IterationRecord, event: AgentEvent) -> None:
         """Count one tool result and keep the first failure's output.  A call the loop's guards denied

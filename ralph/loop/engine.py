@@ -112,6 +112,8 @@ class Loop:
         """What :meth:`preflight` found in the person's files that does not stop the run (a misspelt
         task-list key ...): reported at the start, by ``--dry-run`` and by ``ralph doctor``."""
         self.interrupt_signal: int | None = None
+        self._unpriced_seen: set[str] = set()
+        """Models already reported as having no price (``unpriced_model``, once per model)."""
         self._snapshot_of: tuple[TaskList, Snapshot] | None = None
         self._stories_shown: list[dict[str, Any]] | None = None
         """The stories of the last ``story_states`` event."""
@@ -283,7 +285,8 @@ class Loop:
             return []
         from ralph.loop.preflight import preflight_checks
 
-        return preflight_checks(self.settings, self.host, self.runner, self.agent, self.review_agent)
+        return preflight_checks(self.settings, self.host, self.runner, self.agent, self.review_agent,
+                                gates=self.taskfile.verify_commands)
 
     def readiness(self) -> list[Check]:
         """Every check ``ralph run`` makes before iteration 1, collected instead of raised (``ralph doctor``).
@@ -496,6 +499,7 @@ class Loop:
         started = time.monotonic()
         texts = self.agents.run_iteration(record, prompt)
         record.seconds = round(time.monotonic() - started, 3)
+        self._unpriced(record)
         record.rejected = record.metered and record.answered == 0 and self._untouched(checkpoint, untracked_before)
         record.promise = any(PROMISE.search(text) for text in texts)
         self.bridge.current = None  # hooks that still arrive now see no iteration
@@ -625,6 +629,18 @@ class Loop:
             return EXIT_COMPLETE, f"complete: {how}"
         return None
 
+    def _unpriced(self, record: IterationRecord) -> None:
+        """Say once per model that it has no price: its tokens cost $0 here, which no budget sees."""
+        for model in record.unpriced:
+            if model in self._unpriced_seen:
+                continue
+            self._unpriced_seen.add(model)
+            pattern = model if "default model" not in model else "MODEL"
+            self.emit("unpriced_model", iteration=record.number, model=model, usage=dict(record.usage),
+                      fix=f'[tool.ralph.prices."{pattern}"] input = <USD per million input tokens>, output = <USD per '
+                          "million output tokens>" + ("; name the model with --model or [tool.ralph.codex] model"
+                                                      if pattern == "MODEL" else ""))
+
     def _quota_end(self, record: IterationRecord) -> str | None:
         """``--max-quota``: a window's use reached its budget, or the model answered without reporting any
         subscription quota (the traffic bills the API per token: the budget cannot be kept)."""
@@ -747,7 +763,9 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
     agent = host.agents.get(agent_name)(settings)
     review_name = settings.config.review_agent
     review_agent = host.agents.get(review_name)(settings) if review_name and review_name != agent.name else None
-    runner = chosen(settings).resolve_for(host.runners, [agent] + ([review_agent] if review_agent else []))
+    store = choose_store(settings, host)
+    agents = [agent] + ([review_agent] if review_agent else [])
+    runner = chosen(settings).resolve_for(host.runners, agents, gates=gate_commands(store, settings))
     available = runner.availability()
     if not available.ok:
         from ralph.errors import UnavailableError
@@ -757,7 +775,17 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
 
     policy_name, note = settle_policy(settings, host, policy_name)
     policy = host.policies.get(policy_name)(settings)
-    store = choose_store(settings, host)
     loop = Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store, review_agent=review_agent)
     loop.policy_note = note
     return loop
+
+
+def gate_commands(store: Any, settings: Settings) -> list[str]:
+    """The task list's ``verifyCommands`` as they are now (what ``auto`` asks a sandbox to run);
+    none when the list cannot be read (pre-flight then says why)."""
+    try:
+        path = store.path(settings.ralph_dir)
+        _raw, tasks, _error = TaskFile(store, path, root_for(path, settings.project_dir)).read()
+    except (RalphError, OSError):
+        return []
+    return list(tasks.verifyCommands) if tasks is not None else []

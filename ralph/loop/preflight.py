@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 from urllib.parse import urlsplit
 
 from ralph.contracts import Check, PreflightContext
@@ -28,13 +28,15 @@ class PreflightError(UnavailableError):
 
 
 def preflight_checks(
-    settings: Settings, host: PluginHost, runner: Runner, agent: Agent, *others: Agent
+    settings: Settings, host: PluginHost, runner: Runner, agent: Agent, *others: Agent, gates: Sequence[str] = ()
 ) -> list[Check]:
-    """Every check of the runner, the agent (and ``others``, e.g. a review agent of another kind)
-    and the ``ralph_preflight`` hooks, in that order."""
+    """Every check of the runner (its own, then whether it can run the gate commands ``gates``),
+    the agent (and ``others``, e.g. a review agent of another kind) and the ``ralph_preflight``
+    hooks, in that order."""
     view = runner.agent_view()
     context = PreflightContext(settings=settings, project_dir=settings.project_dir, runner=runner, agent=agent, view=view)
     checks = list(runner.preflight(context) or [])
+    checks += list(runner.gate_check(list(gates)) or [])
     for each in {id(a): a for a in (agent, *others)}.values():
         each_context = context if each is agent else PreflightContext(settings, settings.project_dir, runner, each, view)
         checks += list(each.preflight(each_context) or [])

@@ -117,10 +117,16 @@ def add_usage(into: dict[str, int], usage: Any) -> None:
     """
     if not isinstance(usage, dict):
         return
-    for key, name in USAGE_KEYS.items():
-        value = usage.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-            into[name] = into.get(name, 0) + int(value)
+    counts = {name: int(value) for key, name in USAGE_KEYS.items()
+              if isinstance(value := usage.get(key), (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value) and value >= 0}
+    cached = usage.get("cached_input_tokens")  # Codex: part of input_tokens, read from the cache
+    if isinstance(cached, (int, float)) and not isinstance(cached, bool) and math.isfinite(cached) and cached > 0:
+        cached = min(int(cached), counts.get("input", 0))
+        counts["input"] = counts.get("input", 0) - cached
+        counts["cache_read"] = counts.get("cache_read", 0) + cached
+    for name, value in counts.items():
+        into[name] = into.get(name, 0) + value
 
 
 def reported_cost(value: Any) -> float:

@@ -18,38 +18,80 @@ __all__ = ["sandbox"]
 
 @click.group()
 def sandbox() -> None:
-    """Build the docker-sandbox runner's image; clean its leftovers."""
+    """Build the docker-sandbox runner's images (ralph's and the project's); clean its leftovers."""
 
 
 @sandbox.command()
-@click.option("--base", help="Base image the recipe builds on (must be present locally; never pulled).")
-@click.option("--offline-base", is_flag=True, help="Make the base from Debian packages with mmdebstrap/debootstrap (no registry needed).")
+@click.option("-d", "--project-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The project whose image to build.  [default: the project around the current directory]")
+@click.option("--base", help="Build ralph's image on this base image (present locally; never pulled).")
+@click.option("--offline-base", is_flag=True, help="Build ralph's image on a base made from Debian packages with mmdebstrap/debootstrap (no registry needed).")
 @click.option("--suite", default="bookworm", show_default=True, help="Debian suite for --offline-base.")
 @click.option("--mirror", default="http://deb.debian.org/debian", show_default=True, help="Debian mirror for --offline-base.")
-@click.option("--tag", default=None, help="Tag of the sandbox image.  [default: ralph-sandbox:latest]")
-@click.option("--force", is_flag=True, help="Rebuild even when the image matches the recipe.")
-def build(base: str | None, offline_base: bool, suite: str, mirror: str, tag: str | None, force: bool) -> None:
-    """Build the sandbox image from templates/sandbox (git, python3, proxy, git identity).
+@click.option("--tag", default=None, help="Tag of ralph's image (with --base/--offline-base).  [default: ralph-sandbox:latest]")
+@click.option("--force", is_flag=True, help="Rebuild even when an image matches its recipe or toolchain.")
+def build(project_dir: Path | None, base: str | None, offline_base: bool, suite: str, mirror: str, tag: str | None,
+          force: bool) -> None:
+    """Build the project's sandbox image from its toolchain (and ralph's image first, with --base/--offline-base).
 
-    The agent CLI and ralph's code are mounted read-only at run time.  An image
-    that already matches the recipe (label ralph.recipe) is reused.
+    The project's toolchain is `packages`, `setup`, `setup_files`, `path` and
+    `image_env` in [tool.ralph.docker-sandbox], and/or its
+    .devcontainer/devcontainer.json (its image or Dockerfile, containerEnv and
+    create commands).  Its image is built on ralph-sandbox:latest (or the
+    devcontainer's image) and tagged ralph-sandbox-<project>-<path hash>:<hash of
+    everything the build reads>; setup runs as root with network, with this
+    machine's proxy variables and CA certificates (neither is kept in the image).
+    A run whose image is older than the config says so.
+
+    With --base or --offline-base it first builds ralph's own image
+    (templates/sandbox: git, python3, the allowlist proxy, a git identity).  The
+    agent CLI and ralph's code are mounted read-only at run time.  An image that
+    already matches its recipe or toolchain is reused.
     """
-    from . import engine, image
+    from ralph.api import RalphError, find_project, open_session, section_or_default, strip_controls
+
+    from . import engine, image, projectimage, toolchain
+    from .config import SandboxConfig
     from .naming import DEFAULT_IMAGE, OFFLINE_BASE_IMAGE
 
     if base and offline_base:
         raise click.UsageError("--base and --offline-base exclude each other")
-    if not base and not offline_base:
-        raise click.UsageError("name a base image with --base IMAGE, or use --offline-base (no registry needed)")
+    if tag and not (base or offline_base):
+        raise click.UsageError("--tag names ralph's image: use it with --base or --offline-base")
+
+    def echo(line: str) -> None:
+        click.echo(strip_controls(line))  # a build's output quotes what the project's files say
+
+    project = (project_dir or find_project(Path.cwd())).resolve()
     try:
         client = engine.connect()
+        client.api.timeout = 600  # a commit or a quiet step may take longer than a run's engine calls
         if offline_base:
-            image.build_offline_base(client, OFFLINE_BASE_IMAGE, suite, mirror, force=force, echo=click.echo)
+            image.build_offline_base(client, OFFLINE_BASE_IMAGE, suite, mirror, force=force, echo=echo)
             base = OFFLINE_BASE_IMAGE
-        assert base is not None
-        image.build_image(client, base, tag or DEFAULT_IMAGE, force=force, echo=click.echo)
-    except (engine.SandboxError, RuntimeError) as exc:
-        click.echo(f"ralph: error: {exc}", err=True)
+        if base:
+            image.build_image(client, base, tag or DEFAULT_IMAGE, force=force, echo=echo)
+        try:
+            settings = open_session(project, warn=False).settings
+        except RalphError as exc:
+            raise toolchain.ToolchainError(f"the project's config: {exc}") from None
+        section = section_or_default(settings, "docker-sandbox", SandboxConfig)
+        found = toolchain.toolchain_of(project, section)
+        if found is None:
+            if base:
+                return
+            if not engine.image_present(client, section.image):
+                raise toolchain.ToolchainError(
+                    f"{project} describes no toolchain of its own, and the sandbox image {section.image!r} does not "
+                    f"exist: {engine.BUILD_HINT}"
+                )
+            echo(f"{project} describes no toolchain of its own (packages, setup ... in [tool.ralph.docker-sandbox], "
+                 f"or a .devcontainer/devcontainer.json): the sandbox runs {section.image} as it is")
+            return
+        echo(f"building the sandbox image of {project} ...")
+        projectimage.build(client, found, force=force, echo=echo)
+    except (engine.SandboxError, RuntimeError, toolchain.ToolchainError) as exc:
+        click.echo(f"ralph: error: {strip_controls(str(exc))}", err=True)
         sys.exit(2)
 
 

@@ -32,6 +32,7 @@ from .naming import (
     LABEL_PROJECT,
     PROXY_ALIAS,
     PROXY_PORT,
+    STANDARD_PATH,
     project_labels,
     sandbox_name,
 )
@@ -163,6 +164,8 @@ class Options:
     tmpfs_size: str
     lifetime: int
     """Seconds the container's PID 1 (``sleep``) lives: orphans expire on their own."""
+    path: str = STANDARD_PATH
+    """The image's ``PATH`` (the project's toolchain's); the agent's has ralph's bin directory first."""
 
 
 METERED_HOSTS = ("api.anthropic.com:443", "api.openai.com:443")
@@ -432,7 +435,8 @@ class Sandbox:
             working_dir=str(self.project_dir),
             mounts=mounts,
             tmpfs={
-                "/tmp": f"rw,nosuid,nodev,size={size},mode=1777",
+                # exec: test binaries run from /tmp (`go test`); the checkout is writable and executable anyway
+                "/tmp": f"rw,exec,nosuid,nodev,size={size},mode=1777",
                 IN_CONTAINER_HOME: f"rw,nosuid,nodev,size={size},mode=1777",
             },
             environment={"HOME": IN_CONTAINER_HOME},
@@ -468,7 +472,7 @@ class Sandbox:
         env.update(
             {
                 "HOME": IN_CONTAINER_HOME,
-                "PATH": f"{IN_CONTAINER_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "PATH": f"{IN_CONTAINER_BIN}:{self.options.path}",
                 "PYTHONPATH": IN_CONTAINER_LIB,
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
@@ -599,7 +603,7 @@ class Sandbox:
             argv = self._sweeping(argv, "")
         env = {
             "HOME": IN_CONTAINER_HOME,
-            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PATH": self.options.path,
             "PYTHONDONTWRITEBYTECODE": "1",
             **self._network_args()[1],
         }

@@ -17,6 +17,8 @@ LABEL_RECIPE = "ralph.recipe"
 IN_CONTAINER_LIB = "/opt/ralph/lib"
 IN_CONTAINER_BIN = "/opt/ralph/bin"
 IN_CONTAINER_HOME = "/home/agent"
+STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The gates' ``PATH`` in an image that sets none (the agent's has ``/opt/ralph/bin`` first)."""
 HOOK_CLIENT = f"{IN_CONTAINER_LIB}/ralph/hooks/client.py"
 HOOK_ARGV = ("python3", "-I", "-S", HOOK_CLIENT)
 """The hook client inside the container (stdlib only, from the read-only library mount)."""
