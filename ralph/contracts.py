@@ -1027,7 +1027,8 @@ class Gate(ABC):
     default_hard_timeout: ClassVar[float | None] = None
     on_final_tree: ClassVar[bool] = False
     """Also run once more on the final tree before a run may end "complete" (``GateContext.final``):
-    for gates that check the whole tree deterministically (the ``tests`` gate), not a story's diff."""
+    for gates that judge the whole tree deterministically (``tests``, ``test-integrity``), not a story's
+    diff or a reviewer's reading of it (``spec``, ``quality``, ``diff-coverage``)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

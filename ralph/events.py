@@ -336,7 +336,7 @@ class EventKind(str, Enum):
     FINAL_GATE = (
         "final_gate",
         "One gate's result on the final tree, before the run may end complete (the gates with "
-        "on_final_tree: the tests gate). Payload: as `gate`.",
+        "on_final_tree: tests, test-integrity). Payload: as `gate`.",
     )
     FINAL_CHECK_FAILED = (
         "final_check_failed",

@@ -125,7 +125,7 @@ def review_that_changes_code(project: RalphProject, run_loop: Any, runner: str) 
     assert "A review changes no code" in prompt3
     final = project.story("US-001")
     assert final["passes"] is True and final["reviewStatus"] == "approved" and final["reviewCount"] == 1
-    assert [e["passed"] for e in project.events("final_gate")] == [True]
+    assert [(e["gate"], e["passed"]) for e in project.events("final_gate")] == [("test-integrity", True), ("tests", True)]
     log = project.git("log", "--format=%s")
     assert log.count("review: [US-001] - approved") == 1  # the tampering review's commit is not in the history
     assert project.git("status", "--porcelain") == ""
@@ -167,8 +167,11 @@ def approval_of_a_tree_that_fails(project: RalphProject, run_loop: Any, runner: 
     started = [(e["iteration"], e["mode"]) for e in project.events("iteration_started")]
     assert started == [(1, "implement"), (2, "review"), (3, "review-fix"), (4, "review")]
     assert not (project.path / "build").exists()
-    finals = project.events("final_gate")
+    finals = [e for e in project.events("final_gate") if e["gate"] == "tests"]
     assert [(e["iteration"], e["passed"]) for e in finals] == [(2, False), (4, True)]
+    # the story-start tests ran on each final tree too (build/ is ignored: not in their tree, so they passed)
+    assert [(e["iteration"], e["passed"]) for e in project.events("final_gate") if e["gate"] == "test-integrity"] == [
+        (2, True), (4, True)]
     assert "$ python3 check.py" in finals[0]["output"] and "no build/flag" in finals[0]["output"]
     (failed,) = project.events("final_check_failed")
     assert failed["iteration"] == 2 and failed["story"] == "US-001"
@@ -191,6 +194,53 @@ def test_code_a_review_hides_from_git_is_undone_and_the_run_goes_on(
     review_that_hides_code(ralph_project, run_loop, runner)
 
 
+QUICK_TEST = (
+    "import os\nimport unittest\n\nfrom calc import add\n\n\n"
+    "class CalcTest(unittest.TestCase):\n"
+    "    @unittest.skipIf(os.path.exists('.quick'), 'a quick run on this machine (touch .quick) skips it')\n"
+    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+)
+
+
+def approval_of_code_only_a_skipped_test_passes(project: RalphProject, run_loop: Any, runner: str) -> None:
+    """The person's test skips itself when an ignored marker file exists; the agent writes the marker and
+    wrong code. The tests gate sees the skip (its tests are the agent's tree), the look of the test-integrity
+    gate sees no test path touched; the story-start tests, run once more on the final tree (no ignored
+    file in it), fail."""
+    (project.path / "calc.py").write_text("def add(a, b):\n    raise NotImplementedError\n")
+    (project.path / "tests").mkdir()
+    (project.path / "tests" / "test_calc.py").write_text(QUICK_TEST)
+    (project.path / ".gitignore").write_text(".quick\n__pycache__/\n")
+    project.write_stories([story("US-001", "Add numbers", acceptanceCriteria=["add(a, b) returns the sum"])],
+                          verifyCommands=["python3 -m unittest discover -s tests"])
+    code = "printf 'def add(a, b):\\n    return a %s b\\n' > calc.py"
+    script = IterationScript({
+        1: iteration(code % "-", "touch .quick", set_fields("US-001", reviewStatus="needs_review"),
+                     commit("feat: [US-001] - add")),
+        2: approve("US-001", 1),
+        3: fix("US-001", code % "+"),
+        4: approve("US-001", 2),
+    })
+    result = run_loop(runner, script, "-n", "4")
+
+    # main: exit 0 after iteration 2, "complete" with add(2, 3) == -1
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [e["mode"] for e in project.events("iteration_started")] == ["implement", "review", "review-fix", "review"]
+    finals = [(e["iteration"], e["gate"], e["passed"]) for e in project.events("final_gate")]
+    assert finals == [(2, "test-integrity", False), (4, "test-integrity", True), (4, "tests", True)], finals
+    failed = next(e for e in project.events("final_gate") if not e["passed"])
+    assert "AssertionError: -1 != 5" in failed["output"], failed["output"]
+    assert [e["gate"] for e in project.events("final_check_failed")] == ["test-integrity"]
+    assert "return a + b" in (project.path / "calc.py").read_text() and project.story("US-001")["passes"] is True
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_run_is_not_complete_while_only_a_skipped_test_passes_on_the_final_tree(
+    ralph_project: RalphProject, run_loop: Any, runner: str
+) -> None:
+    approval_of_code_only_a_skipped_test_passes(ralph_project, run_loop, runner)
+
+
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_run_is_not_complete_while_the_final_tree_fails_the_gates(
     ralph_project: RalphProject, run_loop: Any, runner: str
@@ -211,5 +261,7 @@ def test_a_run_that_finds_every_story_done_checks_the_tree_first(ralph_project: 
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert [e["mode"] for e in ralph_project.events("iteration_started")] == ["review-fix", "review"]
-    assert [(e["iteration"], e["passed"]) for e in ralph_project.events("final_gate")] == [(0, False), (2, True)]
+    finals = [(e["iteration"], e["gate"], e["passed"]) for e in ralph_project.events("final_gate")]
+    # at the start the story's start is not known (an earlier run forgot it): its review-fix is where it starts now
+    assert finals == [(0, "tests", False), (2, "test-integrity", True), (2, "tests", True)], finals
     assert (ralph_project.path / "US-001.txt").read_text() == "hello"

@@ -27,6 +27,9 @@ class TestIntegrityGate(Gate):
     description = "the story-start tests against the agent's code; skips, removed assertions, exits — hard gate"
     hard = True
     order = 5  # before the tests gate: a weakened suite is named before it is run, and before it writes caches
+    # the tests that decide are those of the last story's start, on the tree the run ends with: whatever a review
+    # or a gate session left (ignored files the review check does not compare) is judged against them once more
+    on_final_tree = True
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
@@ -64,7 +67,9 @@ class TestIntegrityGate(Gate):
         check = check_tests(
             context.project_dir, context.story_start, rules, list(context.tasks.verifyCommands),
             context.run_command_in, allowed=allowed, link=section.link, timeout=context.hard_timeout,
-            findings=section.findings, ignored_since=context.iteration_started, force=story in self._sticky,
+            findings=section.findings, ignored_since=context.iteration_started,
+            # on the final tree the trusted run always runs: it holds no ignored file, whatever the tree holds
+            force=story in self._sticky or bool(getattr(context, "final", False)),
         )
         seconds = time.monotonic() - started
         warnings = [

@@ -96,6 +96,9 @@ class GateKeeper:
         """How the previous run ended (written when a run reaches its end, absent after a crash)."""
         self.failed_gate: str | None = None
         """The hard gate that failed after the last gated iteration (None: none failed or none ran)."""
+        self.approved_starts: dict[str, str] = {}
+        """Where the work of each story approved in this run started (its state file is gone by then): the
+        final check's test-integrity run compares the tests with the last story's start."""
 
     @property
     def failed(self) -> list[FailedStory]:
@@ -117,8 +120,9 @@ class GateKeeper:
         return self.ledger.state(story_id)
 
     def before_iteration(self, selection: Selection, checkpoint: str | None) -> None:
-        """Remember where a story's work started (its first implement iteration's checkpoint)."""
-        if selection.story_id is not None and selection.mode == "implement":
+        """Remember where a story's work started: its first implement iteration's checkpoint (or the first
+        gated one's, for a story whose start an earlier run forgot, reopened by a final check)."""
+        if selection.story_id is not None and selection.mode in GATED_MODES:
             self.ledger.note_start(selection.story_id, checkpoint)
         self.gates.iteration_started = file_clock()
 
@@ -163,9 +167,10 @@ class GateKeeper:
         return self._failed(record, selection, tasks, failure, checkpoint, untracked_before, before)
 
     def final_check(self, record: IterationRecord, tasks: TaskList) -> TaskList:
-        """Before a run may end "complete": the gates that check the whole tree run once more on the final
-        tree.  A failure sends the last iteration's story back like any gate failure (to a review-fix
-        under a review policy) and the run goes on; returns the task list as it now is."""
+        """Before a run may end "complete": the gates that judge the whole tree (``Gate.on_final_tree``: the
+        tests, and the tests as they were at the last story's start) run once more on the final tree.  A
+        failure sends the last iteration's story back like any gate failure (to a review-fix under a review
+        policy) and the run goes on; returns the task list as it now is."""
         from ralph.contracts import Selection
 
         story_id = record.story_id
@@ -176,7 +181,8 @@ class GateKeeper:
         state = self.state(story_id)
         from ralph.gitutil import head
 
-        run = self.gates.run(record, selection, tasks, head(self.project_dir), state.start_commit, final=True)
+        start = state.start_commit or self.approved_starts.get(story_id)
+        run = self.gates.run(record, selection, tasks, head(self.project_dir), start, final=True)
         if run.failed is None:
             return tasks
         self.loop.emit("final_check_failed", iteration=record.number, story=story_id, gate=run.failed.gate)
@@ -209,6 +215,9 @@ class GateKeeper:
 
     def forget(self, story_id: str) -> None:
         """The story was approved: its state file goes to the run directory (seed: deleted on success)."""
+        start = self.state(story_id).start_commit
+        if start:
+            self.approved_starts[story_id] = start
         self.ledger.forget(story_id, self.loop.run_dir)
 
 
