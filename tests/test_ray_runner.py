@@ -273,6 +273,60 @@ def test_fleet_of_three_prds_on_two_nodes_brings_each_branch_back(ralph_project,
     # nothing was merged: the project's own branch and working tree are as they were
     assert ralph_project.git("status", "--porcelain").strip() == ""
     assert not (ralph_project.path / "PRD-1.txt").exists()
+    # each loop's record came back with it, where ralph serve reads a fleet (this machine's state directory)
+    fleet = fleet_dir(ralph_project)
+    assert f"their records: {fleet} (ralph serve shows them)" in result.stdout
+    assert sorted(p.name for p in fleet.iterdir() if p.is_dir()) == ["PRD-1", "PRD-2", "PRD-3"]
+    for n in (1, 2, 3):
+        unit = fleet / f"PRD-{n}"
+        kinds = [json.loads(line)["kind"] for line in (unit / "events.jsonl").read_text().splitlines()]
+        assert kinds[0] == "run_started" and kinds[-1] == "run_finished" and "iteration_finished" in kinds
+        summary = json.loads((unit / "summary.json").read_text())
+        assert summary["exit_code"] == 0 and summary["stories"][0]["id"] == f"US-{n}01"
+    from ralph.loop.lock import ProjectLock
+
+    assert not ProjectLock(fleet).is_held()  # the fleet ended
+
+
+def fleet_dir(project: Any) -> Path:
+    """The one fleet directory the head of ``ralph run --parallel --engine ray`` made for ``project``."""
+    from ralph.loop.rundir import project_state_dir
+
+    fleets = sorted((project_state_dir(project.path, str(project.state_dir)) / "fleet").iterdir())
+    assert len(fleets) == 1, fleets
+    return fleets[0]
+
+
+def test_a_fleets_loops_show_in_the_dashboard(ralph_project, cluster, tmp_path, chromium_page) -> None:
+    """ralph serve (in headless Chromium) lists each loop of a fleet the head mirrored, with its stories."""
+    from test_parallel import add_prd, agent_env
+    from test_serve import start_serve, stop
+
+    for n in (1, 2):
+        add_prd(ralph_project, n, [f"US-{n}01"])
+    configure(ralph_project, cluster, resources={"agent": 1}, env=["RALPH_REPLAY_SCRIPT", "GIT_*", "HOME"])
+    result = ralph_project.run("run", "--parallel", "--engine", "ray", "--runner", "direct", "--agent", "replay",
+                               "--skip-review", env=agent_env(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    fleet = fleet_dir(ralph_project)
+    served = start_serve(ralph_project.state_dir)
+    try:
+        page = chromium_page
+        page.goto(served.url("/"))
+        rows = page.locator("tr.run")
+        rows.first.wait_for()
+        texts = rows.all_inner_texts()
+        assert len(texts) == 2, texts
+        for n in (1, 2):
+            row = next(text for text in texts if f"[fleet PRD-{n}]" in text)
+            assert "complete" in row, row
+        rows.filter(has_text="[fleet PRD-1]").locator("a").first.click()
+        page.wait_for_selector("tr.story[data-story=US-101]")
+        assert "PRD 1 story US-101" in page.locator("tr.story[data-story=US-101]").inner_text()
+        assert page.locator("#stream li[data-kind=run_finished]").count() == 1
+        assert f"fleet~{fleet.name}~PRD-1" in page.url
+    finally:
+        stop(served)
 
 
 def test_doctor_reports_the_cluster_and_whether_a_node_fits(ralph_project, cluster) -> None:

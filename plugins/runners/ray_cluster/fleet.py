@@ -4,7 +4,9 @@ Each loop runs on a node in a clone made from a bundle of the current commit,
 with the user's ``ralph run`` options (its own runner and agent on that node).
 Its branch comes back as a bundle onto ``ralph/parallel/<unit>`` in the project;
 nothing is merged or pushed, and one loop failing (or its node dying) does not
-stop the others.
+stop the others.  What each loop records on its node (its events, state and
+summary) comes back with its output and is mirrored into this machine's state
+directory, where ``ralph serve`` shows the fleet's loops (``ralph.api.fleet.FleetMirror``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class FleetLoopActor:
         self._cond = threading.Condition()
         self._process: subprocess.Popen[str] | None = None
         self._exit: int | None = None
+        self._record: Any = None
+        """What the loop's run directory holds that the head has not been sent yet (``NodeRecord``)."""
 
     def where(self) -> dict[str, Any]:
         """Node, host, pid and clone path of this loop."""
@@ -48,8 +52,10 @@ class FleetLoopActor:
 
     def start(self, state: Any, branch: str, unit: dict[str, Any], run_args: list[str], env: dict[str, str]) -> None:
         """Clone from ``state``, prepare the unit (a story group's task list) and start ``ralph run``."""
-        from ralph.api.fleet import UNIT_ENV, Unit, write_group_tasks
+        from ralph.api.fleet import UNIT_ENV, NodeRecord, Unit, write_group_tasks
         from ralph.api.workspace import apply, init_checkout
+
+        self._record = NodeRecord(self.root / "state")
 
         init_checkout(self.repo)
         apply(self.repo, state, branch)  # the loop's own state: applied as received, the clone's .git made fresh
@@ -82,11 +88,14 @@ class FleetLoopActor:
             self._cond.notify_all()
 
     def poll(self, wait: float) -> dict[str, Any]:
-        """New output lines, and the exit code once the loop ended."""
+        """New output lines, the exit code once the loop ended, and what its run directory recorded since
+        the last poll (events, state.json, summary.json: read after the exit, so the last poll has it all)."""
         with self._cond:
             self._cond.wait_for(lambda: self._lines or self._exit is not None, timeout=wait)
             lines, self._lines = self._lines, []
-            return {"lines": lines, "exit": self._exit}
+            code = self._exit
+        record = self._record.read() if self._record is not None else {}
+        return {"lines": lines, "exit": code, "record": record}
 
     def interrupt(self, hard: bool = False) -> None:
         """Ctrl-C for the loop (it stops its agent and cleans up); ``hard`` kills it."""
@@ -124,6 +133,7 @@ class _Loop:
     stories: str = ""
     started: bool = False
     closed: bool = False
+    mirror_failed: bool = False
 
 
 class RayFleet(FleetEngine):
@@ -155,11 +165,14 @@ class RayFleet(FleetEngine):
         from .cluster import actor_options, connect
         from .runner import _forwarded_env
 
+        from ralph.api.fleet import FleetMirror
+
         cfg = self.config()
         connection = connect(cfg)
         interrupts = {"count": 0}
         previous = _install_interrupts(interrupts)
         loops: list[_Loop] = []
+        self.mirror = FleetMirror(project_dir, getattr(self.settings.config, "state_dir", None) if self.settings else None)
         try:
             state = capture(project_dir)
             env = _forwarded_env(cfg.env)
@@ -168,7 +181,8 @@ class RayFleet(FleetEngine):
             for unit in units:  # all placed at once; Ray starts each when a node has room
                 actor = remote.remote()
                 loops.append(_Loop(unit, actor, pending=actor.where.remote()))
-            out.write(f"ralph: {len(loops)} loops submitted to the Ray cluster at {connection.address}\n")
+            out.write(f"ralph: {len(loops)} loops submitted to the Ray cluster at {connection.address}; their records: "
+                      f"{self.mirror.path} (ralph serve shows them)\n")
             out.flush()
             self._follow(project_dir, loops, state, base_commit, run_args, env, interrupts, out)
         finally:
@@ -176,6 +190,7 @@ class RayFleet(FleetEngine):
             for loop in loops:
                 _close(loop)
             connection.close()
+            self.mirror.close()
         _summary(loops, out)
         if interrupts["count"]:
             return EXIT_INTERRUPTED
@@ -223,12 +238,22 @@ class RayFleet(FleetEngine):
                     continue
                 for line in answer["lines"]:
                     out.write(f"[{loop.unit.name}] {line}\n")
+                self._keep(loop, answer.get("record"), out)
                 if answer["exit"] is not None:
                     code = answer["exit"]
                     self._bring_back(project_dir, loop, base_commit)
                     loop.exit = loop.exit or (128 - code if code < 0 else code)
                     _close(loop)  # frees the node for the next loop
             out.flush()
+
+    def _keep(self, loop: _Loop, record: Any, out: Any) -> None:
+        """Mirror what the loop recorded since the last poll; a failure to is said once, and the fleet goes on."""
+        try:
+            self.mirror.add(loop.unit.name, record)
+        except (OSError, ValueError) as exc:
+            if not loop.mirror_failed:
+                loop.mirror_failed = True
+                out.write(f"[{loop.unit.name}] ralph: warning: its record is not mirrored for ralph serve: {exc}\n")
 
     def _start(self, loop: _Loop, where: dict[str, Any], state: Any, run_args: list[str], env: dict[str, str],
                out: Any) -> None:
