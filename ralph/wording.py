@@ -24,19 +24,30 @@ MIN_TITLE = 24
 """A title column is never cut below this many characters, however narrow the terminal."""
 
 
-def terminal_width(fallback: int = 120) -> int:
-    """The terminal's width in columns (``COLUMNS`` when set); ``fallback`` when the output is not a terminal."""
-    import shutil
+def terminal_width() -> int | None:
+    """The terminal's width in columns (``COLUMNS`` when set); None when the output is not a terminal (a file,
+    a pipe: nothing to fit)."""
+    import os
+    import sys
 
-    return shutil.get_terminal_size((fallback, 24)).columns
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def fit_column(rows: Sequence[tuple[str, ...]], column: int, width: int | None = None, separator: int = 2) -> list[tuple[str, ...]]:
     """``rows`` of a table with cells of ``column`` cut (ending in ``…``) so that the table fits ``width``
-    columns (the terminal's by default); never below :data:`MIN_TITLE` characters, never cut when it fits."""
+    columns (the terminal's by default; no terminal, no cut); never below :data:`MIN_TITLE` characters, never
+    cut when it fits."""
     if not rows:
         return []
     total = terminal_width() if width is None else width
+    if total is None:
+        return list(rows)
     others = sum(max(len(row[i]) for row in rows) for i in range(len(rows[0])) if i != column)
     room = max(MIN_TITLE, total - others - separator * (len(rows[0]) - 1))
     return [row[:column] + (cut(row[column], room),) + row[column + 1:] for row in rows]

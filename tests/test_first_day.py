@@ -600,6 +600,7 @@ def test_item6_report_html_into_a_folder_and_a_missing_parent(ralph_project, tmp
     assert f"wrote {folder / 'report.html'}" in into.stdout
     missing = project.run("report", "--html", str(tmp_path / "no" / "such" / "report.html"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert missing.stdout == ""  # one line, and no report printed before it
     assert missing.stderr.startswith(f"ralph: error: --html {tmp_path / 'no' / 'such' / 'report.html'}: ")
     assert "does not exist" in missing.stderr
 
@@ -776,6 +777,7 @@ def test_item14_titles_use_the_room_there_is_and_counts_say_1_story(ralph_projec
         shown = project.run(command, env={"COLUMNS": "200"}).stdout
         assert LONG_TITLE in shown, shown
         assert " 1 stories" not in shown and " 1 iterations" not in shown, shown
+        assert LONG_TITLE in project.run(command, env={"COLUMNS": ""}).stdout  # into a pipe: nothing to fit
         narrow = project.run(command, env={"COLUMNS": "60"}).stdout
         [row] = [line for line in narrow.splitlines() if line.startswith("US-001")]
         cut = row.split("  ")[1].strip() if command == "status" else row[8:].split("…")[0] + "…"
@@ -796,13 +798,18 @@ def test_item14_how_a_process_stopped_is_said_in_words(ralph_project, tmp_path) 
                         env=implement_once(tmp_path, sleep_first=30))
     assert re.search(r"iteration 1 finished in [0-9.]+s \(timed out, ", timed.stderr), timed.stderr
     started = tmp_path / "started"
-    held = replay.ReplayScript().default(replay.run(f"touch {started}"), replay.sleep(60)).env(tmp_path / "held.json")
+    held = replay.ReplayScript().default(replay.write_file("half.txt", "half\n"), replay.run(f"touch {started}"),
+                                         replay.sleep(60)).env(tmp_path / "held.json")
     proc = project.start("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=held)
     wait_for(started.exists, timeout=60)
     proc.send_signal(signal.SIGINT)
-    _, interrupted = proc.communicate(timeout=120)
+    out, interrupted = proc.communicate(timeout=120)
     assert proc.returncode == 130, interrupted
     assert re.search(r"iteration 1 finished in [0-9.]+s \(stopped by SIGTERM, ", interrupted), interrupted
+    # the person stopped it: not blamed for what it could not commit, and the files are named with the next step
+    assert "check git-clean failed" not in interrupted and "Left uncommitted: half.txt" in out, out + interrupted
+    assert "state: finished: interrupted" in project.run("status").stdout
+    (project.path / "half.txt").unlink()
     killed = replay.ReplayScript().default(replay.run("kill -KILL $PPID")).env(tmp_path / "killed.json")
     result = project.run("run", "--runner", "direct", "--agent", "replay", "-n", "1", env=killed)
     assert "agent was stopped by SIGKILL" in result.stderr, result.stderr
@@ -862,3 +869,18 @@ def test_what_a_failed_run_left_uncommitted_is_named_with_the_safe_next_step(ral
     assert went_on.returncode == 1, went_on.stderr  # implemented, waiting for its review
     assert project.story("US-001")["reviewStatus"] == "needs_review"
     assert "junk.txt" in project.git("stash", "show", "--include-untracked", "--name-only")
+
+
+def test_item6_output_into_a_pipe_that_closes_ends_quietly(tmp_path) -> None:
+    """`ralph init | head -1`: the reader goes away; ralph ends without an error line (as click does)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    proc = subprocess.Popen([*ralph_command(), "init"], cwd=repo, env=person_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before ralph writes its first line
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert "ralph: error" not in err and "Traceback" not in err, err
+    assert (repo / "ralph" / "tasks.json").is_file()

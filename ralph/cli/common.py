@@ -93,6 +93,8 @@ def handles_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             return func(*args, **kwargs)
         except RalphError as exc:
             fail(exc, exc.exit_code)
+        except BrokenPipeError:
+            raise  # the reader went away (`ralph init | head`): the command line ends quietly, as click does
         except OSError as exc:
             fail(os_error_line(exc), 2)
 

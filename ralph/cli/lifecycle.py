@@ -206,10 +206,10 @@ def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str |
         session.settings.project_dir, run=run, all_runs=all_runs, tasks=tasks, cap=config.review_cap,
         state_dir=config.state_dir,
     )
-    echo(render_text(result))
-    if html_path is not None:
-        project = session.settings.project_dir
-        target = _html_target(project, html_path, result, config.state_dir)
+    project = session.settings.project_dir
+    target = _html_target(project, html_path, result, config.state_dir) if html_path is not None else None
+    echo(render_text(result))  # after --html's target is known good: a bad one is one line, nothing else
+    if target is not None:
         if target.is_relative_to(project):  # never through a link the agent left in the project
             from ralph import safeio
 

@@ -28,7 +28,7 @@ def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str 
     try:
         session = open_session(project_dir, {"runner": runner_name, "agent": agent_name}, warn=False)
     except RalphError as exc:
-        return [Check(False, f"configuration: {exc}", "fix what the message names")]
+        return [Check(False, f"configuration: {exc}", "as the message says; `ralph run` stops on it too, before anything runs")]
     settings, host = session.settings, session.host
     checks = [
         Check(False, info.failure(), f"fix it, or disable it with {DISABLE_ENV}={info.name} (`ralph run` does not start without it)")
@@ -60,7 +60,7 @@ def local_plugin_checks(project_dir: Path) -> list[Check]:
     try:
         found = compile_check(project_dir)
     except RalphError as exc:
-        return [Check(False, f"local plugins: {exc}", "fix what the message names")]
+        return [Check(False, f"local plugins: {exc}", "as the message says; `ralph run` stops on it too, before anything runs")]
     checks = []
     for name, problem, digest in found:
         if problem is None:

@@ -40,7 +40,7 @@ def show_status(project_dir: Path, as_json: bool = False, state_dir: str | None 
     elif summary.get("exit_code") == 2:  # a plugin failure or an internal error stopped it
         state = f"stopped (exit 2): {summary.get('reason')}"
     else:
-        state = "finished"
+        state = f"finished: {summary.get('reason')}" if summary.get("reason") else "finished"
     lines = [f"run directory: {run_dir}", f"state: {state}", *question_lines(book.open())]
     started = [e for e in events if e.get("kind") == "iteration_started"]
     if started:

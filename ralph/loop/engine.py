@@ -256,7 +256,7 @@ class Loop:
             mode=mode,  # type: ignore[arg-type]
             snapshot=self._snapshot(before) if before is not None else None,
             review_cap=self.config.review_cap,
-            check_git=check_git,
+            check_git=check_git and not self.cancel.is_set(),  # stopped by the person: not the agent's to commit
             story_id=story_id,
             before=before,
         )
