@@ -42,6 +42,7 @@ def test_not_test_paths(path: str) -> None:
 @pytest.mark.parametrize("path", [
     "conftest.py", "src/pkg/conftest.py", "pytest.ini", "tox.ini", "noxfile.py", ".coveragerc", "jest.config.js",
     "vitest.config.ts", ".mocharc.yml", "karma.conf.js", "setupTests.ts",
+    "sitecustomize.py", "src/usercustomize.py", "src/evil.pth",  # start-up hooks run before any test
 ])
 def test_whole_file_test_configuration(path: str) -> None:
     assert RULES.is_config(path) and RULES.is_protected(path)
@@ -125,6 +126,37 @@ def test_python_removed_and_changed_assertions_and_tests() -> None:
     assert kinds(found) == [(12, "assertion-removed"), (17, "assertion-removed"), (19, "test-removed")], found
     assert "`assert add(1, 1) == 2` in test_add" in found[0].message
     assert "CalcTest.test_raises removed" in found[2].message
+
+
+PARAM_OLD = """import pytest
+
+
+@pytest.mark.parametrize("a, b, total", [(2, 2, 4), (1, 2, 3)])
+def test_add(a, b, total):
+    assert add(a, b) == total
+
+
+class TestMore:
+    def test_zero(self):
+        assert add(0, 0) == 0
+"""
+
+
+def test_python_parameter_sets_lost_and_dunder_test_are_findings() -> None:
+    shrunk = PARAM_OLD.replace("[(2, 2, 4), (1, 2, 3)]", "[(2, 2, 4)]")
+    assert [(f.line, f.kind) for f in findings_for("tests/t.py", PARAM_OLD, shrunk)] == [(4, "case-removed")]
+    grown = PARAM_OLD.replace("[(2, 2, 4), (1, 2, 3)]", "[(2, 2, 4), (1, 2, 3), (0, 1, 1)]")
+    assert findings_for("tests/t.py", PARAM_OLD, grown) == []  # a new case is new test work
+    named = PARAM_OLD.replace("[(2, 2, 4), (1, 2, 3)]", "CASES").replace("import pytest", "import pytest\nCASES = []")
+    assert [f.kind for f in findings_for("tests/t.py", PARAM_OLD, named)] == ["case-removed", "case-removed"]
+    dropped = PARAM_OLD.replace('@pytest.mark.parametrize("a, b, total", [(2, 2, 4), (1, 2, 3)])\n', "")
+    assert {f.kind for f in findings_for("tests/t.py", PARAM_OLD, dropped)} == {"case-removed"}
+    hidden = "__test__ = False\n" + PARAM_OLD.replace("class TestMore:\n", "class TestMore:\n    __test__ = 0\n")
+    found = findings_for("tests/t.py", PARAM_OLD, hidden)
+    assert [(f.line, f.kind) for f in found] == [(1, "skip"), (11, "skip")], found
+    assert "TestMore" in found[1].message
+    kept = PARAM_OLD.replace("class TestMore:\n", "class TestMore:\n    __test__ = True\n")
+    assert findings_for("tests/t.py", PARAM_OLD, kept) == []
 
 
 def test_python_renamed_test_is_removed() -> None:
@@ -323,6 +355,28 @@ def repo(tmp_path: Path) -> Path:
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "start")
     return path
+
+
+def test_plugin_modules_of_the_story_start_config_are_test_configuration(repo: Path, tmp_path: Path) -> None:
+    """A pytest plugin the story-start conftest or addopts loads decides the run as much as the conftest does."""
+    from ralph.testintegrity.check import check_tests
+    from ralph.testintegrity.export import plugin_files, tree_entries
+
+    (repo / "tests" / "conftest.py").write_text("pytest_plugins = ('helpers.fixtures', \"no_such_module\")\n")
+    (repo / "pytest.ini").write_text("[pytest]\naddopts = -p helpers.marks -p no:cacheprovider\n")
+    for name in ("__init__", "fixtures", "marks", "unrelated"):
+        (repo / "helpers").mkdir(exist_ok=True)
+        (repo / "helpers" / f"{name}.py").write_text("\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "plugins")
+    start = git(repo, "rev-parse", "HEAD").strip()
+    assert sorted(plugin_files(repo, start, tree_entries(repo, start))) == ["helpers/fixtures.py", "helpers/marks.py"]
+    (repo / "helpers" / "unrelated.py").write_text("x = 1\n")  # code: no test change
+    assert not check_tests(repo, start, RULES, ["true"], None).ran
+    (repo / "helpers" / "fixtures.py").write_text("def pytest_collection_modifyitems(items):\n    items.clear()\n")
+    check = check_tests(repo, start, RULES, ["true"], None, workdir=tmp_path)
+    assert check.ran and check.changes.changed == ["helpers/fixtures.py"] and check.export is not None
+    assert check.export.restored == ["helpers/fixtures.py"]
 
 
 def test_untouched_tests_are_no_change(repo: Path) -> None:

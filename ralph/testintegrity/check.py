@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ralph.contracts import CommandResult
-from ralph.testintegrity.export import Export, TestChanges, build_export, command_files, changes_since, tree_entries
+from ralph.testintegrity.export import (
+    Export, TestChanges, build_export, changes_since, command_files, plugin_files, tree_entries,
+)
 from ralph.testintegrity.findings import Finding, findings_for
 from ralph.testintegrity.paths import TestRules
 
@@ -82,7 +84,8 @@ def check_tests(
     """
     allowed = list(allowed)
     start_paths = tree_entries(project_dir, story_start)
-    rules = rules.with_config(p for p in command_files(commands, start_paths, project_dir) if not rules.is_protected(p))
+    named = command_files(commands, start_paths, project_dir) + plugin_files(project_dir, story_start, start_paths)
+    rules = rules.with_config(p for p in named if not rules.is_protected(p))
     changes = changes_since(project_dir, story_start, rules, allowed, ignored_since)
     if not changes.touched and not force:
         return TestCheck(True, "no test file or test configuration changed since the story started", changes)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import stat
 import tempfile
@@ -226,6 +227,60 @@ def command_files(commands: Iterable[str], paths: Iterable[str], project_dir: Pa
             if name in known and name not in found:
                 found.append(name)
     return found
+
+
+PLUGIN_SOURCES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini",
+                            "setup.cfg", "pyproject.toml"})
+"""Story-start files that name pytest plugins: ``pytest_plugins = [...]`` in a conftest, ``-p NAME`` in addopts."""
+_PLUGIN_OPTION = re.compile(r"(?:^|[\s'\"\[,])-p\s*['\"]?([A-Za-z_][\w.]*)")
+_plugin_cache: dict[tuple[str, str], list[str]] = {}
+
+
+def plugin_files(project_dir: Path, story_start: str, start: dict[str, Entry]) -> list[str]:
+    """The story-start files of the modules the story-start test configuration loads as pytest plugins
+    (``pytest_plugins = ["helpers.fixtures"]`` in a ``conftest.py``, ``-p helpers.plugin`` in addopts): a
+    plugin decides a test run as much as a conftest does, wherever it lives."""
+    key = (str(project_dir), story_start)
+    if key in _plugin_cache:
+        return _plugin_cache[key]
+    sources = {p: e for p, e in start.items() if p.rsplit("/", 1)[-1] in PLUGIN_SOURCES and e[0].startswith("100")}
+    blobs = read_blobs(project_dir, [e[1] for e in sources.values()])
+    found: list[str] = []
+    for path, (_, oid) in sorted(sources.items()):
+        text = _text(blobs.get(oid))
+        if text is None:
+            continue
+        names = _conftest_plugins(text) if path.endswith(".py") else _PLUGIN_OPTION.findall(text)
+        base = path.rpartition("/")[0]
+        for module in names:
+            if module.startswith("no:"):
+                continue
+            stem = module.replace(".", "/")
+            for root in dict.fromkeys(["", "src/", f"{base}/" if base else ""]):
+                for candidate in (f"{root}{stem}.py", f"{root}{stem}/__init__.py"):
+                    if candidate in start and candidate not in found:
+                        found.append(candidate)
+    _plugin_cache[key] = found
+    return found
+
+
+def _conftest_plugins(source: str) -> list[str]:
+    """The module names of ``pytest_plugins = "a"`` / ``["a", "b"]`` / ``("a",)`` assignments."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not any(isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in targets) or node.value is None:
+                continue
+            values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            names += [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+    return names
 
 
 def _text(data: bytes | None) -> str | None:

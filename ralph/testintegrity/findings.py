@@ -7,7 +7,8 @@ For a test file that existed when the story started, compared with the agent's v
 - a new skip or xfail (``@pytest.mark.skip``, ``pytest.skip(``, ``unittest.skip``, ``self.skipTest``,
   ``it.skip``/``xit``/``describe.skip``/``.only``, ``t.Skip``, ``#[ignore]``, ``#[should_panic]`` ...);
 - an assertion that is no longer there as it was (removed or changed: ``assert``, ``self.assert*``,
-  ``expect(``, ``t.Error``/``t.Fatal``, ``assert!``/``assert_eq!`` ...);
+  ``expect(``, ``t.Error``/``t.Fatal``, ``assert!``/``assert_eq!`` ...), or a parameter set of a
+  ``parametrize`` decorator (Python) that is gone; ``__test__ = False`` counts as a skip;
 - a new process exit (``os._exit``, ``sys.exit`` outside a test, ``pytest.exit``, ``process.exit``,
   ``os.Exit``, ``std::process::exit`` ...).
 
@@ -23,7 +24,7 @@ import ast
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Finding:
     path: str
     line: int | None
     kind: str
-    """``deleted``, ``test-removed``, ``skip``, ``assertion-removed``, ``exit``, ``unparsable``."""
+    """``deleted``, ``test-removed``, ``skip``, ``assertion-removed``, ``case-removed``, ``exit``, ``unparsable``."""
     message: str
 
     def __str__(self) -> str:
@@ -91,6 +92,8 @@ class _Scope:
     asserts: list[tuple[str, int]]
     skips: list[tuple[str, int]]
     exits: list[tuple[str, int]]
+    cases: list[tuple[str, int]] = field(default_factory=list)
+    """The parameter sets of a test's ``parametrize`` decorators (in the decorated name's ``@`` scope)."""
     runs_at_setup: bool = True
     """Code here runs when tests are collected or set up (the module, a class body, a pytest hook, a
     fixture, ``setUp``...): ``sys.exit`` here ends the test process; in a test or a helper it does not."""
@@ -171,11 +174,24 @@ class _Collector(ast.NodeVisitor):
         # a decorator belongs to what it decorates: recorded in the decorated scope's name
         target = self._qualified(node.name)
         for decorator in node.decorator_list:
-            if _SKIP_NAMES.search(_dotted(decorator)):
-                self.scopes.setdefault(target + "@", _Scope(target + "@", node.lineno, False, [], [], []))
-                self.scopes[target + "@"].skips.append((_text(decorator), decorator.lineno))
-            else:
-                self.visit(decorator)
+            name = _dotted(decorator)
+            if _SKIP_NAMES.search(name):
+                self._decorated(target, node.lineno).skips.append((_text(decorator), decorator.lineno))
+                continue
+            if name.endswith("parametrize") and isinstance(decorator, ast.Call):
+                self._decorated(target, node.lineno).cases += _cases(decorator)
+            self.visit(decorator)
+
+    def _decorated(self, target: str, line: int) -> _Scope:
+        """The ``@`` scope that holds what a decorator says about ``target`` (its skips, its parameter sets)."""
+        return self.scopes.setdefault(target + "@", _Scope(target + "@", line, False, [], [], []))
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        # ``__test__ = False`` makes pytest and nose skip a module's or a class's tests without a skip marker
+        if any(isinstance(t, ast.Name) and t.id == "__test__" for t in node.targets) and not (
+                isinstance(node.value, ast.Constant) and node.value.value):
+            self.scope.skips.append((_text(node), node.lineno))
+        self.generic_visit(node)
 
     def visit_Assert(self, node: ast.Assert) -> None:
         self.scope.asserts.append((_text(node), node.lineno))
@@ -227,6 +243,16 @@ class _Collector(ast.NodeVisitor):
         return not functions or functions[-1].runs_at_setup
 
 
+def _cases(decorator: ast.Call) -> list[tuple[str, int]]:
+    """Each parameter set of ``parametrize(names, values, ...)`` (the whole call when ``values`` is no literal list)."""
+    values = decorator.args[1] if len(decorator.args) > 1 else next(
+        (k.value for k in decorator.keywords if k.arg == "argvalues"), None)
+    names = _text(decorator.args[0]) if decorator.args else ""
+    if isinstance(values, (ast.List, ast.Tuple)):
+        return [(f"{names}: {_text(value)}", value.lineno) for value in values.elts]
+    return [(_text(decorator), decorator.lineno)]
+
+
 def _scopes(source: str) -> dict[str, _Scope]:
     collector = _Collector()
     collector.visit(ast.parse(source))
@@ -262,6 +288,14 @@ def _python(path: str, old: str | None, new: str) -> list[Finding]:
             for text, line in _added(before_scope.asserts, after.asserts):
                 findings.append(Finding(path, line, "assertion-removed",
                                         f"assertion `{text}`{where} removed or changed (line {line} when the story started)"))
+            for text, line in _added(before_scope.cases, after.cases):  # new cases are welcome, lost ones are not
+                findings.append(Finding(path, line, "case-removed",
+                                        f"parameter set `{text}`{where} removed or changed (line {line} when the story started)"))
+    for name, before in was.items():  # a test whose decorators held parameter sets and now hold none
+        if name.endswith("@") and before.cases and name not in now:
+            for text, line in before.cases:
+                findings.append(Finding(path, line, "case-removed", f"parameter set `{text}` of {name.rstrip('@')} "
+                                        f"removed (line {line} when the story started)"))
     return sorted(findings, key=lambda f: (f.line or 0, f.message))
 
 

@@ -46,8 +46,11 @@ CONFIG_FILES = (
     ".coveragerc", "jest.config.*", "jest.setup.*", "jest.preset.*", "vitest.config.*", "vitest.workspace.*",
     "vitest.setup.*", ".mocharc*", "karma.conf.*", "ava.config.*", "playwright.config.*", "cypress.config.*",
     ".nycrc*", ".c8rc*", "setupTests.*", "phpunit.xml*", ".rspec", "nextest.toml",
+    # Python start-up hooks: imported by every interpreter that finds them (a PYTHONPATH entry, a src/ an
+    # editable install puts on the path), a test run's before any test; a .pth acts so in a site directory
+    "sitecustomize.py", "usercustomize.py", "*.pth",
 )
-"""File-name patterns of whole-file test configuration (restored whole)."""
+"""File-name patterns of whole-file test configuration (restored whole; a new one is set aside)."""
 
 SECTION_FILES = frozenset({"pyproject.toml", "setup.cfg", "package.json", "Cargo.toml"})
 """Files of which only the test sections are test configuration."""
