@@ -19,7 +19,7 @@ import pytest
 from ralph.testing.model_server import IterationScript, ModelRequest, ScriptedModelServer, Turn, text
 from ralph.testing.project import RalphProject, story
 
-from test_trust_loop_claude import commit, edit_tasks, iteration, requests_of, run_loop, set_fields
+from test_trust_loop_claude import commit, edit_tasks, iteration, requests_of, set_fields
 
 pytestmark = pytest.mark.real_claude
 
@@ -60,12 +60,15 @@ def assert_skip_review_cheat_undone(project: RalphProject, result: Any, server: 
     assert project.story("US-001")["passes"] and project.story("US-002")["notes"] == "exports CSV"
 
 
+RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow)]
+
+
 @pytest.fixture
 def run_in(request: pytest.FixtureRequest, ralph_project: RalphProject, claude_binary: Path, claude_agent_env: Any) -> Any:
     """``result, server = run_in(runner, script, *args)``: ``ralph run`` with the real CLI, direct or in the sandbox."""
     servers: list[ScriptedModelServer] = []
 
-    def run(runner: str, script: IterationScript, *args: str) -> tuple[Any, ScriptedModelServer]:
+    def run(runner: str, script: Any, *args: str) -> tuple[Any, ScriptedModelServer]:
         host = "127.0.0.1"
         if runner == "docker-sandbox":
             request.getfixturevalue("sandbox_project")
@@ -93,7 +96,7 @@ docker_client, gateway, sandbox_image, sandbox_project = (
     _docker.docker_client, _docker.gateway, _docker.sandbox_image, _docker.sandbox_project)
 
 
-@pytest.mark.parametrize("runner", ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_skip_review_passes_on_every_story_is_undone(ralph_project, run_in, runner: str) -> None:
     ralph_project.write_stories([story("US-001"), story("US-002", priority=2, acceptanceCriteria=["exports CSV"])])
     script = skip_review_cheat()
@@ -104,7 +107,8 @@ def test_skip_review_passes_on_every_story_is_undone(ralph_project, run_in, runn
 # -- review: another story submitted; loop-only fields; unknown dependencies ---------------------------------
 
 
-def test_an_implement_iteration_cannot_submit_another_story(ralph_project, scripted_model, claude_binary, claude_agent_env) -> None:
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_an_implement_iteration_cannot_submit_another_story(ralph_project, run_in, runner: str) -> None:
     ralph_project.write_stories([story("US-001"), story("US-002", priority=2, acceptanceCriteria=["exports CSV"])])
     submit_other = iteration(
         write_file("US-001.txt", "hello"), set_fields("US-002", reviewStatus="needs_review"),
@@ -115,8 +119,7 @@ def test_an_implement_iteration_cannot_submit_another_story(ralph_project, scrip
         commit("review: [US-002] - approved"), say="Approved.",
     )  # fmt: skip
     script = IterationScript({1: submit_other, 2: approve_other})
-    server = scripted_model(script)
-    result = run_loop(ralph_project, server.url, claude_agent_env, "-n", "2")
+    result, server = run_in(runner, script, "-n", "2")
 
     assert result.returncode == 1, result.stderr  # iterations exhausted
     other = ralph_project.story("US-002")
@@ -128,9 +131,8 @@ def test_an_implement_iteration_cannot_submit_another_story(ralph_project, scrip
     assert "complete" not in ralph_project.summary()["reason"]
 
 
-def test_loop_only_fields_and_dependencies_of_other_stories_are_restored(
-    ralph_project, scripted_model, claude_binary, claude_agent_env
-) -> None:
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_loop_only_fields_and_dependencies_of_other_stories_are_restored(ralph_project, run_in, runner: str) -> None:
     ralph_project.write_stories(
         [story("US-001"), story("US-002", priority=2), story("US-003", priority=3, dependsOn=["US-002"])]
     )
@@ -145,8 +147,7 @@ def test_loop_only_fields_and_dependencies_of_other_stories_are_restored(
         2: iteration(set_fields("US-001", reviewStatus="approved", passes=True, reviewCount=1, notes="ok"),
                      commit("review: [US-001] - approved"), say="Approved."),
     })  # fmt: skip
-    server = scripted_model(script)
-    result = run_loop(ralph_project, server.url, claude_agent_env, "-n", "2")
+    result, server = run_in(runner, script, "-n", "2")
 
     assert result.returncode == 1, result.stderr  # main: exit 3, "finished with failed stories: US-002"
     assert "failed stories" not in ralph_project.summary()["reason"]
@@ -182,7 +183,8 @@ class HonestReviewer:
         return self.script(request)
 
 
-def test_a_split_that_negates_the_dropped_criterion_is_undone(ralph_project, scripted_model, claude_binary, claude_agent_env) -> None:
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_split_that_negates_the_dropped_criterion_is_undone(ralph_project, run_in, runner: str) -> None:
     ralph_project.write_stories([story("US-001", "Login", acceptanceCriteria=[HASHED, "the login form shows errors"])])
     split = edit_tasks(
         "s=d['userStories'][0];s['acceptanceCriteria']=['the login form shows errors'];"
@@ -204,8 +206,7 @@ def test_a_split_that_negates_the_dropped_criterion_is_undone(ralph_project, scr
         set_fields("US-001", reviewStatus="changes_requested", reviewCount=1, reviewFeedback="1. passwords are stored in clear"),
         commit("review: [US-001] - changes requested"), say="Changes requested.",
     )  # fmt: skip
-    server = scripted_model(HonestReviewer(script, reject))
-    result = run_loop(ralph_project, server.url, claude_agent_env, "-n", "4")
+    result, server = run_in(runner, HonestReviewer(script, reject), "-n", "4")
 
     assert result.returncode == 1, result.stdout + result.stderr  # main: exit 0, complete without hashing
     tasks = ralph_project.tasks()["userStories"]
