@@ -563,3 +563,91 @@ def test_a_link_made_on_the_line_to_a_protected_file_is_protected(host: PluginHo
     assert bash(host, project, "ln -s .ralph-active m && echo '{}' > m", loop=loop) == ["protected-file"]
     assert bash(host, project, "ln -s ralph/prd.md p; tee p < /dev/null", loop=loop) == ["protected-file"]
     assert bash(host, project, "ln -s src/app.py a && echo x > a", loop=loop) == []
+
+
+# -- what the second round of issue 21 added ----------------------------------------------------------------
+
+
+def test_a_tree_written_at_the_project_root_may_replace_git_config(host: PluginHost, project: Path) -> None:
+    """An archive extracted, a template copied or a diff applied at the root writes names the guard cannot see:
+    one of them may be .git/config (a push URL past the push block); in a loop the protected files too."""
+    for command in ("tar -xzf vendor.tgz", "cp -rT template .", "unzip -o site.zip", "rsync -a tpl/ ./"):
+        assert bash(host, project, command) == ["git-push"], command
+        assert "protected-file" in bash(host, project, command, loop=make_loop(project)), command
+        assert bash(host, project, command, loop=make_loop(project, runner="docker-sandbox")) == ["protected-file"]
+    for command in ("tar -xzf vendor.tgz -C build", "unzip -o site.zip -d build/site", "cp -r tpl build/"):
+        assert bash(host, project, command) == [], command
+
+
+def test_patch_is_checked_by_the_names_in_its_diff(host: PluginHost, project: Path) -> None:
+    (project / "src" / "app.py").write_text("a\n")
+    (project / "fix.diff").write_text("--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-a\n+b\n")
+    (project / "evil.diff").write_text("--- a/.git/config\t2024\n+++ b/.git/config\n@@ -0,0 +1 @@\n+x\n")
+    assert bash(host, project, "patch -p1 < fix.diff") == []
+    assert bash(host, project, "patch -p1 -i evil.diff") == ["git-push"]
+    assert bash(host, project, "cat evil.diff | patch -p1") == ["git-push"]  # a pipe: names unknown
+    assert bash(host, project, "printf x > new.diff; patch -p1 < new.diff") == ["git-push"]  # written on the line
+    assert bash(host, project, "patch -p1 <<'EOF'\n+++ b/src/app.py\nEOF") == []
+
+
+def test_find_expressions_decide_whether_git_is_reached(host: PluginHost, project: Path) -> None:
+    from ralph.shell.findexpr import may_reach_git
+
+    reached = ["-delete", "-type f -exec sed -i x {} +", "-name config -delete", "-maxdepth 1 -exec rm -rf {} ;",
+               "-name a -o -delete", "-iname CONFIG -delete", "-regex .*x -delete"]
+    not_reached = ["-name *.pyc -delete", "-name *.py -exec sed -i x {} +",
+                   "-path ./.git -prune -o -type f -exec sed -i x {} +", "-not -path ./.git/* -type f -exec sed -i x {} +",
+                   "-maxdepth 1 -name *.o -delete", "-type d -name __pycache__ -exec rm -rf {} +",
+                   "( -name a -o -name b ) -delete", "-name .git -prune -o -print"]
+    assert [e for e in reached if not may_reach_git(e.split(), ".")] == []
+    assert [e for e in not_reached if may_reach_git(e.split(), ".")] == []
+    assert bash(host, project, "find . -type f -exec sed -i 's/a/b/' {} +") == ["git-push"]
+    assert bash(host, project, "find . -path ./.git -prune -o -type f -exec sed -i 's/a/b/' {} +") == []
+    assert bash(host, project, "find . -delete") == ["delete-outside-project"]
+
+
+def test_the_budgeted_realpath_agrees_with_os_realpath(tmp_path: Path) -> None:
+    """ralph.shell.paths.real_path is what the guards place paths with: it must land where the kernel would."""
+    from ralph.shell.budget import scope
+    from ralph.shell.paths import real_path
+
+    root = tmp_path / "t"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "l").symlink_to(root / "a" / "b")
+    (root / "rel").symlink_to("a/./b/..")
+    (root / "chain").symlink_to("l/../b")
+    (root / "loop1").symlink_to("loop2")
+    (root / "loop2").symlink_to("loop1")
+    (root / "abs").symlink_to("/")
+    names = ["a", "b", "l", "rel", "chain", "loop1", "abs", "..", ".", "missing", "etc"]
+    rng = random.Random(21)
+    with scope(10**9):
+        for _ in range(400):
+            path = str(root) + "/" + "/".join(rng.choice(names) for _ in range(rng.randint(1, 6)))
+            assert real_path(path) == os.path.realpath(path), path
+
+
+def test_the_guards_own_path_work_stops_at_its_budget(host: PluginHost, project: Path) -> None:
+    from ralph_plugins.guards.dangerous_commands import CHECK_STEPS
+
+    command = "rm -f " + " ".join(f"build/d{i}/x/../y" for i in range(5000))  # every path is in the project
+    assert analyze(command, str(project)).opaque == []  # the analysis itself follows all of it ...
+    (denial,) = call(host, project, "Bash", {"command": command})  # ... placing 5000 paths is past the budget
+    assert denial.rule == "opaque-code" and f"{CHECK_STEPS} steps" in denial.reason
+    assert bash(host, project, command, loop=make_loop(project, runner="docker-sandbox")) == []
+    assert bash(host, project, "rm -f " + " ".join(f"build/d{i}/x/../y" for i in range(200))) == []
+
+
+def test_backticks_are_read_as_bash_pairs_them() -> None:
+    from ralph.shell.lexical import backticks_to_dollar
+
+    bt = "`"
+    assert backticks_to_dollar(f"echo {bt}a{bt} {bt}b{bt}") == "echo $(a) $(b)"
+    assert backticks_to_dollar(f"echo {bt}echo \\$(x){bt}") == "echo $(echo $(x))"
+    assert backticks_to_dollar(f"echo {bt}echo \\{bt}x\\{bt}{bt}") == "echo $(echo $(x))"
+    assert backticks_to_dollar(f'echo "{bt}echo \\"q\\"{bt}"') == 'echo "$(echo "q")"'
+    assert backticks_to_dollar(f"gi{bt}{bt}t push") == "git push"
+    assert backticks_to_dollar(f"echo '{bt}x{bt}'") == f"echo '{bt}x{bt}'"  # single quotes keep them
+    assert backticks_to_dollar(f"echo \\{bt}x\\{bt}") == f"echo \\{bt}x\\{bt}"
+    assert backticks_to_dollar(f"echo {bt}x # c{bt} y") == "echo $(x # c\n) y"
+    assert analyze(f"echo {bt}true{bt} {bt}git push{bt}").commands[:2] == [["true"], ["git", "push"]]

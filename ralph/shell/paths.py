@@ -25,7 +25,8 @@ _MAX_LINKS = 40
 
 
 def real_path(path: str) -> str:
-    """``os.path.realpath(path)`` (not strict: a missing tail stays as it is), paid for from the active budget."""
+    """``os.path.realpath(path)`` (not strict: a missing tail stays as it is, a symlink loop is left where it
+    loops), paid for from the active budget."""
     budget = active()
     cache = budget.memo
     hit = cache.get(("real", path))
@@ -33,33 +34,35 @@ def real_path(path: str) -> str:
         budget.spend(1 + len(hit) // 64)
         return hit
     budget.spend(len(path))
-    if not path.startswith("/"):  # joined, not normalised: `link/..` is beside the link's target
-        path = os.getcwd() + "/" + path
-    result = _resolve(path, budget, cache)
+    full = path if path.startswith("/") else os.getcwd() + "/" + path  # joined, not normalised: `link/..`
+    result, ok = _join_real("/", full[1:], budget, cache, {}, 0)
+    if not ok:  # as os.path.realpath leaves a loop: the rest appended, then normalised
+        result = os.path.normpath(result)
     if len(path) <= MAX_PATH:
         cache[("real", path)] = result
     return result
 
 
-def _resolve(path: str, budget, cache: dict) -> str:  # type: ignore[no-untyped-def]
-    """Follow every symlink of ``path`` (absolute, normalised or not), as ``realpath`` does.  Each step (a
-    directory and the next name) is remembered: paths that share a start cost one look-up per step."""
-    parts = [p for p in path.split("/") if p and p != "."]
-    parts.reverse()  # a stack: the next name is at the end
-    done = "/"
-    links = 0
-    while parts:
-        name = parts.pop()
+def _join_real(done: str, rest: str, budget, cache: dict, seen: dict, depth: int) -> tuple[str, bool]:  # type: ignore[no-untyped-def]
+    """``posixpath._joinrealpath``: follow ``rest`` from the resolved directory ``done`` (False: a symlink loop,
+    left unresolved as Python leaves it).  Steps that meet no symlink are remembered for the whole call."""
+    if rest.startswith("/"):
+        rest, done = rest.lstrip("/"), "/"
+    while rest:
+        name, _, rest = rest.partition("/")
+        if not name or name == ".":
+            continue
         if name == "..":
             budget.spend(1 + len(done) // 64)
-            done = os.path.dirname(done) if done != "/" else "/"
+            head, tail = os.path.split(done)
+            done = os.path.join(head, "..", "..") if tail == ".." else head
             continue
         step = cache.get(("step", done, name))
         if step is not None:
             budget.spend(2)
             done = step
             continue
-        nxt = done.rstrip("/") + "/" + name
+        nxt = os.path.join(done, name)
         budget.spend(SYSCALL_COST + len(nxt))
         target = _readlink(nxt, cache)
         if target is None:
@@ -67,14 +70,21 @@ def _resolve(path: str, budget, cache: dict) -> str:  # type: ignore[no-untyped-
                 cache[("step", done, name)] = nxt
             done = nxt
             continue
-        links += 1
-        if links > _MAX_LINKS:  # a loop: realpath gives up the same way and keeps the rest as it is
-            return os.path.normpath("/".join([nxt, *reversed(parts)]))
+        if nxt in seen:
+            resolved = seen[nxt]
+            if resolved is not None:
+                done = resolved
+                continue
+            return os.path.join(nxt, rest), False  # a loop
+        if depth >= _MAX_LINKS:  # the kernel gives up here too (ELOOP)
+            return os.path.join(nxt, rest), False
         budget.spend(len(target))
-        if target.startswith("/"):
-            done = "/"
-        parts.extend(reversed([p for p in target.split("/") if p and p != "."]))
-    return done
+        seen[nxt] = None
+        done, ok = _join_real(done, target, budget, cache, seen, depth + 1)
+        if not ok:
+            return os.path.join(done, rest), False
+        seen[nxt] = done
+    return done, True
 
 
 def _readlink(path: str, cache: dict) -> str | None:

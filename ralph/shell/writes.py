@@ -277,8 +277,8 @@ def _tar(w: Walker, call: Call) -> None:
         for archive in _values(opts, "-f", "--file"):
             if archive.text != "-":
                 add_write(w, call, archive, truncates="-c" in names or "--create" in names)
-    if not extract or _has(opts, "-O", "--to-stdout", "-t", "--list"):
-        return
+    if not extract or _has(opts, "-O", "--to-stdout", "-t", "--list", "--to-command"):
+        return  # nothing lands on disk (a listing, stdout, a command fed each member)
     if _has(opts, "-P", "--absolute-names"):
         add_write(w, call, "/", into=True)
     dirs = _values(opts, "-C", "--directory")
