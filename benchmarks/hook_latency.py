@@ -236,11 +236,12 @@ def grammar_and_parse(runs: int, env: dict[str, str]) -> None:
         imports.append(float(a) / 1e3)
         builds.append(float(b) / 1e3)
     analyze("true")  # grammar loaded once, as in the loop's hook server
-    times = []
+    times, cpus = [], []
     for _ in range(runs * 10):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = analyze(COMMAND_1KB, "/tmp", "/tmp")
         times.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
     assert result.unparseable is None and not result.opaque, (result.unparseable, result.opaque)
     rows = [
         ("what", "min ms", "median ms", "p90 ms"),
@@ -249,12 +250,13 @@ def grammar_and_parse(runs: int, env: dict[str, str]) -> None:
         ("build the bash parser", ms(min(builds)), ms(statistics.median(builds)), ms(percentile(builds, 0.9))),
         (f"analyze a {len(COMMAND_1KB)}-byte command", ms(min(times)), ms(statistics.median(times)),
          ms(percentile(times, 0.9))),
+        ("  (its CPU time)", ms(min(cpus)), ms(statistics.median(cpus)), ms(percentile(cpus, 0.9))),
     ]
     table(rows, left=(0,))
     print("target: analysing a 1 KB command median <= 2 ms (grammar loading happens once per loop/helper process)")
 
 
-# Inputs that made the analysis do unbounded work before it had budgets (data only: analysed, never run).
+# Inputs that made the guards do unbounded work before they had budgets (data only: checked, never run).
 HEAVY = {
     "the issue's stall: 24 doublings, 200 chars": "a=x;" + "a=$a$a;" * 24 + "echo $a",
     "40,000 references to a 16 KB value": "a=" + "x" * 16_384 + "; echo " + "$a" * 40_000,
@@ -266,34 +268,74 @@ HEAVY = {
     "sed script of 30,000 delimiters": "sed '" + "".join("s" + chr(0x4E00 + i) for i in range(30_000)) + "'",
     "awk: 16,000 prints": "awk '" + "print " * 16_000 + "'",
     "90 KB heredoc (ordinary)": "cat > f.py <<'EOF'\n" + "VALUES = [1, 2, 3]  # a | b\n" * 3200 + "EOF\n",
+    # the guards' own path work: resolving, following symlinks, looking files up
+    "95 KB: 32 cd, 8,000 ../x/.. paths": "cd src; " * 32 + "rm -f " + " ".join(f"../x{i}/.." for i in range(8000)),
+    "89 KB: 6,000 src/N/../.. paths": "rm -f " + " ".join(f"src/{i}/../.." for i in range(6000)),
+    "90 KB: 5,000 paths in the project": "rm -f " + " ".join(f"build/d{i}/x/../y" for i in range(5000)),
+    "98 KB: one 49,000-level path": "echo x > " + "a/" * 49_000 + "f",
+    "65 KB: 3,000 redirections": "; ".join(f"echo x > build/o{i}" for i in range(3000)),
+    "29 KB: cp of 3,000 files (ordinary)": "cp " + " ".join(f"src/a{i}" for i in range(3000)) + " build/",
+    "59 KB: rm of 6,000 files (ordinary)": "rm -f " + " ".join(f"src/f{i}" for i in range(6000)),
+    "1 MB Write file_path": {"tool_name": "Write", "tool_input": {"file_path": "a/" * 500_000, "content": "x"}},
 }
 _PROBE = """
-import json, resource, sys, time
+import json, resource, sys, tempfile, time
+from pathlib import Path
+from ralph.plugin.manager import PluginHost
+from ralph.testing.hooks import make_event
+import ralph_plugins.guards.dangerous_commands as dc
+from contextlib import contextmanager
+
+spent = []
+original = dc.budget_scope
+@contextmanager
+def counting(limit):
+    with original(limit) as budget:
+        yield budget
+        spent.append(budget.steps)
+dc.budget_scope = counting
+root = Path(tempfile.mkdtemp())
+project = root / "proj"
+for sub in ("src", "build", ".git"):
+    (project / sub).mkdir(parents=True)
+(project / ".git" / "HEAD").write_text("ref: refs/heads/feature\\n")
+host = PluginHost(environ={})
+def call(payload):
+    event = make_event("PreToolUse", {**payload, "cwd": str(project)}, project, root / "state", loop=None,
+                       environ={"HOME": str(root / "home")})
+    return sorted({d.rule for r in host.pm.hook.ralph_pre_tool_use(event=event) for d in (r or [])})
+call({"tool_name": "Bash", "tool_input": {"command": "true"}})
 from ralph.shell import analyze
-analyze("true")
+payload = json.loads(sys.stdin.read())
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-command = sys.stdin.read()
+spent.clear()
 cpu, wall = time.process_time(), time.perf_counter()
-result = analyze(command, "/tmp", "/tmp")
+rules = call(payload)
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-verdict = "unparseable" if result.unparseable else "opaque" if result.opaque else "analysed"
-print(json.dumps([cpu, wall, (after - before) / 1024, before / 1024, result.steps, verdict]))
+command = payload["tool_input"].get("command")
+steps = analyze(command, str(project), str(project)).steps if command is not None else 0
+print(json.dumps([cpu, wall, (after - before) / 1024, before / 1024, steps, max(spent or [0]), rules]))
 """
 
 
 def bounded_work(env: dict[str, str]) -> None:
-    """Each input that once stalled the guards, analysed in a fresh process: time, peak memory, verdict."""
-    rows = [("input", "chars", "cpu ms", "wall ms", "peak RSS +MB", "steps", "verdict")]
+    """Each input that once stalled the guards, checked by all of them in a fresh process (direct mode): CPU and
+    wall time, peak memory growth, the analysis's and the guards' work units, the rules that denied it."""
+    rows = [("input", "chars", "cpu ms", "wall ms", "peak RSS +MB", "analysis units", "guard units", "denied")]
     base = 0.0
-    for name, command in HEAVY.items():
-        out = subprocess.run([sys.executable, "-P", "-c", _PROBE], input=command, capture_output=True, text=True,
-                             env=env, check=True)
-        cpu, wall, grown, base, steps, verdict = json.loads(out.stdout)
-        rows.append((name, str(len(command)), ms(cpu), ms(wall), f"{grown:.1f}", str(steps), verdict))
-    table(rows, left=(0, 6))
-    print(f"(each in a fresh process whose peak RSS was {base:.0f} MB before the call; the budget is "
-          "ralph.shell.budget.MAX_STEPS work units; target: every one well under a second, memory bounded)")
+    for name, given in HEAVY.items():
+        payload = given if isinstance(given, dict) else {"tool_name": "Bash", "tool_input": {"command": given}}
+        size = len(json.dumps(payload["tool_input"]))
+        out = subprocess.run([sys.executable, "-P", "-c", _PROBE], input=json.dumps(payload), capture_output=True,
+                             text=True, env=env, check=True)
+        cpu, wall, grown, base, steps, guard_steps, rules = json.loads(out.stdout)
+        rows.append((name, str(size), ms(cpu), ms(wall), f"{grown:.1f}", str(steps), str(guard_steps),
+                     ", ".join(rules) or "-"))
+    table(rows, left=(0, 7))
+    print(f"(each in a fresh process whose peak RSS was {base:.0f} MB before the call; the budgets are "
+          "ralph.shell.budget.MAX_STEPS units for the analysis and dangerous_commands.CHECK_STEPS for the guards' "
+          "own path work; target: every one well under a second, memory bounded)")
 
 
 def answers_beside_a_stall(bridge: object, project: Path, runs: int) -> list[tuple[str, ...]]:
@@ -305,7 +347,7 @@ def answers_beside_a_stall(bridge: object, project: Path, runs: int) -> list[tup
                             "tool_name": "Bash", "tool_input": {"command": command}},
                 "env": {"CLAUDE_PROJECT_DIR": str(project), "HOME": os.environ.get("HOME", "")}}
 
-    stall = payload(next(iter(HEAVY.values())))
+    stall = payload(str(next(iter(HEAVY.values()))))
     ordinary = payload("git status && pytest -q")
     times, stalls = [], []
     for _ in range(runs):

@@ -8,13 +8,17 @@ analysed by :mod:`ralph.shell` (quotes, ``bash -c``, ``eval``,
 
 ``git-push`` (also anything that clears or overrides direct mode's push block: ``env -i``,
 ``env -u GIT_CONFIG_COUNT``, ``unset GIT_CONFIG_*``, ``GIT_CONFIG_*=``, ``-c url.*.pushInsteadOf=``,
-``--config-env``), ``git-merge-main``, ``git-force``, ``git-no-verify``,
+``--config-env``, ``HOME=``/``GIT_DIR=``, and writing git's configuration files), ``git-merge-main``,
+``git-force``, ``git-no-verify``,
 ``git-reset-hard``, ``delete-outside-project``, ``disk-tools``,
 ``fork-bomb``, ``privilege``, ``pipe-to-shell``, ``read-secrets``,
 ``write-system-files``, ``unparseable`` and ``opaque-code`` (the last two only
 when the agent runs directly on the host: there anything the analysis does not
 model is denied; in a sandboxed loop the container is the protection and the
 guards are early feedback).
+
+Every call's own work (paths resolved, symlinks followed, files looked up) spends from a budget
+(:data:`CHECK_STEPS`), as the analysis does from its own: past it the call is opaque.
 
 ``git merge`` is denied when it would merge *into* ``main``/``master``: the
 branch checked out by an earlier ``git checkout``/``git switch`` on the same

@@ -219,8 +219,9 @@ def _find(w: Walker, call: Call) -> None:
             j = i + 1
             while j < len(words) and words[j].text not in (";", "+"):
                 j += 1
+            has_slot = any("{}" in x.text for x in words[i + 1 : j])
             for root in root_words[:4]:  # `{}` is a path found under each start path
-                anything = root.dynamic or may_reach_git(expression, root.text)
+                anything = has_slot and (root.dynamic or may_reach_git(expression, root.text))
                 variants = [found_word(root, x, anything) if "{}" in x.text else [x] for x in words[i + 1 : j]]
                 st = call.st.copy()
                 if t in ("-execdir", "-okdir"):  # the command runs in the found file's directory

@@ -1258,7 +1258,7 @@ def _heredoc_text(redirect: Any, body: Any) -> str:
 
 def _fd_variable(node: Any) -> bool:
     """Is this argument ``{NAME}`` written right before a redirection (``{NAME}>file``: a descriptor variable)?"""
-    if node.end_byte - node.start_byte > 130 or not _FD_VAR.fullmatch(_text(node)):
+    if node.type != "concatenation" or node.end_byte - node.start_byte > 130 or not _FD_VAR.fullmatch(_text(node)):
         return False
     nxt = node.next_sibling
     if nxt is None and node.parent is not None and node.parent.parent is not None and \

@@ -633,7 +633,7 @@ def generic_outputs(w: Walker, call: Call) -> None:
         return
     for k in range(1, len(words)):
         word = words[k]
-        if word.dynamic and not word.text.startswith("-"):
+        if not word.text.startswith("-"):
             continue
         key, eq, value = word.text.partition("=")
         given: Word | None = None
