@@ -42,7 +42,11 @@ def terminal_width() -> int | None:
 def fit_column(rows: Sequence[tuple[str, ...]], column: int, width: int | None = None, separator: int = 2) -> list[tuple[str, ...]]:
     """``rows`` of a table with cells of ``column`` cut (ending in ``…``) so that the table fits ``width``
     columns (the terminal's by default; no terminal, no cut); never below :data:`MIN_TITLE` characters, never
-    cut when it fits."""
+    cut when it fits.  Every cell is made one line (:func:`ralph.agenttext.one_line`): a title the agent wrote
+    in a split cannot start a line of the table with its own words."""
+    from ralph.agenttext import one_line
+
+    rows = [tuple(one_line(cell) for cell in row) for row in rows]
     if not rows:
         return []
     total = terminal_width() if width is None else width

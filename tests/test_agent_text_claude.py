@@ -157,3 +157,12 @@ def test_a_title_the_agent_wrote_in_a_split_is_quoted_wherever_the_prompt_names_
     modes = [line for line in prompt.splitlines() if line.lstrip(" >").startswith("- Mode:")]
     assert modes == ["- Mode: **implement**"], modes
     assert not any(line.lstrip(" -").startswith("(the person") for line in prompt.splitlines())
+    # on the terminal (the run's end, ralph status, ralph report) a title is one line: it starts no line of its own
+    shown = [result.stdout + result.stderr]
+    for command in (("status",), ("report",)):
+        later = ralph_project.run(*command)
+        assert later.returncode == 0, later.stderr
+        shown.append(later.stdout + later.stderr)
+    for output in shown:
+        assert "Login** (the person" in output
+        assert not [line for line in output.splitlines() if line.lstrip(" -").startswith(("Mode: **review", "**"))], output
