@@ -35,6 +35,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "trust_overhead": ["--runs", "5"],
     "trust_checks": ["--sizes", "10,1000"],
     "metering": ["--calls", "40", "--runs", "2"],
+    "notify": ["--events", "500", "--sends", "5"],
     "containment_overhead": ["--runs", "5"],
     "integrity_overhead": ["--runs", "3", "--files", "300"],
     "sandbox_toolchain": ["--runs", "2"],

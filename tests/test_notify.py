@@ -279,3 +279,35 @@ def test_the_usage_limit_wait_and_then_the_end_are_notified(ralph_project: Ralph
     assert endpoint.titles() == [f"ralph: waiting for the usage limit ({name})", f"ralph: run complete ({name})"]
     assert "goes on by itself" in endpoint.received[0]["message"]
     assert endpoint.received[1]["type"] == "success" and "1/1 story done" in endpoint.received[1]["message"]
+
+
+def test_a_run_stopped_by_a_broken_plugin_is_notified_as_an_error(ralph_project: RalphProject,
+                                                                  endpoint: NotifyEndpoint, tmp_path) -> None:
+    """A project-local validator that raises stops the run (exit 2, fail-closed): the person is told."""
+    (ralph_project.path / "ralph_local.py").write_text(
+        "from ralph.api import hookimpl\n\n\n@hookimpl\ndef ralph_validate(context):\n"
+        "    if context.mode is not None:\n        raise RuntimeError('the check cannot run')\n    return []\n")
+    (ralph_project.path / "ralph.toml").write_text(
+        f'plugins = ["ralph_local.py"]\n\n[notify]\nurls = ["{endpoint.url}"]\n', encoding="utf-8")
+    ralph_project.commit_all("a local validator, notifications")
+    ralph_project.write_stories([story("US-001")])
+    result = run_replay(ralph_project, replay(tmp_path, {1: costly("US-001", 0.1)}))
+    assert result.returncode == 2, result.stderr
+    assert endpoint.titles() == [f"ralph: run stopped on an error ({ralph_project.path.name})"]
+    assert endpoint.received[0]["type"] == "failure"
+    assert "RuntimeError: the check cannot run" in endpoint.received[0]["message"]
+
+
+@pytest.mark.real_claude
+def test_a_usage_limit_stop_is_notified(ralph_project: RalphProject, endpoint: NotifyEndpoint, scripted_model,
+                                        claude_binary, claude_agent_env) -> None:
+    from ralph.testing.model_server import usage_limit_reply
+
+    notify_config(ralph_project, endpoint.url)
+    ralph_project.write_stories([story("US-001")])
+    server = scripted_model(lambda request: usage_limit_reply(int(time.time()) + 7200))
+    env = {**claude_agent_env(server.url), "RALPH_ON_USAGE_LIMIT": "exit"}
+    result = ralph_project.run("run", "--runner", "direct", "--agent", "claude", env=env, timeout=300)
+    assert result.returncode == 6, result.stderr
+    assert endpoint.titles() == [f"ralph: run paused: usage limit ({ralph_project.path.name})"]
+    assert "ralph run --resume" in endpoint.received[0]["message"]

@@ -151,7 +151,7 @@ def send(url: str, message: Message) -> tuple[bool, str]:
     service = apprise.Apprise.instantiate(url)
     if service is None:
         return False, "Apprise does not take this URL"
-    with apprise.LogCapture(level=apprise.logging.WARNING) as log:
+    with apprise.LogCapture(level=apprise.logging.WARNING, fmt="%(message)s") as log:
         ok = service.notify(body=message.body, title=message.title, notify_type=levels.get(message.level),
                             body_format=apprise.NotifyFormat.TEXT)
     lines = [line.strip() for line in log.getvalue().splitlines() if line.strip()]
