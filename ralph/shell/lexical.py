@@ -186,9 +186,13 @@ def _scan(text: str, i: int, mode: str, top_level: bool = False) -> Any:
             i += 3
             continue
         if ch == "<" and text.startswith("<<", i):
+            if mode == "brace":  # bash reads `${x:-$(cat <<EOF ...)}` in its own way: where does the body end?
+                _unparsed.odd_heredoc = True
             i = _heredoc_start(text, i, out, heredocs)
             continue
         if ch == "\n" and heredocs:
+            if len(heredocs) > 1:  # bash gives the bodies out in order; tree-sitter-bash does not
+                _unparsed.several_heredocs = True
             out.append("\n")
             i = _heredoc_bodies(text, i + 1, out, heredocs, mode == "paren")
             continue
@@ -275,6 +279,27 @@ def _backtick(text: str, i: int, in_dquotes: bool) -> tuple[str, int]:
 _unparsed = threading.local()
 
 
+def several_heredocs(text: str) -> bool:
+    """Does one line of ``text`` start more than one heredoc (``cat <<A && bash <<'B'``)?  tree-sitter-bash
+    gives their bodies out in another order than bash, so the analysis cannot say which body goes where."""
+    if text.count("<<") - 2 * text.count("<<<") < 2:
+        return False
+    _unparsed.several_heredocs = False
+    try:
+        _scan(text, 0, "top")
+    except BackticksUnpaired:
+        return False
+    return bool(getattr(_unparsed, "several_heredocs", False))
+
+
+def odd_heredocs() -> bool:
+    """Did the last conversion meet a heredoc whose end bash and the grammar may see in different places (one
+    inside ``${...}``, a delimiter followed by more than the ``)`` closing a substitution)?  Read and reset."""
+    found = bool(getattr(_unparsed, "odd_heredoc", False))
+    _unparsed.odd_heredoc = False
+    return found
+
+
 def unparsed_backticks() -> int:
     """How many backtick substitutions (so far, in this thread) had text bash cannot parse: they run nothing
     and were left out; read and reset by the caller of :func:`backticks_to_dollar`."""
@@ -333,6 +358,8 @@ def _heredoc_bodies(text: str, i: int, out: list[str], heredocs: list[tuple[str,
                 heredocs.pop(0)
                 break
             if in_paren and bare.startswith(delimiter + ")"):
+                if bare != delimiter + ")":  # `EOF)` and more on the line: bash may not end the body there
+                    _unparsed.odd_heredoc = True
                 cut = i + (len(line) - len(bare)) + len(delimiter)
                 out.append(text[i:cut])
                 heredocs.pop(0)

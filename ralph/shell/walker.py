@@ -21,7 +21,7 @@ from typing import Any, Union
 from ralph.shell.budget import MAX_VALUE, NODE_COST, Budget, activate, active
 from ralph.shell.grammar import MAX_PIPES, TooManyPipes, parse
 from ralph.shell.lexical import (BackticksUnpaired, backticks_to_dollar, join_continuations, mask_returns,
-                                 unparsed_backticks)
+                                 odd_heredocs, several_heredocs, unparsed_backticks)
 from ralph.shell import MAX_DEPTH, Analysis, Command, WriteTarget, basename, resolve_path
 
 Val = Union[str, list, None]
@@ -216,7 +216,11 @@ class Walker:
                     break
                 try:
                     unparsed_backticks()
+                    odd_heredocs()
                     converted = backticks_to_dollar(text)
+                    if odd_heredocs():
+                        self.opaque("a heredoc inside `${...}`, or ended on a line with more after its `)`: where "
+                                    "its body ends is not certain", "give the heredoc lines of its own")
                     if unparsed_backticks():
                         self.opaque("a backtick substitution whose text bash cannot parse (bash runs nothing for "
                                     "it, and reads the rest of the line differently than it looks)",
@@ -230,6 +234,15 @@ class Walker:
                     break
                 text = converted
                 tree = parse(text)
+            if "<<" in text and several_heredocs(text):
+                self.opaque("several heredocs started on one line (the grammar gives their bodies out in another "
+                            "order than bash)", "start one heredoc per line, or write the input to a file first")
+            if _KEYWORD_PREFIX.search(text):
+                blanked = _blank_keyword_prefixes(text, tree.root_node)
+                if blanked is not None:
+                    self.budget.spend(len(blanked))
+                    text = blanked
+                    tree = parse(text)
         except TooManyPipes:
             return None
         return tree
@@ -459,19 +472,24 @@ class Walker:
             parts = [c for c in body.children if c.is_named and c.type != "comment"]
             self._run_pipeline(parts, st, flow, last_redirects=redirects)
             return
-        flow2, pairs, tails = self.redirects(redirects, st, flow)
+        flow2, pairs, tails, extra = self.redirects(redirects, st, flow)
         if tails:
             self._with_tails(body, pairs, tails, st, flow, flow2)
             return
         if body is None:
             return
         if body.type == "command":
-            self.command(body, st, flow2, pairs)
+            self.command(body, st, flow2, pairs, extra)
         elif body.type == "declaration_command":
-            from ralph.shell.environment import declaration
+            from ralph.shell.environment import _declared_words, declaration
 
             declaration(self, body, st, flow2, pairs)
+            if extra:  # `export >/dev/null NAME=value`: words after a redirection are arguments too
+                _declared_words(self, _text(body.children[0]) if body.children else "declare", extra, st, flow2, [])
         else:
+            if extra:
+                self.opaque(f"words after a redirection of a compound command (`{extra[0].text[:40]}`)",
+                            "write the redirection last")
             self.statement(body, st, flow2)
 
     def _with_tails(self, body: Any, pairs: list, tails: list[Any], st: State, flow: Flow, flow2: Flow) -> None:
@@ -589,11 +607,15 @@ class Walker:
                 self.unmodelled(child)
         return env, words, inline, name_node
 
-    def command(self, node: Any, st: State, flow: Flow, outer: list[tuple[str, str]] | None = None) -> None:
+    def command(self, node: Any, st: State, flow: Flow, outer: list[tuple[str, str]] | None = None,
+                outer_words: list[Word] | None = None) -> None:
         env, words, inline, name_node = self.command_parts(node, st, flow)
         has_name = name_node is not None
-        flow2, pairs, _ = self.redirects(inline, st, flow)
+        flow2, pairs, _, extra = self.redirects(inline, st, flow)
         pairs = (outer or []) + pairs
+        # `rm -rf >/dev/null ~`: bash reads the words after a redirection as more arguments (tree-sitter-bash
+        # hangs them on the redirection)
+        words = [*words, *extra, *(outer_words or [])]
         if flow2.stdin is None and st.stdin is not None:
             flow2 = replace(flow2, stdin=st.stdin)
         if len(words) == 1 and words[0].text == "exec" and flow2.stdin is not None and flow2.stdin[0] != "pipe":
@@ -605,6 +627,9 @@ class Walker:
                 check_env(self, name, value, st, flow)
                 st.vars[name] = value
             return
+        if _plain_reserved(name_node):
+            self.opaque(f"the reserved word `{_text(name_node)}` read as a command (a compound command the grammar did "
+                        "not read the way bash does)", "write the compound command plainly, on its own")
         alias = None
         if self.aliases:
             from ralph.shell.aliases import expand_alias, plain_name
@@ -754,16 +779,20 @@ class Walker:
         )
         return None
 
-    def redirects(self, nodes: list[Any], st: State, flow: Flow) -> tuple[Flow, list[tuple[str, str]], list[Any]]:
+    def redirects(self, nodes: list[Any], st: State, flow: Flow) -> tuple[Flow, list[tuple[str, str]], list[Any],
+                                                                          list[Word]]:
+        """(the flow with the stdin they give, (operator, target) pairs, what the grammar hangs on a heredoc, the
+        words written after a redirection's target, which bash reads as arguments)."""
         stdin = flow.stdin
         pairs: list[tuple[str, str]] = []
         tails: list[Any] = []
+        extra: list[Word] = []
         queue = list(nodes)
         while queue:
             node = queue.pop(0)
             self.budget.spend(2 * NODE_COST)
             if node.type == "file_redirect":
-                stdin = self._file_redirect(node, st, flow, pairs, stdin)
+                stdin = self._file_redirect(node, st, flow, pairs, stdin, extra)
             elif node.type == "herestring_redirect":
                 words = [w for c in node.named_children for w in self.words(c, st, flow, split=False)]
                 text = " ".join(w.text for w in words)
@@ -773,17 +802,19 @@ class Walker:
                     stdin = ("dyn", "") if any(w.dynamic for w in words) else ("text", text + "\n")
                 pairs.append(("<<<", text))
             elif node.type == "heredoc_redirect":
-                stdin = self._heredoc(node, st, flow, pairs, queue, tails) or stdin
+                stdin = self._heredoc(node, st, flow, pairs, queue, tails, extra) or stdin
             elif node.is_named:
                 self.unmodelled(node)
-        return replace(flow, stdin=stdin), pairs, tails
+        return replace(flow, stdin=stdin), pairs, tails, extra
 
-    def _file_redirect(self, node: Any, st: State, flow: Flow, pairs: list, stdin: Any) -> Any:
+    def _file_redirect(self, node: Any, st: State, flow: Flow, pairs: list, stdin: Any, extra: list[Word]) -> Any:
         op = "".join(_text(c) for c in node.children if not c.is_named)
         fd_node = node.child_by_field_name("descriptor")
         fd = _text(fd_node) if fd_node is not None else ""
         dests = node.children_by_field_name("destination")
-        words = [w for d in dests for w in self.words(d, st, flow, split=False)]
+        words = [w for w in self.words(dests[0], st, flow, split=False)] if dests else []
+        for more in dests[1:]:
+            extra.extend(self.words(more, st, flow))
         if not words:
             return stdin
         target = words[0]
@@ -810,7 +841,8 @@ class Walker:
             return ("file", target.text)
         return stdin
 
-    def _heredoc(self, node: Any, st: State, flow: Flow, pairs: list, queue: list, tails: list) -> Any:
+    def _heredoc(self, node: Any, st: State, flow: Flow, pairs: list, queue: list, tails: list,
+                 extra: list[Word]) -> Any:
         start = ""
         body = None
         stdin = None
@@ -825,6 +857,8 @@ class Walker:
                 queue.append(child)
             elif child.type == "pipeline" or fname == "right":
                 tails.append(child)
+            elif child.type in _WORD_PARTS and child.type not in ("$",):  # `cat <<EOF file`: an argument
+                extra.extend(self.words(child, st, flow))
         quoted = any(ch in start for ch in "'\"\\")
         if body is None:
             stdin = ("text", "")
@@ -1256,6 +1290,48 @@ def _heredoc_text(redirect: Any, body: Any) -> str:
     return data[line : body.end_byte - redirect.start_byte].decode("utf-8", "surrogatepass")
 
 
+_COMPOUND_START = frozenset({"if", "while", "until", "for", "case", "select", "{", "[[", "((", "function", "coproc"})
+_KEYWORD_PREFIX = re.compile(r"(?:^|[\s;&|(){}])(?:time|!)\s+(?:-p\s+)?(?:--\s+)?(?:if|while|until|for|case|select|"
+                             r"\{|\[\[|\(\(|function|coproc|!|time)(?:\s|$)")
+_RESERVED_TAILS = frozenset({"then", "else", "elif", "fi", "do", "done", "esac", "}", "]]", "in"})
+
+
+def _blank_keyword_prefixes(text: str, root: Any) -> str | None:
+    """``text`` with the ``time [-p]`` and ``!`` before a compound command blanked out, or None if there are none.
+
+    bash reads ``time`` and ``!`` as reserved words in front of any pipeline, ``if``/``while``/``{``... included;
+    tree-sitter-bash reads ``time if git push; then ...`` as a command named ``time`` and ``then``/``fi`` as
+    commands of their own.  Neither word changes what runs (only the reported time or exit status), so the
+    analysis reads the compound command without them."""
+    data = bytearray(text.encode("utf-8", "surrogatepass"))
+    cuts: list[tuple[int, int]] = []
+    stack = [root]
+    budget = active()
+    while stack:
+        budget.spend(NODE_COST)
+        node = stack.pop()
+        if node.type == "command":
+            name = node.child_by_field_name("name")
+            args = node.children_by_field_name("argument")
+            if name is not None and _text(name) == "time":
+                k = 0
+                while k < len(args) and _text(args[k]) in ("-p", "--"):
+                    k += 1
+                if k < len(args) and _text(args[k]) in _COMPOUND_START:
+                    cuts.append((name.start_byte, args[k].start_byte))
+        elif node.type == "negated_command" and node.children and node.children[0].type == "!":
+            inner = node.named_children[0] if node.named_children else None
+            name = inner.child_by_field_name("name") if inner is not None and inner.type == "command" else None
+            if name is not None and (_text(name) in _COMPOUND_START or _text(name) in ("!", "time")):
+                cuts.append((node.children[0].start_byte, node.children[0].end_byte))
+        stack.extend(node.children)
+    if not cuts:
+        return None
+    for start, end in cuts:
+        data[start:end] = b" " * (end - start)
+    return data.decode("utf-8", "surrogatepass")
+
+
 def _fd_variable(node: Any) -> bool:
     """Is this argument ``{NAME}`` written right before a redirection (``{NAME}>file``: a descriptor variable)?"""
     if node.type != "concatenation" or node.end_byte - node.start_byte > 130 or not _FD_VAR.fullmatch(_text(node)):
@@ -1269,6 +1345,14 @@ def _fd_variable(node: Any) -> bool:
 
 
 _FD_VAR = re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def _plain_reserved(name_node: Any) -> bool:
+    """Is this command name an unquoted reserved word that can only end or continue a compound command?"""
+    if name_node is None:
+        return False
+    kids = name_node.named_children
+    return len(kids) == 1 and kids[0].type == "word" and _text(kids[0]) in _RESERVED_TAILS
 
 
 def adjacent(nodes: list[Any]) -> list[list[Any]]:

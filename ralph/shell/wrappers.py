@@ -353,6 +353,19 @@ def _run_subcommand(subs: dict[str, frozenset[str]]) -> Handler:
     return handle
 
 
+def _time(w: Walker, call: Call) -> None:
+    """``time [-p] [NAME=value...] CMD``: bash's reserved word (assignments before the command are assignments, as
+    without it); ``/usr/bin/time -o FILE -f FORMAT CMD`` when it is the program."""
+    opts, i = getopts(call.words, 1, {"-o", "--output", "-f", "--format"})
+    env: dict[str, Val] = {}
+    while i < len(call.words) and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", call.words[i].text) and \
+            not call.words[i].split:
+        key, _, value = call.words[i].text.partition("=")
+        env[key] = None if call.words[i].dynamic else value
+        i += 1
+    inner(w, call, i, env=env)
+
+
 def _ifne(w: Walker, call: Call) -> None:
     """``ifne [-n] CMD`` (moreutils): CMD runs when stdin is (not) empty."""
     inner(w, call, 2 if len(call.words) > 1 and call.words[1].text == "-n" else 1)
@@ -471,7 +484,7 @@ WRAPPERS: dict[str, Handler] = {
     "setsid": _wrapper(set()),
     "unbuffer": _wrapper(set()),
     "chronic": _wrapper(set()),
-    "time": _wrapper({"-o", "--output", "-f", "--format"}),
+    "time": _time,
     "nice": _wrapper({"-n", "--adjustment"}),
     "ionice": _wrapper({"-c", "--class", "-n", "--classdata"}, no_command=("-p", "-P", "-u", "--pid", "--pgid",
                                                                           "--uid")),
