@@ -39,6 +39,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "containment_overhead": ["--runs", "5"],
     "integrity_overhead": ["--runs", "3", "--files", "300"],
     "sandbox_toolchain": ["--runs", "2"],
+    "bwrap_overhead": ["--runs", "3", "--files", "200"],
 }
 
 

@@ -79,7 +79,8 @@ def run_loop(project: RalphProject, url: str, env_factory: Any, *args: str, runn
     return project.run("run", "--runner", runner, "--agent", "claude", "--timeout", "180", *args, env=env, timeout=900)
 
 
-RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow)]
+RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow),
+           pytest.param("bwrap", marks=pytest.mark.slow)]
 
 
 @pytest.fixture
@@ -89,6 +90,8 @@ def model_for(request: pytest.FixtureRequest, ralph_project: RalphProject, scrip
 
     def start(runner: str, script: Any) -> Any:
         host = "127.0.0.1"
+        if runner == "bwrap":
+            request.getfixturevalue("bwrap_available")
         if runner == "docker-sandbox":
             request.getfixturevalue("sandbox_project")
             host = request.getfixturevalue("gateway")
@@ -106,6 +109,7 @@ import test_docker_sandbox as _docker  # noqa: E402
 
 docker_client, gateway, sandbox_image, sandbox_project = (
     _docker.docker_client, _docker.gateway, _docker.sandbox_image, _docker.sandbox_project)
+from test_bwrap_runner import bwrap_available  # noqa: E402,F401  (the bwrap cases)
 
 
 def prompt_of(project: RalphProject, number: int, run: int = -1) -> str:

@@ -74,7 +74,7 @@ def test_run_help_lists_declared_names_without_importing_a_plugin(fake_dists: Fa
     answer = probe("run", "--help", env={"PYTHONPATH": str(fake_dists.root)})
     assert answer["exit"] == 0
     text = " ".join(answer["output"].split()).replace("- ", "-")  # click wraps at hyphens
-    assert "Registered: auto, declared-runner, direct, docker-sandbox, nice, ray." in text
+    assert "Registered: auto, bwrap, declared-runner, direct, docker-sandbox, nice, ray." in text
     assert "Registered: claude, codex, replay." in text and "Registered: review, skip-review." in text
     assert plugin_modules(answer["modules"]) == []
     assert [name for name in HEAVY if name in answer["modules"]] == []

@@ -1,0 +1,180 @@
+"""Can the bwrap sandbox run the gates?  Each ``verifyCommands`` program looked up where the gates run.
+
+The sandbox shows this machine read-only, so most tools are there; what is not: programs under
+the hidden paths (your home: a pyenv shim, ``~/.cargo/bin``; ``/tmp``), and what git ignores in the
+project (a virtualenv, ``node_modules``) unless it is one of the runner's ``toolchain`` entries, since
+the gates run on the agent's checkout.  A ``python3`` found there may also be another interpreter
+than yours (the system's, when your pyenv shim is hidden), without your ``pytest``.
+
+Each command is parsed with ralph's shell model (``ralph.api.analyze``: ``timeout``, ``env`` and
+other wrappers included, ``bash -c`` code followed); the programs are looked up in one sandbox
+made like a gate's (the project read-only at its path, the toolchain entries, the gates' ``PATH``),
+``python -m MODULE`` must find its module there too.  A program in the project counts when git
+tracks it (or does not ignore it) or it lies in a toolchain entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BUILTINS = frozenset({
+    ":", ".", "[", "[[", "alias", "bg", "break", "builtin", "case", "cd", "command", "continue", "declare", "echo",
+    "eval", "exec", "exit", "export", "false", "fg", "for", "function", "getopts", "hash", "if", "jobs", "kill",
+    "let", "local", "printf", "pwd", "read", "readonly", "return", "set", "shift", "source", "test", "time", "times",
+    "trap", "true", "type", "typeset", "ulimit", "umask", "unalias", "unset", "wait", "while",
+})
+PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+LOOKUP = r"""
+import json, os, shutil, subprocess, sys
+FIND = "import importlib.util, sys\ntry:\n    s = importlib.util.find_spec(sys.argv[1])\nexcept Exception:\n    s = None\nsys.exit(0 if s else 3)"
+out = []
+for need in json.loads(sys.argv[1]):
+    os.chdir(need["cwd"]) if os.path.isdir(need["cwd"]) else None
+    name = need["program"]
+    found = (os.path.abspath(name) if os.access(name, os.X_OK) and not os.path.isdir(name) else None) if "/" in name \
+        else shutil.which(name)
+    item = {"found": found}
+    if found and need.get("module"):
+        try:
+            done = subprocess.run([found, "-c", FIND, need["module"]], timeout=60,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            item["module"] = done.returncode == 0
+        except Exception:
+            item["module"] = False
+    out.append(item)
+print(json.dumps(out))
+"""
+"""Run in the sandbox with this Python (``-I -S``): each program as a gate would find it, each module."""
+
+
+@dataclass(frozen=True)
+class Need:
+    """One program a gate command runs (and the module, for ``python -m``), from ``cwd``."""
+
+    command: str
+    program: str
+    cwd: str
+    module: str | None = None
+
+
+def gate_needs(commands: list[str], project: Path) -> tuple[list[Need], list[str]]:
+    """(programs to look up, commands not checked and why)."""
+    from ralph.api import analyze
+
+    needs: list[Need] = []
+    unchecked: list[str] = []
+    for command in commands:
+        analysis = analyze(command, project_dir=str(project))
+        if analysis.unparseable:
+            unchecked.append(f"`{command}`: {analysis.unparseable}")
+            continue
+        for each in analysis.simple:
+            if not each.argv:
+                continue
+            if each.dynamic_name:
+                unchecked.append(f"`{command}`: the program `{each.argv[0]}` is only known at run time")
+                continue
+            if each.cd_unknown:
+                unchecked.append(f"`{command}`: `{each.argv[0]}` runs in a directory only known at run time")
+                continue
+            cwd = os.path.normpath(os.path.join(str(project), *each.cd))
+            for name in [w.split()[0] for w in each.wrappers] + [each.argv[0]]:
+                if name in BUILTINS:
+                    continue
+                module = _python_module(each.argv) if name == each.argv[0] else None
+                need = Need(command, name, cwd, module)
+                if need not in needs:
+                    needs.append(need)
+    return needs, unchecked
+
+
+def missing_checks(needs: list[Need], found: list[dict[str, Any]], project: Path, toolchain: list[str],
+                   hidden: list[Path]) -> list[Any]:
+    """A failed check per program (or module) the sandbox lacks, with the fix; a passed one when none."""
+    from ralph.api import Check
+
+    from .command import under
+
+    checks = []
+    seen: set[tuple[str, str | None]] = set()
+    shown = [project / name for name in toolchain]
+    for need, item in zip(needs, found):
+        if (need.program, need.module) in seen:
+            continue
+        seen.add((need.program, need.module))
+        path = item.get("found")
+        gate = f"the bwrap sandbox cannot run the gate `{need.command}`"
+        if path and under(Path(path), [project]) and not under(Path(path), shown) and _ignored(project, Path(path)):
+            checks.append(Check(False, f"{gate}: {need.program} ({path}) is ignored by git, and the gates run on the "
+                                       "agent's checkout, which has only what git does not ignore",
+                                f"add its folder to [tool.ralph.bwrap] toolchain (shown read-only from the project: "
+                                f"toolchain = [\"{Path(path).relative_to(project).parts[0]}\"])"))
+        elif not path:
+            here = shutil.which(need.program, path=os.environ.get("PATH")) if "/" not in need.program else None
+            if here and under(Path(os.path.realpath(here)), hidden) or (here and under(Path(here), hidden)):
+                checks.append(Check(False, f"{gate}: {need.program} is at {here} here, under a path the sandbox hides",
+                                    f"show it read-only with [tool.ralph.bwrap] ro_binds = [\"{_top(Path(here), hidden)}\"], "
+                                    "or install it outside your home"))
+            else:
+                checks.append(Check(False, f"{gate}: {need.program} is not installed on this machine "
+                                           "(not on the gates' PATH)", f"install {need.program}"))
+        elif need.module and not item.get("module"):
+            checks.append(Check(False, f"{gate}: {path} in the sandbox has no module {need.module}",
+                                f"install {need.module} for that interpreter, or make the project's virtualenv "
+                                "(it is shown to the gates: [tool.ralph.bwrap] toolchain) and call its python"))
+    return checks
+
+
+def look_up(argv: list[str], env: dict[str, str], needs: list[Need], timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Run :data:`LOOKUP` through ``argv`` (a sandbox command line ending in ``python -I -S``)."""
+    payload = json.dumps([{"program": n.program, "module": n.module, "cwd": n.cwd} for n in needs])
+    done = subprocess.run([*argv, "-c", LOOKUP, payload], capture_output=True, text=True, timeout=timeout, env=env,
+                          stdin=subprocess.DEVNULL, cwd="/")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError((done.stderr or done.stdout).strip()[-300:] or f"exit {done.returncode}")
+    return list(json.loads(lines[-1]))
+
+
+def _ignored(project: Path, path: Path) -> bool:
+    from ralph.api import git
+
+    relative = os.path.relpath(path, project)
+    try:
+        return git(project, "check-ignore", "-q", "--no-index", "--", relative, check=False).returncode == 0
+    except OSError:
+        return False
+
+
+def _top(path: Path, hidden: list[Path]) -> str:
+    """The first directory of ``path`` below the hidden root it lies under (``~/.pyenv``)."""
+    for root in hidden:
+        if root in path.parents:
+            top = root / path.relative_to(root).parts[0]
+            home = Path.home()
+            return "~/" + str(top.relative_to(home)) if home in top.parents else str(top)
+    return str(path.parent)
+
+
+def _python_module(argv: list[str]) -> str | None:
+    """``MODULE`` of ``python3 [flags] -m MODULE ...`` (None: not a python, or no ``-m``)."""
+    if not PYTHON.fullmatch(argv[0].rsplit("/", 1)[-1]):
+        return None
+    for i, word in enumerate(argv[1:], start=1):
+        if word == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if word.startswith("-m") and len(word) > 2:
+            return word[2:]
+        if word == "-c" or not word.startswith("-"):
+            return None
+    return None
+
+
+__all__ = ["Need", "gate_needs", "look_up", "missing_checks"]
