@@ -37,8 +37,9 @@ class EventKind(str, Enum):
     RUN_STARTED = (
         "run_started",
         "The run began (lock taken, run directory made). Payload: project, run_dir, runner, agent, "
-        "policy, max_iterations, review_cap, stories (count), fallback_reason (why `auto` chose "
-        "direct, or empty), output (normal/quiet/verbose).",
+        "policy, max_iterations, review_cap, stories (count), fallback_reason (why `auto` did not choose "
+        "the sandboxes it prefers to this runner, or empty), sandboxed (the runner isolates the agent), "
+        "output (normal/quiet/verbose).",
     )
     USER_WORK_STASHED = (
         "user_work_stashed",

@@ -427,7 +427,7 @@ def test_missing_image_is_a_clear_error_and_auto_falls_back(sandbox_project: Ral
     result = project.run("run", "--runner", "docker-sandbox", "--agent", "claude")
     assert result.returncode == 2
     assert "ralph-sandbox:does-not-exist" in result.stderr and "ralph sandbox build" in result.stderr
-    dry = project.run("run", "--runner", "auto", "--agent", "claude", "--dry-run")
+    dry = project.run("run", "--runner", "auto", "--agent", "claude", "--dry-run", env={"RALPH_DISABLE_PLUGINS": "bwrap"})
     assert dry.returncode == 0, dry.stderr
     assert "runner:  direct (fallback: docker-sandbox: the sandbox image 'ralph-sandbox:does-not-exist'" in dry.stdout
 

@@ -160,7 +160,9 @@ def test_doctor_gives_the_runners_own_remedy(ralph_project: RalphProject, tmp_pa
     ralph_project.write_stories([story("US-001")])
     script = tmp_path / "script.json"
     script.write_text('{"iterations": {}}')
-    env = {"DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}", "RALPH_REPLAY_SCRIPT": str(script)}
+    # without the bwrap runner (auto would choose it next, tests/test_bwrap_auto.py)
+    env = {"DOCKER_HOST": f"unix://{tmp_path / 'no-docker.sock'}", "RALPH_REPLAY_SCRIPT": str(script),
+           "RALPH_DISABLE_PLUGINS": "bwrap"}
     auto = ralph_project.run("doctor", "--runner", "auto", "--agent", "replay", env=env)
     assert auto.returncode == 0, auto.stdout
     lines = auto.stdout.splitlines()

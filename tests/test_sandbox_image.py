@@ -71,7 +71,8 @@ def project_runner(project: RalphProject) -> Any:
 
 
 def ralph(project: RalphProject, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ANTHROPIC_API_KEY": "test-key"}
+    # the docker sandbox or direct: without the bwrap runner, which auto would try between them (tests/test_bwrap_auto.py)
+    env = {**os.environ, "ANTHROPIC_API_KEY": "test-key", "RALPH_DISABLE_PLUGINS": "bwrap"}
     return subprocess.run([*CLI, *args], cwd=project.path, capture_output=True, text=True, env=env, timeout=timeout)
 
 

@@ -34,7 +34,9 @@ def logged_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandbox_image: st
     (home / ".claude" / ".credentials.json").write_text(json.dumps(
         {"claudeAiOauth": {"accessToken": "sk-ant-oat01-test", "refreshToken": "r", "expiresAt": 4102444800000,
                            "scopes": ["user:inference"], "subscriptionType": "max"}}))
-    return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"}
+    # without the bwrap runner, which can use this login (tests/test_bwrap_auto.py): auto's choice is then docker or direct
+    return {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1",
+            "RALPH_DISABLE_PLUGINS": "bwrap"}
 
 
 def fake_claude(tmp_path: Path) -> Path:

@@ -90,7 +90,9 @@ class ConsoleView:
     def on_run_started(self, data: dict[str, Any]) -> None:
         self.output = data.get("output", "normal")
         self.max_iterations = data.get("max_iterations", 0)
-        if data.get("fallback_reason"):
+        if data.get("fallback_reason") and data.get("sandboxed"):
+            self.status(f"sandbox: {data.get('runner')}, chosen by auto because {data['fallback_reason']}")
+        elif data.get("fallback_reason"):
             self.status(
                 f"warning: running the agent directly on this machine (no sandbox): {data['fallback_reason']}"
             )

@@ -1,8 +1,10 @@
-"""The ``auto`` runner: the sandbox when it can be used, else ``direct`` with a warning.
+"""The ``auto`` runner: a sandbox when one can be used, else ``direct`` with a warning.
 
-"Can be used": the engine answers, the image exists, and the agent can log in there (a login only
-the host's config or keychain holds cannot reach a container: ``direct`` then, saying how to give
-the sandbox a credential).
+The sandboxes in order of preference: ``docker-sandbox``, then ``bwrap``.  "Can be used": the
+runner is available here (the engine answers and the image exists; bubblewrap makes its sandbox),
+the agent can log in there (a login only the host's config or keychain holds cannot reach a
+container), and every program the gates run is there.  The first that passes runs; the reasons of
+the ones before it are its ``fallback_reason``, and when none passes ``direct`` runs with all of them.
 """
 
 from __future__ import annotations
@@ -15,45 +17,50 @@ from ralph.api import Availability, ProcessOutcome, ProcessSpec, Runner, hookimp
 if TYPE_CHECKING:
     from ralph.api import Agent, Registry
 
-PREFERRED = ("docker-sandbox",)
+PREFERRED = ("docker-sandbox", "bwrap")
 
 
 class AutoRunner(Runner):
     """Chooses a runner at start-up; ``resolve()`` returns the choice."""
 
     name = "auto"
-    description = "docker-sandbox when the engine answers, the image exists and has the gates' programs, else direct"
+    description = ("docker-sandbox when the engine answers, the image exists and has the gates' programs, else bwrap "
+                   "when bubblewrap works here, else direct")
 
     def availability(self) -> Availability:
         return Availability.yes()
 
     def resolve(self, registry: Registry) -> Runner:
+        """The first sandbox of :data:`PREFERRED` that is available here, else ``direct``; the chosen
+        runner's ``fallback_reason`` says why the ones before it were not."""
+        return self._choose(registry, lambda runner: None)
+
+    def resolve_for(self, registry: Registry, agents: Sequence[Agent], gates: Sequence[str] = ()) -> Runner:
+        """:meth:`resolve`'s choice among the sandboxes that can also run these ``agents`` (a subscription
+        login in the host's Claude Code config or keychain reaches no container) and the gate commands
+        ``gates`` (every program they run is there); ``direct`` when none can, saying why and what to do."""
+        direct = registry.get("direct")(self.settings)
+        return self._choose(registry, lambda runner: login_only_here(runner, direct, agents)
+                            or cannot_run_gates(runner, gates))
+
+    def _choose(self, registry: Registry, problem: Callable[[Runner], str | None]) -> Runner:
         reasons = []
         for name in PREFERRED:
             if name not in registry.entries:
-                reasons.append(f"the {name} runner is not installed")
+                reasons.append(f"the {name} runner is not installed (or its plugin is disabled)")
                 continue
             runner = registry.get(name)(self.settings)
             available = runner.availability()
-            if available.ok:
+            if not available.ok:
+                reasons.append(f"{name}: {available.reason}")
+                continue
+            why_not = problem(runner)
+            if why_not is None:
+                runner.fallback_reason = "; ".join(reasons)
                 return runner
-            reasons.append(f"{name}: {available.reason}")
+            reasons.append(why_not)
         direct = registry.get("direct")(self.settings)
         direct.fallback_reason = "; ".join(reasons)
-        return direct
-
-    def resolve_for(self, registry: Registry, agents: Sequence[Agent], gates: Sequence[str] = ()) -> Runner:
-        """:meth:`resolve`'s choice, unless an agent can log in on this machine but not in the chosen
-        sandbox (a subscription login in the host's Claude Code config or keychain), or the sandbox
-        lacks a program the gate commands ``gates`` run: then ``direct``, saying why and what to do."""
-        chosen = self.resolve(registry)
-        if chosen.fallback_reason or not chosen.isolates:
-            return chosen
-        direct = registry.get("direct")(self.settings)
-        reason = login_only_here(chosen, direct, agents) or cannot_run_gates(chosen, gates)
-        if reason is None:
-            return chosen
-        direct.fallback_reason = reason
         return direct
 
     def run(

@@ -43,7 +43,9 @@ def diagnose(project_dir: Path, runner_name: str | None = None, agent_name: str 
             exc = where_named(exc, settings, {"runner": runner_name, "agent": agent_name})
         return checks + [Check(False, str(exc), "see the message (`ralph run` stops here)")]
     runner = loop.runner
-    if runner.fallback_reason:
+    if runner.fallback_reason and runner.isolates:
+        checks.append(Check(True, f"runner {config.runner}: the {runner.name} sandbox, because {runner.fallback_reason}"))
+    elif runner.fallback_reason:
         checks.append(Check(None, f"runner {config.runner}: no sandbox, the agent would run directly: {runner.fallback_reason}",
                             f"do what the reason says to use the sandbox, or choose `--runner {runner.name}` to run directly on purpose"))
     checks.append(Check(True, f"runner {runner.name} can be used"))

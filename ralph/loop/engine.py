@@ -707,7 +707,8 @@ class Loop:
             "agent": self.agent.name, "review_agent": self.review_agent.name, "policy": self.policy.name,
             "max_iterations": config.max_iterations, "review_cap": config.review_cap,
             "stories": len(tasks.userStories), "stories_done": _done(tasks),
-            "fallback_reason": self.runner.fallback_reason, "output": config.output, "live": config.live,
+            "fallback_reason": self.runner.fallback_reason, "sandboxed": bool(self.runner.isolates),
+            "output": config.output, "live": config.live,
         }
         builtin = self.prompt is not None and self.prompt.builtin
         announce(self.emit, self.opening, run_started, self.checks,
