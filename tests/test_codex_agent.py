@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ralph.contracts import AgentInvocation
+from ralph.contracts import AgentChannel, AgentInvocation
 from ralph.testing.model_server import ErrorReply, SequenceScript, Turn, text, tool
 from ralph.testing.responses_server import ScriptedResponsesServer, StreamFailure, codex_env
 from ralph_plugins.agents import codex_events
-from ralph_plugins.agents.codex import CodexAgent, hook_commands, resolve_binary, toml_value
+from ralph_plugins.agents.codex import CodexAgent, channel_hooks, resolve_binary, toml_value
 
 
 class _Settings:
@@ -70,11 +70,11 @@ def test_command_line_wires_hooks_sandbox_and_provider(tmp_path: Path, monkeypat
     project = tmp_path / "p"
     project.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    settings_file = tmp_path / "claude-settings.json"
-    settings_file.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "hookcmd"}]}]}}))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    invocation = AgentInvocation("do it", project, run_dir, 1, model="m1", hook_settings=settings_file)
+    channel = AgentChannel(hook_socket=run_dir / "hook.sock", token="t", run_dir=run_dir, state_file=run_dir / "state.json",
+                           tasks_file=project / "ralph" / "tasks.json", hook_command=("hookcmd",))
+    invocation = AgentInvocation("do it", project, run_dir, 1, model="m1", channel=channel)
     spec = CodexAgent(_Settings()).process(invocation)  # type: ignore[arg-type]
 
     assert spec.argv[:3] == [str(fake), "exec", "--json"] and spec.argv[-1] == "-"
@@ -82,7 +82,8 @@ def test_command_line_wires_hooks_sandbox_and_provider(tmp_path: Path, monkeypat
     assert ["-s", "workspace-write"] == spec.argv[spec.argv.index("-s"): spec.argv.index("-s") + 2]
     assert "--dangerously-bypass-hook-trust" in spec.argv and "-m" in spec.argv
     overrides = [spec.argv[i + 1] for i, a in enumerate(spec.argv) if a == "-c"]
-    assert 'hooks.Stop=[{hooks = [{type = "command", command = "hookcmd", timeout = 60}]}]' in overrides
+    stop = next(o for o in overrides if o.startswith("hooks.Stop="))
+    assert 'type = "command"' in stop and "exec hookcmd" in stop and "timeout = 60" in stop  # the fail-closed wrapper
     assert any(o.startswith("sandbox_workspace_write.writable_roots=") and str(project / ".git") in o for o in overrides)
     assert any('base_url = "http://127.0.0.1:9/v1"' in o and 'wire_api = "responses"' in o for o in overrides)
     assert spec.env["CODEX_HOME"] == str(run_dir / "codex-home") and oct(os.stat(run_dir / "codex-home").st_mode)[-3:] == "700"
@@ -97,7 +98,7 @@ def test_command_line_wires_hooks_sandbox_and_provider(tmp_path: Path, monkeypat
 
 def test_toml_values_and_hook_file() -> None:
     assert toml_value({"a": [1, "x"], "b": True}) == '{a = [1, "x"], b = true}'
-    assert hook_commands(None) == {}
+    assert channel_hooks(AgentInvocation("p", Path("."), Path("."), 1)) == {}  # no channel: no hooks (never parsed from a file)
 
 
 def _run_codex(binary: Path, server: ScriptedResponsesServer, tmp_path: Path, prompt: str = "hi") -> list:

@@ -89,31 +89,14 @@ def _toml_key(key: str) -> str:
 
 def channel_hooks(invocation: AgentInvocation) -> dict[str, str]:
     """Event -> command: the channel's hook client (wrapped to fail closed) on every event Codex runs
-    hooks for (an older caller's Claude Code settings file when there is no channel)."""
+    hooks for; none without a channel (the loop always gives one)."""
     channel = getattr(invocation, "channel", None)
-    if channel is not None:
-        from ralph.api.hooks import hook_command_for
-
-        command = hook_command_for(channel)
-        return {event: command for event in HOOK_EVENTS}
-    return hook_commands(invocation.hook_settings)
-
-
-def hook_commands(settings_file: Path | None) -> dict[str, str]:
-    """Event -> command from a Claude Code settings file wiring ralph's hooks (without a channel)."""
-    if settings_file is None:
+    if channel is None:
         return {}
-    try:
-        hooks = json.loads(settings_file.read_text(encoding="utf-8")).get("hooks", {})
-    except (OSError, ValueError):
-        return {}
-    commands = {}
-    for event in HOOK_EVENTS:
-        for group in hooks.get(event) or []:
-            for entry in group.get("hooks") or []:
-                if entry.get("type") == "command" and entry.get("command"):
-                    commands[event] = str(entry["command"])
-    return commands
+    from ralph.api.hooks import hook_command_for
+
+    command = hook_command_for(channel)
+    return {event: command for event in HOOK_EVENTS}
 
 
 def _git_dirs(project_dir: Path) -> list[str]:
@@ -164,11 +147,10 @@ class CodexAgent(CliAgent):
         return self.config_value("base_url", None) or os.environ.get(BASE_URL_ENV) or None
 
     def _overrides(self, invocation: AgentInvocation, sandboxed: bool) -> list[tuple[str, Any]]:
-        from .claude import model_endpoint
-
         overrides: list[tuple[str, Any]] = []
         # the loop's meter when it runs (it forwards to the configured endpoint), else that endpoint
-        base_url = model_endpoint(invocation) or self.model_upstream()
+        channel = getattr(invocation, "channel", None)
+        base_url = getattr(channel, "model_endpoint", None) or self.model_upstream()
         if base_url:
             retries = int(self.config_value("retries", 1))
             overrides.append(("model_provider", PROVIDER_ID))

@@ -85,10 +85,7 @@ class ReplayAgent(Agent):
     def process(self, invocation: AgentInvocation) -> ProcessSpec:
         script = self.script_path()
         channel = invocation.channel
-        if channel is not None:
-            tasks = str(channel.tasks_file)
-        else:
-            tasks = invocation.env.get("RALPH_TASKS_FILE") or str(self.settings.ralph_dir / "tasks.json")
+        tasks = str(channel.tasks_file) if channel is not None else str(self.settings.ralph_dir / "tasks.json")
         argv = [
             sys.executable,
             "-P",  # the cwd (the project) must not shadow installed packages

@@ -127,8 +127,8 @@ class WorkspaceActor:
         with self._cond:
             self._lines, self._pending, self._answers, self._exit = [], [], {}, None
             self._stderr.clear()
-        spec = ProcessSpec(argv, {**env, "RALPH_HOOK_SOCKET": str(self.relay.path)}, self.repo, stdin=stdin,
-                           program=program, channel=channel)
+        # the channel (the runner's agent_channel) already names this relay's socket
+        spec = ProcessSpec(argv, env, self.repo, stdin=stdin, program=program, channel=channel)
         self._cancel = cancel = threading.Event()
 
         def on_line(line: str) -> None:
