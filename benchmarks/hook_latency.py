@@ -154,7 +154,7 @@ def main(argv: list[str]) -> None:
             runtime.mkdir(mode=0o700)
             helper_env = {**base_env, "XDG_RUNTIME_DIR": str(runtime), "RALPH_HOOK_DAEMON_IDLE": "30"}
             alone = {**base_env, "RALPH_HOOK_DAEMON": "0"}
-            in_loop = {**base_env, **bridge.env()}
+            in_loop = {**base_env, **bridge.channel(loop.tasks_path).env()}
             setups: tuple[tuple[str, str, dict[str, str]], ...] = (
                 ("in loop", fail_closed_command(compiled_hook_command(run_dir)), in_loop),
                 ("in loop, source", fail_closed_command(command), in_loop),

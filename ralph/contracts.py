@@ -200,10 +200,6 @@ class AgentInvocation:
     run_dir: Path
     iteration: int
     model: str | None = None
-    hook_settings: Path | None = None
-    """A Claude Code settings file wiring ralph's hooks, as a path where the agent runs.  The loop
-    sets it only for agents without :attr:`Agent.uses_channel` (and writes the file for them);
-    channel-aware agents render :attr:`channel` themselves."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment the loop wants the agent to see (the channel's ``RALPH_*`` variables)."""
     purpose: str = "iteration"
@@ -265,9 +261,9 @@ class Agent(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     uses_channel: ClassVar[bool] = False
-    """True when :meth:`process` renders ``invocation.channel`` itself.  For an agent that does not
-    (written before the channel existed), the loop still passes a Claude Code settings file as
-    ``invocation.hook_settings`` and writes it where the agent runs."""
+    """True when :meth:`process` renders ``invocation.channel`` into its CLI's hook wiring.  The loop
+    refuses to run an agent that does not say so (its tool calls would go unguarded): it renders no
+    agent's format for another."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -142,8 +142,6 @@ def test_the_claude_agent_points_its_cli_at_the_home_and_carries_the_key_helper(
     agent = ClaudeAgent(Settings(project_dir=project, config=RalphConfig(),
                                  plugin_config={"claude": ClaudeConfig(binary=str(binary))}))
     assert agent.login_files(AgentView(env={}, home=home)) == {}
-    loop_settings = tmp_path / "claude-settings.json"
-    loop_settings.write_text(json.dumps({"hooks": {"Stop": []}}))
     channel = AgentChannel(hook_socket=tmp_path / "s.sock", token="t", run_dir=tmp_path, state_file=tmp_path / "state.json",
                            tasks_file=project / "ralph" / "tasks.json", hook_command=("/usr/bin/python3", "-I", "-S", "c.py"),
                            config_home=tmp_path / "agent-home")
@@ -154,10 +152,6 @@ def test_the_claude_agent_points_its_cli_at_the_home_and_carries_the_key_helper(
     command = settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
     assert command.startswith("out=$(RALPH_HOOK_LOOP=1 ") and command.endswith("exit 2")  # the fail-closed wrapper
     assert spec.argv[spec.argv.index("--setting-sources") + 1] == "project,local" and "--strict-mcp-config" in spec.argv
-    # an older caller's settings file (no channel): the same key, in a copy next to it
-    invocation = AgentInvocation("p", project, tmp_path, 1, hook_settings=loop_settings)
-    used = Path(agent.process(invocation).argv[agent.process(invocation).argv.index("--settings") + 1])
-    assert json.loads(used.read_text()) == {"hooks": {"Stop": []}, "apiKeyHelper": "get-key"}
 
 
 def test_codex_links_only_auth_json(tmp_path: Path) -> None:

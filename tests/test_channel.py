@@ -149,25 +149,70 @@ def test_run_process_writes_the_spec_files_first(tmp_path: Path) -> None:
     assert oct(target.stat().st_mode)[-3:] == "600"
 
 
-def test_older_agent_gets_a_settings_file_from_the_loop(ralph_project: Any, tmp_path: Path) -> None:
-    """An agent without ``uses_channel`` still gets ``invocation.hook_settings``, written where it runs."""
+OLD_AGENT = """
+from ralph.api import Agent, Availability, ProcessSpec, hookimpl
+
+RALPH_API = "1"
+
+
+class OldAgent(Agent):
+    name = "old"
+
+    def availability(self):
+        return Availability.yes()
+
+    def process(self, invocation):
+        return ProcessSpec(["true"], dict(invocation.env), invocation.project_dir)
+
+    def parse_line(self, line):
+        return []
+
+
+@hookimpl
+def ralph_register_agents(register):
+    register(OldAgent)
+"""
+
+
+def test_an_agent_that_does_not_render_the_channel_is_refused_before_iteration_1(
+        ralph_project: Any, fake_dists: Any) -> None:
+    """The loop writes no Claude settings file for another agent: one that does not wire ralph's hooks
+    from the channel (``uses_channel``) would run unguarded, so ``ralph run`` refuses it, saying how to fix it."""
+    from ralph.testing import story
+
+    fake_dists.add({"old-agent": "ralph_fake_old_agent"}, {"ralph_fake_old_agent": OLD_AGENT})
+    ralph_project.write_stories([story("US-001")])
+    result = ralph_project.run("run", "--agent", "old", "--runner", "direct", "--skip-review", "-n", "1",
+                               env={"PYTHONPATH": str(fake_dists.root), "RALPH_PREFLIGHT": "0"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "agent 'old' cannot run in a loop: it does not wire ralph's hooks from the loop's channel" in result.stderr
+    assert "set uses_channel = True" in result.stderr
+    assert ralph_project.events("iteration_started") == []
+
+
+def test_the_loop_adds_only_the_channel_to_an_agents_spec(ralph_project: Any, tmp_path: Path) -> None:
+    """A channel-aware agent's spec keeps exactly the files it rendered; the loop adds the channel the
+    runner remapped (what the runner reads), and an agent without ``uses_channel`` gets no invocation."""
     from ralph.contracts import Agent, AgentEvent, Availability
+    from ralph.errors import UnavailableError
     from ralph.loop.agents import LoopAgents
 
-    seen: list[AgentInvocation] = []
-
-    class OldAgent(Agent):
-        name = "old"
+    class NewAgent(Agent):
+        name = "new"
+        uses_channel = True
 
         def availability(self) -> Availability:
             return Availability.yes()
 
         def process(self, invocation: AgentInvocation) -> ProcessSpec:
-            seen.append(invocation)
             return ProcessSpec(["true"], dict(invocation.env), invocation.project_dir)
 
         def parse_line(self, line: str) -> list[AgentEvent]:
             return []
+
+    class OldAgent(NewAgent):
+        name = "old"
+        uses_channel = False
 
     class Bridge:
         run_dir = tmp_path / "run"
@@ -175,19 +220,14 @@ def test_older_agent_gets_a_settings_file_from_the_loop(ralph_project: Any, tmp_
         def channel(self, tasks_file: Path, iteration: int | None = None) -> AgentChannel:
             return channel(tmp_path, tasks_file=tasks_file)
 
-    class Host:
-        pass
-
     settings = Settings(ralph_project.path, RalphConfig(), {})
-    runner = _OldRunner(settings)
-    agents = LoopAgents(settings, Host(), runner, OldAgent(settings), OldAgent(settings),  # type: ignore[arg-type]
+    agents = LoopAgents(settings, object(), _OldRunner(settings), NewAgent(settings), OldAgent(settings),  # type: ignore[arg-type]
                         tasks_path=ralph_project.ralph_dir / "tasks.json", cancel=threading.Event(),
                         emit=lambda *a, **k: None, iteration_timeout=lambda: 10.0)
     agents.channel = Bridge()  # type: ignore[assignment]
     invocation = agents._invocation(agents.agent, None, None, prompt="p", iteration=1)
     spec = agents._process(agents.agent, invocation)
-    assert invocation.hook_settings == tmp_path / "run" / "claude-settings.json"
-    assert invocation.env["RALPH_HOOK_SOCKET"] == str(tmp_path / "sock" / "hook.sock")
-    rendered = json.loads(spec.files[invocation.hook_settings])
-    assert "exec python3 -S /elsewhere/client.py" in rendered["hooks"]["Stop"][0]["hooks"][0]["command"]
+    assert spec.files == {}
     assert spec.channel is not None and spec.channel.hook_command == ("python3", "-S", "/elsewhere/client.py")
+    with pytest.raises(UnavailableError, match="agent 'old' cannot run in a loop"):
+        agents._invocation(agents.review_agent, None, None, prompt="p", iteration=2)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from ralph.config import RalphConfig
-from ralph.contracts import AgentEvent, AgentInvocation
+from ralph.contracts import AgentChannel, AgentEvent, AgentInvocation
 from ralph.settings import Settings
 from ralph.testing.model_server import ScriptedModelServer, SequenceScript, Turn, claude_env, text, tool
 from ralph.testing.requirements import require
@@ -192,12 +191,13 @@ def test_process_builds_the_command_line(tmp_path: Path, monkeypatch: pytest.Mon
         tmp_path, binary=str(binary), extra_args=["--max-turns", "7"], env_passthrough=["SOME_TOKEN", "UNSET_VAR"]
     )
     agent = ClaudeAgent(settings)
-    hooks = tmp_path / "outside" / "settings.json"
+    hooks = tmp_path / "run" / "claude-settings.json"
     invocation = AgentInvocation(
         prompt="do it", project_dir=tmp_path, run_dir=tmp_path / "run", iteration=3,
-        model="opus", hook_settings=hooks, env={"RALPH_ITERATION": "3"},
+        model="opus", channel=_channel(tmp_path / "run"), env={"RALPH_ITERATION": "3"},
     )  # fmt: skip
     spec = agent.process(invocation)
+    assert list(spec.files) == [hooks]  # rendered from the channel; the runner writes it where the agent runs
     assert spec.argv == [
         str(binary), "-p", "do it", "--output-format", "stream-json", "--verbose",
         "--dangerously-skip-permissions", "--model", "opus", "--settings", str(hooks),
@@ -208,6 +208,12 @@ def test_process_builds_the_command_line(tmp_path: Path, monkeypatch: pytest.Mon
     assert spec.cwd == tmp_path
     assert agent.resolve_binary() == (binary, "config")
     assert agent.availability().ok
+
+
+def _channel(run_dir: Path, hook_command: tuple[str, ...] = ("/usr/bin/python3", "-I", "-S", "client.py")) -> AgentChannel:
+    """A loop's channel with its run directory at ``run_dir`` (the hook client ``hook_command``)."""
+    return AgentChannel(hook_socket=run_dir / "hook.sock", token="t", run_dir=run_dir, state_file=run_dir / "state.json",
+                        tasks_file=run_dir / "tasks.json", hook_command=hook_command)
 
 
 def test_minimal_command_line(tmp_path: Path) -> None:
@@ -227,7 +233,7 @@ def test_a_loop_session_reads_only_the_configuration_the_loop_gives(tmp_path: Pa
     servers = {"docs": {"command": "/usr/bin/docs-server", "args": ["--stdio"]}}
     agent = ClaudeAgent(_settings(tmp_path, binary=str(binary), setting_sources=["local"], mcp_servers=servers))
     invocation = AgentInvocation(prompt="p", project_dir=tmp_path, run_dir=tmp_path, iteration=1,
-                                 hook_settings=tmp_path / "s.json")
+                                 channel=_channel(tmp_path))
     argv = agent.process(invocation).argv
     assert argv[argv.index("--setting-sources") + 1] == "local"
     assert "--strict-mcp-config" in argv
@@ -320,6 +326,7 @@ def _run_agent(
     """Run the real CLI as the agent builds it, against ``server``, with a fresh ``home``."""
     home.mkdir()
     spec = agent.process(invocation)
+    spec.write_files()  # what a runner does before it starts the process
     env = {**os.environ, **claude_env(server.url, home), **spec.env}
     done = subprocess.run(spec.argv, cwd=spec.cwd, env=env, capture_output=True, text=True, timeout=120)
     events = [event for line in done.stdout.splitlines() for event in agent.parse_line(line)]
@@ -359,8 +366,12 @@ def test_real_cli_writes_a_file_and_reports_cost(tmp_path: Path) -> None:
 _STOP_HOOK = """\
 import json, pathlib, sys
 state = pathlib.Path(sys.argv[1])
+payload = json.load(sys.stdin)
+if payload["hook_event_name"] != "Stop":
+    print("{}")
+    sys.exit(0)
 calls = json.loads(state.read_text()) if state.exists() else []
-calls.append(json.load(sys.stdin))
+calls.append(payload)
 state.write_text(json.dumps(calls))
 if len(calls) == 1:
     print(json.dumps({"decision": "block", "reason": "MARKER-123 fix things"}))
@@ -378,15 +389,13 @@ def test_real_cli_stop_hook_reason_reaches_the_model(tmp_path: Path) -> None:
     hook_script = hooks_dir / "stop.py"
     hook_script.write_text(_STOP_HOOK)
     state = hooks_dir / "calls.json"
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(hook_script))} {shlex.quote(str(state))}"
-    settings_file = hooks_dir / "settings.json"
-    settings_file.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": command}]}]}}))
+    # the channel's hook client is this script: the agent wires it on every event, fail-closed
+    channel = _channel(hooks_dir, (sys.executable, str(hook_script), str(state)))
 
     script = SequenceScript([Turn([text("I think I am done.")]), Turn([text("Fixed things.")])])
     agent = ClaudeAgent(_settings(project, binary=str(binary)))
     invocation = AgentInvocation(
-        prompt="Ralph Loop iteration 1 of 1", project_dir=project, run_dir=tmp_path, iteration=1,
-        hook_settings=settings_file,
+        prompt="Ralph Loop iteration 1 of 1", project_dir=project, run_dir=tmp_path, iteration=1, channel=channel,
     )  # fmt: skip
     with ScriptedModelServer(script) as server:
         done, events = _run_agent(agent, invocation, server, tmp_path / "home")

@@ -130,16 +130,13 @@ class ClaudeAgent(CliAgent):
             argv += ["--model", invocation.model]
         files: dict[Path, str] = {}
         channel = invocation.channel
-        if channel is not None and invocation.hook_settings is None:  # rendered from the channel, written by the runner
+        if channel is not None:  # rendered from the channel, written by the runner where the agent runs
             from ralph.api.hooks import claude_settings
 
             settings = channel.run_dir / SETTINGS_FILE
             files[settings] = pin_endpoint(self.with_login(claude_settings(channel)), model_endpoint(invocation))
             argv += ["--settings", str(settings)]
             argv += self.scope_args()  # a loop's session: only the loop's configuration
-        elif invocation.hook_settings is not None:
-            argv += ["--settings", str(self.settings_file(invocation.hook_settings))]
-            argv += self.scope_args()
         argv += self.tool_args(invocation)
         argv += [str(arg) for arg in self.config_value("extra_args", [])]
 
@@ -173,27 +170,6 @@ class ClaudeAgent(CliAgent):
         data = json.loads(settings_text)
         data["apiKeyHelper"] = self._key_helper
         return json.dumps(data, indent=2) + "\n"
-
-    def settings_file(self, loop_settings: Path) -> Path:
-        """The loop's settings file, with the person's ``apiKeyHelper`` added when they log in that way
-        (Claude Code reads one ``--settings`` and, in a loop, no user settings)."""
-        if not self._key_helper:
-            return loop_settings
-        import json
-        import os
-        import tempfile
-
-        try:
-            data = json.loads(loop_settings.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return loop_settings
-        data["apiKeyHelper"] = self._key_helper
-        path = loop_settings.with_name(loop_settings.stem + ".login.json")
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings-")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, path)  # replaces whatever is at ``path`` (a link included), never writes through it
-        return path
 
     def scope_args(self) -> list[str]:
         """The configuration the CLI reads besides ralph's settings: ``--setting-sources`` (never the

@@ -1,7 +1,8 @@
 """A hook relay: a private Unix socket that hands each hook request to a forwarder.
 
 Where the agent cannot reach the loop's own socket (a cluster node, a pod), the
-runner starts a relay next to the agent and points ``RALPH_HOOK_SOCKET`` at it.
+runner starts a relay next to the agent and names its socket as the channel's
+``hook_socket`` (``Runner.agent_channel``).
 Each request line from the hook client goes to ``forward(request)``, which
 carries it to the loop (over Ray, HTTP, ...) and returns the loop's reply.  A
 forwarder that returns None (the loop is gone) makes the relay close the

@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ralph.fsutil import atomic_write_text
 from ralph.hooks.answers import EVENTS
 
 if TYPE_CHECKING:
@@ -255,13 +254,6 @@ def claude_settings(channel: AgentChannel) -> str:
     """The Claude Code ``--settings`` file for ``channel`` (ralph's hooks, fail-closed, and the pins
     above), as text."""
     return json.dumps(hook_settings(hook_command_for(channel), channel.hook_env()), indent=2) + "\n"
-
-
-def write_hook_settings(run_dir: Path, command: str | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """Write :func:`hook_settings` to ``<run dir>/claude-settings.json`` and return its path."""
-    path = run_dir / "claude-settings.json"
-    atomic_write_text(path, json.dumps(hook_settings(command, env), indent=2) + "\n")
-    return path
 
 
 def project_settings_files(project_dir: Path) -> list[Path]:

@@ -22,9 +22,6 @@ from ralph.loop.gateoutput import exit_meaning
 from ralph.loop.metering import LoopMeter, apply_usage
 from ralph.loop.records import IterationRecord, add_usage, reported_cost
 
-LEGACY_SETTINGS = "claude-settings.json"
-"""The settings file the loop renders for an agent that does not render the channel itself."""
-
 if TYPE_CHECKING:
     from ralph.contracts import Runner
     from ralph.loop.hookbridge import HookBridge
@@ -315,38 +312,43 @@ class LoopAgents:
     def _invocation(self, agent: Agent, model_endpoint: str | None, config_home: Path | None,
                     **fields: Any) -> AgentInvocation:
         """An invocation carrying the channel as the runner remaps it: the meter session's URL as its
-        model endpoint, the process's config home; for an agent that does not render the channel
-        itself, also the path of the Claude Code settings file the loop renders for it (:meth:`_process`)."""
+        model endpoint, the process's config home."""
+        refuse_unwired(agent)
         bridge = self._channel()
         host = dataclasses.replace(bridge.channel(self.tasks_path, fields.get("iteration")), model_endpoint=model_endpoint,
                                    config_home=config_home)
         channel = self.runner.agent_channel(host)
-        legacy = None if getattr(agent, "uses_channel", False) else channel.run_dir / LEGACY_SETTINGS
         return AgentInvocation(
             project_dir=self.settings.project_dir,
             run_dir=bridge.run_dir,
             sandboxed=self.runner.isolates,
-            hook_settings=legacy,
             env=channel.env(),
             channel=channel,
             **fields,
         )
 
     def _process(self, agent: Agent, invocation: AgentInvocation) -> ProcessSpec:
-        """``agent.process(invocation)`` with the channel (and an older agent's settings file) on the spec."""
-        from ralph.hooks.wiring import claude_settings
-
+        """``agent.process(invocation)`` with the channel on the spec (the runner reads it there)."""
         spec = agent.process(invocation)
-        channel = invocation.channel
-        assert channel is not None
-        files = dict(spec.files)
-        if invocation.hook_settings is not None and invocation.hook_settings not in files:
-            files[invocation.hook_settings] = claude_settings(channel)
-        return dataclasses.replace(spec, files=files, channel=spec.channel or channel)
+        return dataclasses.replace(spec, channel=spec.channel or invocation.channel)
 
     def _channel(self) -> HookBridge:
         assert self.channel is not None, "agent sessions start only once the run has started"
         return self.channel
+
+
+def refuse_unwired(agent: Agent) -> None:
+    """Raise :class:`~ralph.errors.UnavailableError` for an agent that does not render the loop's channel
+    (:attr:`~ralph.contracts.Agent.uses_channel`): its tool calls would run with no guard and its stop
+    unchecked, and the loop writes no other agent's settings format for it."""
+    if getattr(agent, "uses_channel", False):
+        return
+    from ralph.errors import UnavailableError
+
+    raise UnavailableError(
+        f"agent {agent.name!r} cannot run in a loop: it does not wire ralph's hooks from the loop's channel "
+        "(Agent.uses_channel is False), so its tool calls would not be guarded; render invocation.channel into "
+        "its CLI's hook configuration and set uses_channel = True (docs/plugins.md, Agents)")
 
 
 def _last_line(text: str) -> str:

@@ -29,7 +29,7 @@ from ralph.contracts import (
 from ralph.errors import RalphError, TaskListError, UsageError
 from ralph.gitutil import git_dir, head, tree_status, untracked_files
 from ralph.loop.activestate import ActiveState
-from ralph.loop.agents import LoopAgents
+from ralph.loop.agents import LoopAgents, refuse_unwired
 from ralph.loop.finish import finish_run, unselectable_end
 from ralph.loop.gates import GateKeeper
 from ralph.loop.hookbridge import HookBridge
@@ -216,6 +216,7 @@ class Loop:
                 from ralph.errors import UnavailableError
 
                 raise UnavailableError(f"agent {agent.name!r} cannot run: {unavailable.reason}")
+            refuse_unwired(agent)
             unmetered = self.agents.meter.enabled_for(agent) if self.config.max_quota else None
             if unmetered is not None:
                 raise UsageError(f"--max-quota needs the loop's meter of the model traffic, and agent {agent.name!r} "

@@ -137,16 +137,6 @@ class HookBridge:
         self.iteration = number
         self.current = running
 
-    def env(self) -> dict[str, str]:
-        """The agent's way to the loop: run dir, hook socket and the per-run token (the older,
-        untyped form of :meth:`channel`)."""
-        assert self.server is not None
-        return {
-            "RALPH_RUN_DIR": str(self.run_dir),
-            "RALPH_HOOK_SOCKET": str(self.server.path),
-            "RALPH_HOOK_TOKEN": self.token,
-        }
-
     def loop_view(self) -> LoopView:
         """What guards see of the loop: runner, the running iteration, the protected paths."""
         from ralph.contracts import LoopView
