@@ -151,6 +151,10 @@ class AgentChannel:
     """The hook client's command line (argv) where the agent runs."""
     model_endpoint: str | None = None
     """A loop-owned model endpoint (base URL) the agent's CLI talks to, or None (the CLI's own)."""
+    model_upstream: str | None = None
+    """Where the agent's CLI sends its model calls itself when :attr:`model_endpoint` is None (its
+    :meth:`Agent.model_upstream` on this machine), so a runner that filters the network can let it
+    through; None when the calls go through the loop's meter, or the agent cannot say."""
     config_home: Path | None = None
     """A run-owned configuration directory for the agent's CLI (Claude Code's config dir,
     ``CODEX_HOME``), or None (the CLI's own)."""

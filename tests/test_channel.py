@@ -192,7 +192,8 @@ def test_an_agent_that_does_not_render_the_channel_is_refused_before_iteration_1
 
 def test_the_loop_adds_only_the_channel_to_an_agents_spec(ralph_project: Any, tmp_path: Path) -> None:
     """A channel-aware agent's spec keeps exactly the files it rendered; the loop adds the channel the
-    runner remapped (what the runner reads), and an agent without ``uses_channel`` gets no invocation."""
+    runner remapped (what the runner reads), with the agent's own model upstream when it is not metered;
+    an agent without ``uses_channel`` gets no invocation."""
     from ralph.contracts import Agent, AgentEvent, Availability
     from ralph.errors import UnavailableError
     from ralph.loop.agents import LoopAgents
@@ -209,6 +210,9 @@ def test_the_loop_adds_only_the_channel_to_an_agents_spec(ralph_project: Any, tm
 
         def parse_line(self, line: str) -> list[AgentEvent]:
             return []
+
+        def model_upstream(self) -> str | None:
+            return "https://models.example:8443"
 
     class OldAgent(NewAgent):
         name = "old"
@@ -229,5 +233,9 @@ def test_the_loop_adds_only_the_channel_to_an_agents_spec(ralph_project: Any, tm
     spec = agents._process(agents.agent, invocation)
     assert spec.files == {}
     assert spec.channel is not None and spec.channel.hook_command == ("python3", "-S", "/elsewhere/client.py")
+    # unmetered, the channel says where the agent's model calls go (a runner filtering the network lets them through)
+    assert spec.channel.model_endpoint is None and spec.channel.model_upstream == "https://models.example:8443"
+    metered = agents._invocation(agents.agent, "http://127.0.0.1:9/meter", None, prompt="p", iteration=1).channel
+    assert metered is not None and (metered.model_endpoint, metered.model_upstream) == ("http://127.0.0.1:9/meter", None)
     with pytest.raises(UnavailableError, match="agent 'old' cannot run in a loop"):
         agents._invocation(agents.review_agent, None, None, prompt="p", iteration=2)

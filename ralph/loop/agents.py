@@ -312,10 +312,11 @@ class LoopAgents:
     def _invocation(self, agent: Agent, model_endpoint: str | None, config_home: Path | None,
                     **fields: Any) -> AgentInvocation:
         """An invocation carrying the channel as the runner remaps it: the meter session's URL as its
-        model endpoint, the process's config home."""
+        model endpoint (or, unmetered, the agent's own upstream), the process's config home."""
         refuse_unwired(agent)
         bridge = self._channel()
         host = dataclasses.replace(bridge.channel(self.tasks_path, fields.get("iteration")), model_endpoint=model_endpoint,
+                                   model_upstream=None if model_endpoint else agent.model_upstream(),
                                    config_home=config_home)
         channel = self.runner.agent_channel(host)
         return AgentInvocation(
