@@ -44,9 +44,11 @@ class TasksJsonStore(TaskStore):
 
 
 def _merge(old: Any, new: Any) -> Any:
-    """``new``'s values in ``old``'s key order; stories matched by position."""
+    """``new``'s values in ``old``'s key order; stories matched by position.  A key ``new`` does not have is
+    gone: the model holds every key the file had (unknown ones too), so it was removed (a policy's own field
+    put back to absent when the loop undid an illegal change)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        merged = {key: _merge(old[key], new[key]) if key in new else old[key] for key in old}
+        merged = {key: _merge(old[key], new[key]) for key in old if key in new}
         merged.update({key: value for key, value in new.items() if key not in old})
         return merged
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
