@@ -538,21 +538,148 @@ class FleetEngine(ABC):
 # -- policies -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StoryState:
-    """The review-critical fields of one story, as snapshotted by the loop."""
+REVIEW_STATE_NAMES = ("passes", "reviewStatus", "reviewCount")
+"""What ``StoryState(passes, reviewStatus, reviewCount)`` names by position (the seeds' snapshot)."""
 
-    passes: bool
-    reviewStatus: str | None
-    reviewCount: int
+
+_ABSENT = object()
+_INTERNED: dict[tuple[tuple[str, ...], tuple[Any, ...]], StoryState] = {}
+_INTERNED_MAX = 200_000
+_GETTERS: dict[tuple[str, ...], Callable[[Any], tuple[Any, ...]]] = {}
+
+
+def _getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function returning ``names`` of an object as a tuple (``AttributeError`` when one is missing)."""
+    found = _GETTERS.get(names)
+    if found is None:
+        from operator import attrgetter
+
+        get = attrgetter(*names) if names else (lambda story: ())
+        found = _GETTERS[names] = get if len(names) > 1 else (lambda story: (get(story),) if names else ())
+    return found
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` as something hashable (JSON lists and objects as tuples)."""
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(key), _frozen(item)) for key, item in value.items()))
+    return value
+
+
+class StoryState:
+    """One story's state fields as the loop snapshots them before an iteration: the policy's
+    ``state_fields`` (:meth:`Policy.state_of`), each read as an attribute (``state.passes``,
+    ``getattr(state, "stage", None)``) or all at once with :meth:`as_dict`.
+
+    A state *carries* the fields it was taken with; a carried field the story did not have (a policy's
+    own key, not set yet) is carried as absent: reading it raises ``AttributeError``, as on the story.
+    ``StoryState(passes, reviewStatus, reviewCount)`` names the seeds' three fields by position; any
+    field can be given by name.  Frozen and hashable; equal when the same fields hold the same values.
+    """
+
+    __slots__ = ("_names", "_values", "_hash")
+    _names: tuple[str, ...]
+    _values: dict[str, Any]
+    _hash: int | None
+
+    def __init__(self, *review: Any, _carried: Sequence[str] = (), **fields: Any) -> None:
+        if len(review) > len(REVIEW_STATE_NAMES):
+            raise TypeError(f"StoryState takes at most {len(REVIEW_STATE_NAMES)} fields by position ({', '.join(REVIEW_STATE_NAMES)})")
+        values = dict(zip(REVIEW_STATE_NAMES, review))
+        values.update(fields)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_names", tuple(dict.fromkeys([*values, *_carried])))
+        object.__setattr__(self, "_hash", None)
+
+    @classmethod
+    def of(cls, story: Any, fields: Sequence[str]) -> StoryState:
+        """``story``'s ``fields`` (a field the story does not have is carried as absent).
+
+        Equal states are one object (a snapshot of 10,000 stories in few distinct states builds few), so
+        comparing two snapshots is mostly an identity check."""
+        names = tuple(fields)
+        try:
+            values = _getter(names)(story)
+        except AttributeError:  # a policy's own field the story does not have
+            values = tuple(getattr(story, name, _ABSENT) for name in names)
+        key = (names, values)
+        try:
+            return _INTERNED[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable value (a list): not kept
+            return cls._made(names, values)
+        if len(_INTERNED) >= _INTERNED_MAX:
+            _INTERNED.clear()
+        state = _INTERNED[key] = cls._made(names, values)
+        return state
+
+    @classmethod
+    def _made(cls, names: tuple[str, ...], values: tuple[Any, ...]) -> StoryState:
+        state = object.__new__(cls)
+        object.__setattr__(state, "_values", {n: v for n, v in zip(names, values) if v is not _ABSENT})
+        object.__setattr__(state, "_names", names)
+        object.__setattr__(state, "_hash", None)
+        return state
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], fields: Sequence[str] = ()) -> StoryState:
+        """The state :meth:`as_dict` wrote; ``fields``: every field it was taken with (absent ones included)."""
+        return cls(_carried=fields, **dict(values))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every field this state carries (present or absent)."""
+        return self._names
+
+    def carries(self, name: str) -> bool:
+        """Was ``name`` among the fields this state was taken with (present or absent on the story)?"""
+        return name in self._names
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields under their task-list names (for the marker file and JSON)."""
-        return {"passes": self.passes, "reviewStatus": self.reviewStatus, "reviewCount": self.reviewCount}
+        """The present fields under their task-list names (for the marker file and JSON)."""
+        return dict(self._values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a StoryState is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, StoryState):
+            return NotImplemented
+        return self._values == other._values and set(self._names) == set(other._names)
+
+    def __hash__(self) -> int:
+        found = self._hash
+        if found is None:
+            found = hash((frozenset(self._names), _frozen(self._values)))
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={self._values[name]!r}" if name in self._values else f"{name}=(absent)"
+                          for name in self._names)
+        return f"StoryState({shown})"
+
+    def __reduce__(self) -> Any:
+        return (_state_from, (self._values, self._names))
+
+
+def _state_from(values: dict[str, Any], names: tuple[str, ...]) -> StoryState:
+    return StoryState(_carried=names, **values)
 
 
 Snapshot = dict[str, StoryState]
-"""The review-critical fields of every story by id, as the loop took them before an iteration."""
+"""Every story's state fields by id, as the loop took them before an iteration (:meth:`Policy.snapshot`)."""
 
 
 @dataclass(frozen=True)
@@ -587,8 +714,8 @@ class Transition:
     """One legal change of the selected story's state fields in a mode, and how the prompt teaches it.
 
     ``allows(old, new)`` says whether the selected story may go from ``old`` (before the iteration:
-    the story itself in a loop; outside one, a :class:`StoryState`, which holds only ``passes``,
-    ``reviewStatus`` and ``reviewCount``) to ``new`` (the story after it).  ``prompt`` lists phrases
+    the story itself in a loop; outside one, the :class:`StoryState` the loop recorded, which holds the
+    policy's ``state_fields``) to ``new`` (the story after it).  ``prompt`` lists phrases
     the rendered prompt of that mode must contain (compared with whitespace collapsed).
     """
 
@@ -694,6 +821,13 @@ class Policy(ABC):
     """The value of each state field on a story that was just added."""
     table: ClassVar[Mapping[str, ModeRules] | None] = None
     """The whitelist per iteration mode (None: the policy checks transitions itself)."""
+    judged_outside_a_loop: ClassVar[bool] = True
+    """Does the Stop hook outside a loop (answered from the ``.ralph-active`` marker) judge this policy's state
+    changes (:meth:`transition_violations`)?  In a loop the whitelist from :attr:`table` applies either way;
+    the skip-review policy says no (the seeds' Check 2.5 is off without a review cycle)."""
+    reopen_mode: ClassVar[str] = "implement"
+    """The mode in which a done story is worked on again when the final tree fails a gate (the review
+    policy: ``review-fix``); the final check runs the gates as after an iteration of this mode."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -701,6 +835,33 @@ class Policy(ABC):
     def rules(self, mode: str) -> ModeRules | None:
         """The mode's rules from :attr:`table` (None: the policy declares none for ``mode``)."""
         return (self.table or {}).get(mode)
+
+    def state_of(self, story: Any) -> StoryState:
+        """``story``'s state as the loop snapshots it before an iteration: its :attr:`state_fields`."""
+        return StoryState.of(story, self.state_fields)
+
+    def snapshot(self, tasks: TaskList) -> Snapshot:
+        """Every story's :meth:`state_of` by id: what the marker records and the Stop hook judges outside a loop."""
+        state_of = self.state_of
+        return {story.id: state_of(story) for story in tasks.userStories}
+
+    def reopen(self, story: Any) -> None:
+        """The final tree failed a hard gate after ``story`` was done: make it not done, as this workflow says.
+
+        The loop then sends it back as after a :attr:`reopen_mode` iteration (:meth:`send_back`, with no
+        earlier state); the default leaves that to :meth:`send_back`, which puts the state fields back to
+        :attr:`initial_state`.
+        """
+        return None
+
+    def story_state(self, story: Any) -> str:
+        """A story's state in a word or two for people (``ralph status``, reports, the dashboard):
+        ``done``, ``failed``, ``waiting for a person`` or ``open`` by default; a policy names its own states."""
+        if getattr(story, "passes", False):
+            return "done"
+        if getattr(story, "failed", False):
+            return "failed"
+        return "waiting for a person" if getattr(story, "waiting", False) else "open"
 
     @abstractmethod
     def select(self, tasks: TaskList) -> Selection | None:
@@ -831,9 +992,6 @@ class ValidationContext:
     """The pre-iteration review fields (None outside an iteration).  The loop builds them once per
     iteration; each context holds its own copy of the dict, so changing it affects no other check."""
     review_cap: int
-    skip_review: bool | None = None
-    """The seeds' ``skipReview`` flag: Checks 2 and 2.5 off.  None (the default): from the policy
-    (``not policy.uses_review``), one fact in one place."""
     check_git: bool = True
     story_id: str | None = None
     """The iteration's story (None outside an iteration)."""
@@ -843,9 +1001,12 @@ class ValidationContext:
     to the loop.  None outside a loop (the Stop hook without one), where the validator judges the
     :attr:`snapshot`.  Read only, like :attr:`tasks`."""
 
-    def __post_init__(self) -> None:
-        if self.skip_review is None:
-            self.skip_review = not self.policy.uses_review
+    @property
+    def skip_review(self) -> bool:
+        """The seeds' ``skipReview``: the policy has no review cycle (``not policy.uses_review``, the one place
+        that fact is held).  What a policy checks is its own (:meth:`Policy.invariant_violations`,
+        :meth:`Policy.transition_violations`): a validator asks the policy rather than this flag."""
+        return not self.policy.uses_review
 
 
 # -- loop events ----------------------------------------------------------------

@@ -53,9 +53,10 @@ class Story(BaseModel):
     """Person-only: existing tests this story may change (paths or patterns, docs/tests.md).  The loop
     reads it from the task list as the run started; the agent's edits to it are undone (``PERSON_FIELDS``)."""
 
-    def state(self) -> StoryState:
-        """The review-critical fields, as the loop snapshots them."""
-        return StoryState(self.passes, self.reviewStatus, self.reviewCount)
+    def state(self, fields: Iterable[str] = REVIEW_FIELDS) -> StoryState:
+        """The story's ``fields`` (the task model's review fields by default); the loop snapshots a policy's
+        own with :meth:`ralph.contracts.Policy.state_of`."""
+        return StoryState.of(self, tuple(fields))
 
     @property
     def done(self) -> bool:
@@ -81,9 +82,11 @@ class TaskList(BaseModel):
                 return story
         return None
 
-    def snapshot(self) -> Snapshot:
-        """The review-critical fields of every story, as the loop keeps them."""
-        return {story.id: story.state() for story in self.userStories}
+    def snapshot(self, fields: Iterable[str] = REVIEW_FIELDS) -> Snapshot:
+        """Every story's ``fields`` by id (the review fields by default; the loop's snapshot is the policy's,
+        :meth:`ralph.contracts.Policy.snapshot`)."""
+        names = tuple(fields)
+        return {story.id: StoryState.of(story, names) for story in self.userStories}
 
 
 def read_task_text(path: Path, root: Path | None = None) -> str:

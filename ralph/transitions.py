@@ -43,16 +43,12 @@ def allowed_by(transitions: Iterable[Transition], old: Any, new: Any) -> str | N
     return None
 
 
-def _reader(fields: tuple[str, ...], sample: Any) -> tuple[tuple[str, ...], Any]:
-    """The state fields the snapshot records (a :class:`StoryState` has three; a story, all) and a getter for them."""
-    if isinstance(sample, StoryState):
-        names = tuple(name for name in fields if hasattr(sample, name))
-    else:
-        names = fields
+def _reader(names: tuple[str, ...]) -> Any:
+    """A getter of ``names`` from a story (a tuple of values; ``AttributeError`` when one is missing)."""
     if not names:
-        return names, lambda story: ()
+        return lambda story: ()
     getter = attrgetter(*names)
-    return names, (getter if len(names) > 1 else lambda story: (getter(story),))
+    return getter if len(names) > 1 else lambda story: (getter(story),)
 
 
 def _values(getter: Any, names: tuple[str, ...], story: Any) -> tuple[Any, ...]:
@@ -62,12 +58,21 @@ def _values(getter: Any, names: tuple[str, ...], story: Any) -> tuple[Any, ...]:
         return tuple(getattr(story, name, _MISSING) for name in names)
 
 
+def _old_values(getter: Any, names: tuple[str, ...], old: Any, story: Any) -> tuple[Any, ...]:
+    """``old``'s values of ``names``; a field a :class:`StoryState` was not taken with counts as unchanged
+    (a state made by hand with the seeds' three fields, say)."""
+    if isinstance(old, StoryState) and any(not old.carries(name) for name in names):
+        return tuple(getattr(old, name, _MISSING) if old.carries(name) else getattr(story, name, _MISSING)
+                     for name in names)
+    return _values(getter, names, old)
+
+
 def state_changes(
     policy: Policy, mode: str, before: Mapping[str, Any], stories: Iterable[Any], selected: str | None
 ) -> list[StateChange]:
     """Every story whose state an iteration in ``mode`` changed (or had to change), judged by the table.
 
-    ``before`` maps ids to the stories before the iteration (or :class:`StoryState` snapshots);
+    ``before`` maps ids to the stories before the iteration (or their :class:`StoryState` snapshots);
     ``selected`` is the iteration's story.  When it is None (the Stop hook outside a loop) the
     first story whose change a transition allows counts as the selected one, and in a mode that
     must decide, more than one changed story cannot be told apart: each counts as another story.
@@ -76,9 +81,8 @@ def state_changes(
     transitions = rules.transitions if rules is not None else ()
     initial = policy.initial_state
     fields = policy.state_fields
-    sample = next(iter(before.values()), None)
-    names, old_of = _reader(fields, sample) if sample is not None else ((), None)
-    new_of = _reader(names, None)[1]
+    names = tuple(fields)
+    old_of = new_of = _reader(names)
     changes: list[StateChange] = []
     changed: list[tuple[Any, Any, tuple[tuple[str, Any, Any], ...]]] = []
     unchanged_selected: tuple[Any, Any] | None = None
@@ -95,7 +99,7 @@ def state_changes(
             continue
         if not names:
             continue
-        was, now = _values(old_of, names, old), _values(new_of, names, story)
+        was, now = _old_values(old_of, names, old, story), _values(new_of, names, story)
         if was != now:
             diffs = tuple((name, a, b) for name, a, b in zip(names, was, now) if a != b)
             changed.append((story, old, diffs))
@@ -139,7 +143,7 @@ def _must_decide(transitions: tuple[Transition, ...], names: tuple[str, ...], ol
     copy = getattr(story, "model_copy", None)
     if copy is None:
         return False
-    unchanged = copy(update={name: getattr(old, name) for name in names})
+    unchanged = copy(update={name: getattr(old, name) for name in names if hasattr(old, name)})
     return allowed_by(transitions, old, unchanged) is None
 
 

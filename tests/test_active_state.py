@@ -21,7 +21,7 @@ def state(tmp_path: Path) -> ActiveState:
     settings = SimpleNamespace(config=SimpleNamespace(max_iterations=10, review_cap=5), project_dir=project,
                                ralph_dir=project / "ralph")
     runner = SimpleNamespace(isolates=False, name="direct")
-    policy = SimpleNamespace(uses_review=True, name="review")
+    policy = SimpleNamespace(uses_review=True, name="review", state_fields=("passes", "reviewStatus", "reviewCount"))
     return ActiveState(settings, runner, policy, SimpleNamespace(name="tasks-json"), project / "ralph" / "tasks.json")  # type: ignore[arg-type]
 
 
@@ -43,6 +43,7 @@ def test_both_files_hold_the_iteration_and_each_storys_state(state: ActiveState,
     assert marker["preIterationSnapshot"] == trusted["preIterationSnapshot"] == expected
     assert (marker["iteration"], marker["iterationMode"], marker["story"], marker["skipReview"], marker["reviewCap"]) == (
         3, "implement", "US-001", False, 5)
+    assert (marker["policy"], marker["stateFields"]) == ("review", ["passes", "reviewStatus", "reviewCount"])
     assert trusted["tasksPath"] == str(state.tasks_path) and trusted["runDir"] == marker["runDir"] == str(run_dir)
     assert state.written == state.marker.read_bytes()
 

@@ -137,7 +137,7 @@ def test_label_partial_completion_and_name_collision(ralph_project: RalphProject
     assert (target / "summary.md").is_file()
     assert "warning: 1 of 2 stories is not complete; it is archived as open" in result.stdout
     summary = (target / "summary.md").read_text()
-    assert "| US-001 | Story US-001 | approved at cap | 5 |" in summary and "| US-002 | Story US-002 | open | 0 |" in summary
+    assert "| US-001 | Story US-001 | approved (at cap) | 5 |" in summary and "| US-002 | Story US-002 | open | 0 |" in summary
     assert "1 cap hit (US-001)" in summary
     assert ralph_project.git("log", "-1", "--format=%s").strip() == "tasks"  # --no-commit
 

@@ -59,7 +59,6 @@ def check(
     mode: str | None = "implement",
     before: TaskList | None | str = "same",
     policy: type = ReviewPolicy,
-    skip_review: bool = False,
     check_git: bool = False,
 ) -> list[Violation]:
     """Validate ``data`` the way the loop does: parse, snapshot, ask every validator.
@@ -74,17 +73,17 @@ def check(
     if before == "same":
         before = tasks
     settings = Settings(project_dir=project, config=RalphConfig(review_cap=5))
+    chosen = policy(settings)
     context = ValidationContext(
         project_dir=project,
         tasks_path=project / "ralph" / "tasks.json",
         raw=json.dumps(data, indent=2),
         tasks=tasks,
         parse_error=error,
-        policy=policy(settings),
+        policy=chosen,
         mode=mode,  # type: ignore[arg-type]
-        snapshot=before.snapshot() if isinstance(before, TaskList) else None,
+        snapshot=chosen.snapshot(before) if isinstance(before, TaskList) else None,
         review_cap=5,
-        skip_review=skip_review,
         check_git=check_git,
     )
     return host.validate(context)
@@ -168,7 +167,6 @@ def test_check1_missing_file_blocks(host: PluginHost, tmp_path: Path) -> None:
         mode="implement",
         snapshot={},
         review_cap=5,
-        skip_review=False,
         check_git=False,
     )
     violation = only(host.validate(context), "schema")
@@ -232,18 +230,10 @@ def test_check2_passes(host: PluginHost, tmp_path: Path, one: dict[str, Any]) ->
     assert check(host, tmp_path, task_data(one)) == []
 
 
-SKIPPED_STATES = [
-    pytest.param(SkipReviewPolicy, True, id="skip-review-policy-and-flag"),
-    pytest.param(SkipReviewPolicy, False, id="skip-review-policy"),
-    pytest.param(ReviewPolicy, True, id="skipReview-flag"),
-]
-
-
-@pytest.mark.parametrize(("policy", "skip"), SKIPPED_STATES)
-def test_skip_review_skips_check2_and_check25(host: PluginHost, tmp_path: Path, policy: type, skip: bool) -> None:
+def test_skip_review_skips_check2_and_check25(host: PluginHost, tmp_path: Path) -> None:
     before = tasks_of(story())
     after = task_data(story(passes=True, notes="implemented"))  # what skip-review implement does
-    violations = check(host, tmp_path, after, before=before, policy=policy, skip_review=skip)
+    violations = check(host, tmp_path, after, before=before, policy=SkipReviewPolicy)
     assert violations == []
     # the same change in review mode is blocked twice over
     assert checks(check(host, tmp_path, after, before=before)) == ["invariants", "transitions"]
@@ -251,13 +241,13 @@ def test_skip_review_skips_check2_and_check25(host: PluginHost, tmp_path: Path, 
 
 def test_skip_review_still_runs_check1(host: PluginHost, tmp_path: Path) -> None:
     after = task_data(story(passes=True, notes=""))
-    violations = check(host, tmp_path, after, before=tasks_of(story()), policy=SkipReviewPolicy, skip_review=True)
+    violations = check(host, tmp_path, after, before=tasks_of(story()), policy=SkipReviewPolicy)
     assert checks(violations) == ["schema"]
 
 
 def test_skip_review_without_snapshot_gives_no_warning(host: PluginHost, tmp_path: Path) -> None:
     data = task_data(story(passes=True, notes="done"))
-    assert check(host, tmp_path, data, before=None, policy=SkipReviewPolicy, skip_review=True) == []
+    assert check(host, tmp_path, data, before=None, policy=SkipReviewPolicy) == []
 
 
 # -- Check 2.5: transitions ----------------------------------------------------------------

@@ -174,4 +174,4 @@ def test_review_cap_auto_approves(one_story, scripted_model, claude_binary, clau
     final = one_story.story("US-001")
     assert final["reviewFeedback"].startswith("[AUTO-APPROVED AT CAP]")
     assert one_story.summary()["stories"][0]["autoApproved"] is True
-    assert "approved (auto, at cap)" in result.stdout
+    assert "approved (at cap)" in result.stdout

@@ -122,6 +122,7 @@ class ReviewPolicy(Policy):
     description = "implement -> review -> review-fix, with a review cap (default)"
     uses_review = True
     table = TABLE
+    reopen_mode = "review-fix"
 
     @property
     def cap(self) -> int:
@@ -214,6 +215,22 @@ class ReviewPolicy(Policy):
                     story.id, undoable=True,
                 ))  # fmt: skip
         return violations
+
+    def reopen(self, story: Any) -> None:
+        """An approved story whose final tree failed a gate is approved no more (:meth:`send_back` then asks for
+        changes, as after a review-fix)."""
+        story.passes = False
+
+    def story_state(self, story: Any) -> str:
+        """``approved`` (``approved (at cap)`` when auto-approved), ``done`` (passes without an approval),
+        ``failed``, ``waiting for a person``, else the review status (``open`` before the first submission)."""
+        if story.passes and story.reviewStatus == "approved":
+            return "approved (at cap)" if story.reviewFeedback.startswith(AUTO_APPROVED_PREFIX) else "approved"
+        if story.passes:
+            return "done"
+        if story.failed or story.waiting:
+            return "failed" if story.failed else "waiting for a person"
+        return str(story.reviewStatus or "open")
 
     def send_back(self, story: Any, mode: str, gate: str, old: Any | None) -> list[str]:
         """An implemented story loses ``needs_review``; a fixed one goes back to ``changes_requested``."""

@@ -1,7 +1,7 @@
 """Check 2 (seed 000 §5b): the invariants of the task state, as the active policy states them.
 
 The review policy's: passes=true <-> approved, changes_requested needs feedback, reviewCount
-within cap + 1 (``Policy.invariant_violations``).  Skipped in skip-review mode.
+within cap + 1 (``Policy.invariant_violations``); skip-review states none (the seeds: Check 2 off).
 """
 
 from __future__ import annotations
@@ -12,6 +12,6 @@ from ralph.api import ValidationContext, Violation, hookimpl
 @hookimpl
 def ralph_validate(context: ValidationContext) -> list[Violation]:
     """The policy's invariant violations of the current task list."""
-    if context.skip_review or context.tasks is None:
+    if context.tasks is None:
         return []
     return context.policy.invariant_violations(context.tasks, context.review_cap)

@@ -4,7 +4,8 @@ The rules are the active policy's transition table.  In a loop (``context.before
 loop applies the policy's whole whitelist itself, the same derived checks with the selected
 story known, so this validator adds nothing there; outside a loop (the Stop hook answered from
 ``.ralph-active``) it judges the snapshot.  Without a snapshot the check is skipped with a
-warning (Check 2 still runs).
+warning (Check 2 still runs).  A policy may judge nothing here (``Policy.judged_outside_a_loop``:
+skip-review, the seeds' Check 2.5 off).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ralph.api import ValidationContext, Violation, hookimpl
 @hookimpl
 def ralph_validate(context: ValidationContext) -> list[Violation]:
     """The policy's transition violations between the snapshot and the current state."""
-    if context.skip_review or context.tasks is None or context.before is not None:
+    if context.tasks is None or context.before is not None or not context.policy.judged_outside_a_loop:
         return []
     if context.snapshot is None or context.mode is None:
         return [

@@ -89,6 +89,7 @@ def plan(
     session, rdir = _session(project_dir, ralph_dir, prd)
     if check:
         from ralph.lifecycle.plan import check_task_list, load_task_list
+        from ralph.loop.start import policy_story_fields
 
         store = _store(session, rdir, store_name, file)
         path = file.resolve() if file is not None else store.path(rdir)
@@ -107,8 +108,9 @@ def plan(
             sys.exit(1)
         from ralph.wording import counted
 
-        problems = check_task_list(tasks, config.max_iterations, uses_review=config.policy != "skip-review",
-                                   story_fields=_policy_fields(session))
+        policy = _policy(session)
+        problems = check_task_list(tasks, config.max_iterations, uses_review=policy is None or policy.uses_review,
+                                   story_fields=policy_story_fields(policy) if policy is not None else [])
         echo(f"checked {path} ({store.name}): {counted(len(tasks.userStories), 'story')}")
         for problem in problems:
             echo(str(problem))
@@ -122,15 +124,14 @@ def plan(
     sys.exit(run_plan_session(session.settings.project_dir, rdir, model, binary, echo, dry_run=print_command))
 
 
-def _policy_fields(session: Any) -> list[str]:
-    """The story fields the configured policy reads besides ralph's (none when it cannot be loaded)."""
+def _policy(session: Any) -> Any:
+    """The configured policy (None when it cannot be loaded: the check then assumes the default's review cycle)."""
     from ralph.errors import RalphError
-    from ralph.loop.start import policy_story_fields
 
     try:
-        return policy_story_fields(session.host.policies.get(session.settings.config.policy)(session.settings))
+        return session.host.policies.get(session.settings.config.policy)(session.settings)
     except RalphError:
-        return []
+        return None
 
 
 # -- archive ------------------------------------------------------------------------------------
@@ -154,7 +155,7 @@ def archive(project_dir: Path, ralph_dir: str | None, prd: str | None, label: st
     store = _store(session, rdir)
     result = archive_project(
         session.settings.project_dir, rdir, store, label=label, commit=not no_commit,
-        review_cap=session.settings.config.review_cap,
+        review_cap=session.settings.config.review_cap, policy=_policy(session),
     )
     for line in describe(result, session.settings.project_dir):
         echo(line)
@@ -204,7 +205,7 @@ def report(project_dir: Path, ralph_dir: str | None, prd: str | None, run: str |
     config = session.settings.config
     result = project_report(
         session.settings.project_dir, run=run, all_runs=all_runs, tasks=tasks, cap=config.review_cap,
-        state_dir=config.state_dir,
+        state_dir=config.state_dir, policy=_policy(session),
     )
     project = session.settings.project_dir
     target = _html_target(project, html_path, result, config.state_dir) if html_path is not None else None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ralph.agenttext import one_line, safe_data, strip_controls
+from ralph.storydisplay import shown_state
 
 __all__ = ["GateRun", "Question", "RunFold", "Row", "clean", "describe", "short"]
 
@@ -389,18 +390,11 @@ class RunFold:
         return sum(self.usage.values())
 
     def story_state(self, story: dict[str, Any]) -> str:
-        """A story's state in words: approved, done, failed, waiting for a person, the review status."""
+        """A story's state in words: waiting for a person, else the policy's word the loop reported
+        (:func:`ralph.storydisplay.shown_state`)."""
         if any(q.story == story.get("id") for q in self.pending):
             return "waiting for a person"
-        if "state" in story and "passes" not in story:
-            return str(story["state"])
-        if story.get("passes") and story.get("reviewStatus") == "approved":
-            return "approved (at cap)" if story.get("autoApproved") else "approved"
-        if story.get("passes"):
-            return "done"
-        if story.get("failed"):
-            return "failed"
-        return str(story.get("reviewStatus") or "open")
+        return shown_state(story)
 
     def latest_gates(self, story: str) -> list[GateRun]:
         """The latest run of each gate on ``story``."""

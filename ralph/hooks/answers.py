@@ -173,8 +173,9 @@ def _marker_stop_checks(project_dir: Path, host: Any) -> Callable[[], list[Viola
         review_cap = int(state.get("reviewCap", 5))
         ralph_dir = Path(state.get("ralphDir") or project_dir / "ralph")
         settings = Settings(project_dir=project_dir, config=RalphConfig(review_cap=review_cap))
-        skip = bool(state.get("skipReview"))
-        policy = host.policies.get("skip-review" if skip else state.get("policy", "review"))(settings)
+        # the policy the loop named; a marker written by hand in the seeds' format names none, only skipReview
+        named = state.get("policy") or ("skip-review" if state.get("skipReview") else "review")
+        policy = host.policies.get(str(named))(settings)
         store = host.stores.get(state.get("store", "tasks-json"))()
         tasks_path = store.path(ralph_dir)
         try:
@@ -190,11 +191,11 @@ def _marker_stop_checks(project_dir: Path, host: Any) -> Callable[[], list[Viola
             except TaskListError as exc:
                 error = str(exc)
         snapshot = None  # seed: without a snapshot Check 2.5 is skipped with a warning
-        if isinstance(state.get("preIterationSnapshot"), dict):
-            snapshot = {
-                sid: StoryState(bool(v["passes"]), v["reviewStatus"], int(v["reviewCount"]))
-                for sid, v in state["preIterationSnapshot"].items()
-            }
+        recorded = state.get("preIterationSnapshot")
+        if isinstance(recorded, dict) and all(isinstance(v, dict) for v in recorded.values()):
+            fields = state.get("stateFields")  # the policy's state fields (one a story did not have is absent)
+            carried = [str(name) for name in fields] if isinstance(fields, list) else []
+            snapshot = {str(sid): StoryState.from_dict(v, carried) for sid, v in recorded.items()}
         context = ValidationContext(
             project_dir=project_dir,
             tasks_path=tasks_path,
@@ -205,7 +206,6 @@ def _marker_stop_checks(project_dir: Path, host: Any) -> Callable[[], list[Viola
             mode=state.get("iterationMode"),
             snapshot=snapshot,
             review_cap=review_cap,
-            skip_review=skip,
         )
         return host.validate(context)
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ralph import safeio
 from ralph.contracts import AUTO_APPROVED_PREFIX
@@ -57,8 +57,9 @@ def archive_project(
     today: date | None = None,
     commit: bool = True,
     review_cap: int = 5,
+    policy: Any = None,
 ) -> ArchiveResult:
-    """Archive the loop in ``ralph_dir`` (see the module docstring)."""
+    """Archive the loop in ``ralph_dir`` (see the module docstring); ``policy`` words each story's state."""
     from ralph.gitutil import commit_paths, git_dir, head
     from ralph.lifecycle.init import slugify
     from ralph.loop.lock import ProjectLock
@@ -108,7 +109,7 @@ def archive_project(
     progress_path = ralph_dir / PROGRESS
     progress_text = _read(progress_path, here)
     started = _started(progress_text) or _first_commit_date(project_dir, tasks_path)
-    summary = render_summary(tasks, started, today, review_cap, _last_run_line(project_dir, tasks))
+    summary = render_summary(tasks, started, today, review_cap, _last_run_line(project_dir, tasks), policy)
     fresh = fresh_files(store, tasks, ralph_dir, today)
     warnings = []
     if completed < total:
@@ -250,7 +251,9 @@ def _last_run_line(project_dir: Path, tasks: TaskList) -> str | None:
     )
 
 
-def render_summary(tasks: TaskList, started: str | None, today: date, review_cap: int, last_run: str | None) -> str:
+def render_summary(
+    tasks: TaskList, started: str | None, today: date, review_cap: int, last_run: str | None, policy: Any = None
+) -> str:
     from ralph.lifecycle.report import review_analytics
 
     done = sum(1 for s in tasks.userStories if s.passes)
@@ -264,14 +267,11 @@ def render_summary(tasks: TaskList, started: str | None, today: date, review_cap
     if last_run:
         lines.append(f"- {last_run}")
     lines += ["", "## Stories", "", "| Story | Title | State | Reviews |", "| --- | --- | --- | --- |"]
-    for story in tasks.userStories:
-        auto = story.reviewFeedback.startswith(AUTO_APPROVED_PREFIX)
-        if story.passes and story.reviewStatus == "approved":
-            state = "approved at cap" if auto else "approved"
-        else:
-            state = "done" if story.passes else (story.reviewStatus or "open")
+    from ralph.loop.runreport import summary_stories
+
+    for story, shown in zip(tasks.userStories, summary_stories(tasks, policy)):
         title = story.title.replace("|", "\\|")
-        lines.append(f"| {story.id} | {title} | {state} | {story.reviewCount} |")
+        lines.append(f"| {story.id} | {title} | {shown['state']} | {story.reviewCount} |")
     analytics = review_analytics(
         [{"id": s.id, "passes": s.passes, "reviewCount": s.reviewCount, "autoApproved": s.reviewFeedback.startswith(AUTO_APPROVED_PREFIX)} for s in tasks.userStories],
         review_cap,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ralph.storydisplay import shown_state
 from ralph.lifecycle.tables import USAGE_COLUMNS, USAGE_NAMES, aligned_rows, tokens, usage_cells, usage_of  # noqa: F401 - also importable here
 from ralph.wording import counted, fit_column
 
@@ -283,18 +284,6 @@ def report_questions(run_dirs: list[Path]) -> list[QuestionRow]:
     return rows
 
 
-def _story_state(story: dict[str, Any]) -> str:
-    if story.get("passes") and story.get("reviewStatus") == "approved":
-        return "approved (at cap)" if story.get("autoApproved") else "approved"
-    if story.get("passes"):
-        return "done"
-    if story.get("failed"):
-        return "failed"
-    if story.get("waiting"):
-        return "waiting for a person"
-    return str(story.get("reviewStatus") or "open")
-
-
 def build_project_report(
     run_dirs: list[Path], stories: list[dict[str, Any]] | None, cap: int = 5, title: str = "ralph report"
 ) -> Report:
@@ -337,7 +326,7 @@ def build_project_report(
     rows_by_id: dict[str, StoryRow] = {}
     for story in stories:
         rows_by_id[str(story["id"])] = StoryRow(
-            str(story["id"]), str(story.get("title", "")), _story_state(story), int(story.get("reviewCount", 0)),
+            str(story["id"]), str(story.get("title", "")), shown_state(story), int(story.get("reviewCount", 0)),
             bool(story.get("autoApproved")),
         )
     for row in iterations:
@@ -712,6 +701,7 @@ def project_report(
     tasks: Any = None,
     cap: int = 5,
     state_dir: str | None = None,
+    policy: Any = None,
 ) -> Report:
     """The report the CLI shows.
 
@@ -726,7 +716,7 @@ def project_report(
 
     parent = runs_dir(project_dir, state_dir)
     title = f"ralph report: {tasks.project if tasks is not None and tasks.project else project_dir.name}"
-    current = summary_stories(tasks) if tasks is not None else None
+    current = summary_stories(tasks, policy) if tasks is not None else None  # the policy words each story's state
     if all_runs:
         dirs = sorted((p for p in parent.iterdir() if p.is_dir()), key=lambda p: p.name) if parent.is_dir() else []
         if current is not None:

@@ -62,6 +62,7 @@ class ActiveState:
             "story": selection.story_id,
             "ralphDir": str(self.ralph_dir),
             "policy": self.policy.name,
+            "stateFields": list(self.policy.state_fields),
             "store": self.store.name,
         }
 

@@ -270,14 +270,14 @@ class Loop:
         return violations
 
     def _snapshot(self, before: TaskList) -> Snapshot:
-        """``before.snapshot()``, built once per iteration (its pre-iteration list is never mutated) rather than per Stop.
+        """The policy's snapshot of ``before`` (:meth:`Policy.snapshot`), built once per iteration (its pre-iteration list is never mutated) rather than per Stop.
 
         Each call gets its own shallow copy of the cached dict, so a validator that changes its
         snapshot changes no other call's; the values (:class:`StoryState`) are frozen.
         """
         cached = self._snapshot_of  # one read: hook threads and the loop thread may both replace it
         if cached is None or cached[0] is not before:
-            cached = self._snapshot_of = (before, before.snapshot())
+            cached = self._snapshot_of = (before, self.policy.snapshot(before))
         return dict(cached[1])
 
     def preflight_checks(self) -> list[Check]:
@@ -453,7 +453,7 @@ class Loop:
                 if story is not None and story.passes and not record.violations:
                     self.keeper.forget(story.id)
             log_incomplete(self.keeper.states_dir.parent, record, before, tasks, self.cancel.is_set(),
-                           self.keeper.failed_gate)
+                           self.keeper.failed_gate, self.policy)
             tasks = self.parking.after_iteration(record, tasks)  # the agent asked a person: its story waits
             failing = self.limits.agent_failing(record)
             if failing is not None:
@@ -486,7 +486,7 @@ class Loop:
         assert self.run_dir is not None and self.bridge is not None
         before, before_raw = tasks, self.taskfile.last_good  # never mutated: the post-iteration state is a fresh parse
         # built anew each iteration (``tasks`` may be the last one's list, changed in place since); the marker shows it too
-        self._snapshot_of = (before, before.snapshot())
+        self._snapshot_of = (before, self.policy.snapshot(before))
         self.bridge.start_iteration((selection, before, checkpoint), record.number)
         self.state.write(self.run_dir, record, selection, self._snapshot_of[1])
         prompt = self.render(record.number, selection, tasks, feedback)
@@ -597,8 +597,7 @@ class Loop:
         done = [story for story in only_story_scope(tasks, self.only_story).userStories if story.passes]
         if not done:
             return tasks
-        mode = "review" if self.policy.uses_review else "implement"
-        return self.keeper.final_check(IterationRecord(0, mode, done[-1].id), tasks)
+        return self.keeper.final_check(IterationRecord(0, self.policy.reopen_mode, done[-1].id), tasks)
 
     def _refs_after_gates(self, record: IterationRecord, tasks: TaskList, checkpoint: str | None) -> TaskList:
         """The gates' sessions may not move the person's refs or HEAD either: put back, told next time."""
@@ -719,7 +718,7 @@ class Loop:
         """``story_states`` when the stories differ from those last emitted (what a dashboard shows mid-run)."""
         from ralph.loop.runreport import summary_stories
 
-        stories = summary_stories(tasks)
+        stories = summary_stories(tasks, self.policy)
         if stories != self._stories_shown:
             self._stories_shown = stories
             self.emit("story_states", stories=stories, done=_done(tasks))

@@ -61,7 +61,7 @@ def finish_run(
     if exit_code == EXIT_INTERRUPTED and interrupt_signal == signal.SIGTERM:
         exit_code, reason = EXIT_TERMINATED, f"{reason} (SIGTERM)"
     result = RunResult(exit_code, reason, run_dir, records, cost, tasks)
-    stories = summary_stories(tasks)
+    stories = summary_stories(tasks, keeper.loop.policy)
     summary: dict[str, Any] = {
         "exit_code": exit_code,
         "reason": reason,

@@ -169,15 +169,15 @@ class GateKeeper:
     def final_check(self, record: IterationRecord, tasks: TaskList) -> TaskList:
         """Before a run may end "complete": the gates that judge the whole tree (``Gate.on_final_tree``: the
         tests, and the tests as they were at the last story's start) run once more on the final tree.  A
-        failure sends the last iteration's story back like any gate failure (to a review-fix under a review
-        policy) and the run goes on; returns the task list as it now is."""
+        failure reopens the last iteration's story and sends it back like any gate failure after an iteration
+        of the policy's ``reopen_mode`` (a review-fix under the review policy), and the run goes on; returns
+        the task list as it now is."""
         from ralph.contracts import Selection
 
         story_id = record.story_id
         if story_id is None or tasks.story(story_id) is None:
             return tasks
-        mode = "review-fix" if self.loop.policy.uses_review else "implement"
-        selection = Selection(mode, story_id, "the final tree")  # type: ignore[arg-type]
+        selection = Selection(self.loop.policy.reopen_mode, story_id, "the final tree")  # type: ignore[arg-type]
         state = self.state(story_id)
         from ralph.gitutil import head
 
@@ -187,8 +187,8 @@ class GateKeeper:
             return tasks
         self.loop.emit("final_check_failed", iteration=record.number, story=story_id, gate=run.failed.gate)
         story = tasks.story(story_id)
-        if self.loop.policy.uses_review and story is not None:
-            story.passes = False  # approved no more: it goes to a review-fix (below: changes_requested)
+        if story is not None:
+            self.loop.policy.reopen(story)  # done no more (the review policy: approved no more, then changes_requested)
         return self._failed(record, selection, tasks, run.failed, None, set())
 
     def _failed(

@@ -449,7 +449,7 @@ def _state_violations(
     """The state fields of ``judged`` (the stories that changed, the added ones, the selected one), by the
     policy's table; a policy without one is asked itself."""
     if policy.table is None:
-        return policy.transition_violations(mode, before.snapshot(), after)  # type: ignore[arg-type]
+        return policy.transition_violations(mode, policy.snapshot(before), after)  # type: ignore[arg-type]
     from ralph.transitions import state_violations
 
     return state_violations(policy, mode, old, judged, selected)

@@ -8,15 +8,18 @@ from typing import TYPE_CHECKING, Any
 from ralph.wording import counted, fit_column
 
 if TYPE_CHECKING:
+    from ralph.contracts import Policy
     from ralph.loop.gates import GateKeeper
     from ralph.tasks import TaskList
 
 
-def summary_stories(tasks: TaskList) -> list[dict[str, Any]]:
-    """Each story's state as ``summary.json`` holds it (``ralph report`` reads the same shape)."""
+def summary_stories(tasks: TaskList, policy: Policy | None = None) -> list[dict[str, Any]]:
+    """Each story's state as ``summary.json`` holds it (``ralph report`` reads the same shape); ``state`` is the
+    policy's word for it (:meth:`Policy.story_state`; without a policy, :func:`ralph.storydisplay.shown_state`'s)."""
     from ralph.contracts import AUTO_APPROVED_PREFIX  # here: `ralph status` imports this module, not the contracts
+    from ralph.storydisplay import shown_state
 
-    return [
+    stories = [
         {
             "id": s.id,
             "title": s.title,
@@ -27,9 +30,14 @@ def summary_stories(tasks: TaskList) -> list[dict[str, Any]]:
             "failed": s.failed,
             "failureReason": s.failureReason,
             "waiting": s.waiting,
+            "state": policy.story_state(s) if policy is not None else "",
         }
         for s in tasks.userStories
     ]
+    if policy is None:
+        for entry in stories:
+            entry["state"] = shown_state(entry)
+    return stories
 
 
 def build_run_report(
@@ -184,17 +192,11 @@ def render_run_summary(data: dict[str, Any], width: int | None = None) -> str:
     """The end-of-run table from a ``run_finished`` payload (or summary.json): a row per story, then totals.
     Titles are cut only where the table would not fit ``width`` columns (the terminal's by default)."""
     stories = data.get("stories", [])
+    from ralph.storydisplay import shown_state
+
     rows: list[tuple[str, ...]] = [("story", "title", "state", "reviews")]
     for story in stories:
-        if story["passes"] and story.get("reviewStatus") == "approved":
-            state = "approved (auto, at cap)" if story.get("autoApproved") else "approved"
-        elif story["passes"]:
-            state = "done"
-        elif story.get("failed"):
-            state = "failed"
-        else:
-            state = story.get("reviewStatus") or "open"
-        rows.append((story["id"], story["title"], state, str(story["reviewCount"])))
+        rows.append((story["id"], story["title"], shown_state(story), str(story["reviewCount"])))
     rows = fit_column(rows, 1, width)
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]

@@ -3,9 +3,9 @@ story on, ``incomplete:<story>:<epoch seconds>:<reason>``, appended to ``session
 project's state directory (outside the project, so the agent cannot write it; kept across runs,
 for a person or a script deciding what to resume).
 
-"Moved on" is the loop's own reading, not the agent's claim: the story's ``passes``,
-``reviewStatus`` and ``reviewCount`` after the iteration (its gates and the loop's undoing
-included) differ from before it.
+"Moved on" is the loop's own reading, not the agent's claim: the story's state fields (the policy's,
+``Policy.state_of``; without one ``passes``, ``reviewStatus`` and ``reviewCount``) after the iteration
+(its gates and the loop's undoing included) differ from before it.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ralph.contracts import Policy
     from ralph.loop.records import IterationRecord
     from ralph.tasks import TaskList
 
 __all__ = ["LOG_NAME", "incomplete_reason", "log_incomplete"]
 
 LOG_NAME = "sessions.log"
+_SEEDS_FIELDS = ("passes", "reviewStatus", "reviewCount")
 
 
 def incomplete_reason(record: IterationRecord, interrupted: bool, failed_gate: str | None) -> str:
@@ -48,17 +50,17 @@ def incomplete_reason(record: IterationRecord, interrupted: bool, failed_gate: s
 
 def log_incomplete(
     state_dir: Path, record: IterationRecord, before: TaskList, after: TaskList, interrupted: bool,
-    failed_gate: str | None,
+    failed_gate: str | None, policy: Policy | None = None,
 ) -> str | None:
     """Append the iteration's line when its story did not move on; the line, or None."""
     story_id = record.story_id
     if story_id is None:
         return None
     old, new = before.story(story_id), after.story(story_id)
-    if old is not None and new is not None and (old.passes, old.reviewStatus, old.reviewCount) != (
-        new.passes, new.reviewStatus, new.reviewCount,
-    ):
-        return None
+    if old is not None and new is not None:
+        state_of = policy.state_of if policy is not None else (lambda story: story.state(_SEEDS_FIELDS))
+        if state_of(old) != state_of(new):
+            return None
     line = f"incomplete:{story_id}:{int(time.time())}:{incomplete_reason(record, interrupted, failed_gate)}"
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
