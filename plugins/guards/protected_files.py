@@ -29,6 +29,8 @@ from ralph.api import (
     HookEvent,
     analyze_for,
     budget_scope,
+    find_may_act,
+    find_roots,
     hookimpl,
     real_path,
     resolve_path,
@@ -159,12 +161,48 @@ def _check_bash(event: HookEvent, command: str) -> list[Denial]:
             return _deny(write.path)
     for cmd in analysis.simple:
         if any(w.startswith("find ") for w in cmd.wrappers):
-            continue  # `find -exec rm {}`: which files find picks is not known; deletion rules check its roots
+            continue  # `find -exec rm {}`: the find command itself says which files it acts on (below)
+        if cmd.name == "find" and _find_acts_on_protected(prot, cmd):
+            return _deny(" ".join(cmd.argv[:8]))
         for text, dynamic, glob, remove in _targets(cmd):
             path = prot.resolve(text, dynamic, cmd.cd, cmd.cd_unknown)
             if path is not None and prot.hit(path, remove=remove, glob=glob):
                 return _deny(text)
     return []
+
+
+_FIND_ACTIONS = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir"})
+_READERS = frozenset({"grep", "egrep", "fgrep", "rg", "cat", "head", "tail", "wc", "ls", "stat", "file", "echo",
+                      "printf", "md5sum", "sha1sum", "sha256sum", "sha512sum", "cksum", "diff", "cmp", "basename",
+                      "dirname", "realpath", "readlink", "test", "[", "du", "less", "jq"})
+"""Programs ``find -exec`` may run on a protected file: they only read it."""
+
+
+def _find_acts_on_protected(prot: _Protected, cmd: Command) -> bool:
+    """Might ``find ... -delete``/``-exec`` act on a protected file under one of its start paths (its expression
+    evaluated for each: ``find . -name .ralph-active -delete`` does, ``find src -name '*.pyc' -delete`` not)?"""
+    acting = [k for k, a in enumerate(cmd.args) if a == "-delete" or (
+        a in _FIND_ACTIONS and os.path.basename(cmd.args[k + 1] if k + 1 < len(cmd.args) else "") not in _READERS)]
+    if not acting:
+        return False  # no action, or only programs that read (`-exec grep -l TODO {} +`)
+    roots, _ = find_roots(cmd.argv)
+    expression = cmd.argv[(roots[-1] + 1) if roots else 1 :]
+    files, dirs, claude_dirs = prot.protected()
+    targets = [(f, "f") for f in files] + [(d, "d") for d in dirs] + [(os.path.join(c, "settings.json"), "f")
+                                                                       for c in claude_dirs]
+    starts: list[int | None] = list(roots) or [None]  # no start path: find searches "."
+    for k in starts:
+        text = cmd.argv[k] if k is not None else "."
+        if k is not None and cmd.dynamic[k]:
+            return True  # a start path only known at run time may be any of them
+        root = prot.resolve(text, False, cmd.cd, cmd.cd_unknown)
+        if root is None:
+            return True
+        for target, kind in targets:
+            if target == root or target.startswith(root.rstrip("/") + "/"):
+                if find_may_act(expression, text, os.path.relpath(target, root), kind):
+                    return True
+    return False
 
 
 def _links(prot: _Protected, made: list[Any]) -> dict[str, str]:

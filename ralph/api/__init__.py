@@ -95,6 +95,7 @@ if TYPE_CHECKING:
     from ralph.shell.budget import active as active_budget
     from ralph.shell.budget import scope as budget_scope
     from ralph.shell.containers import CONTAINER_CLIS, mount_fields, read_container
+    from ralph.shell.findexpr import may_act as find_may_act
     from ralph.shell.findexpr import may_reach_git
     from ralph.shell.paths import MAX_PATH, path_stat, real_path
     from ralph.shell.git import GitView, parse_git, short_flag
@@ -221,6 +222,7 @@ __all__ = [
     "has_long",
     "find_roots",
     "may_reach_git",
+    "find_may_act",
     "CONTAINER_CLIS",
     "mount_fields",
     "read_container",
@@ -293,6 +295,7 @@ _LAZY = {
     "has_long": "ralph.shell.progutil",
     "find_roots": "ralph.shell.tools",
     "may_reach_git": "ralph.shell.findexpr",
+    "find_may_act": "ralph.shell.findexpr:may_act",
     "CONTAINER_CLIS": "ralph.shell.containers",
     "mount_fields": "ralph.shell.containers",
     "read_container": "ralph.shell.containers",
