@@ -60,6 +60,7 @@ def run_bwrap(bwrap_available: None, ralph_project: RalphProject, claude_binary:
                                    env={**claude_agent_env(server.url), **(env or {})}, timeout=timeout)
         return result, server
 
+    run.agent_env = claude_agent_env  # type: ignore[attr-defined]  (for a test that starts its own server)
     yield run
     for server in servers:
         server.stop()
@@ -288,3 +289,39 @@ def test_the_commondir_fsmonitor_attack_stays_in_the_agents_checkout(run_bwrap: 
     subprocess.run(["git", "status"], cwd=project.path, capture_output=True)
     (project.path / ".git" / "commondir").unlink()
     assert canary.exists()
+
+
+# -- metering: the model only through the loop's meter ---------------------------------------------------
+
+
+PROBE = ("import os, urllib.request as u\n"
+         "try:\n"
+         "    r = u.urlopen(u.Request(os.environ['UPSTREAM'] + '/v1/messages', data=b'{}',\n"
+         "                            headers={'content-type': 'application/json'}), timeout=10)\n"
+         "    out = 'reached %d' % r.status\n"
+         "except Exception as e:\n"
+         "    out = 'refused ' + str(e)[:80]\n"
+         "print('probe:', out)\n")
+
+
+def test_in_the_sandbox_the_model_is_reached_only_through_the_meter(run_bwrap: Any, ralph_project: RalphProject) -> None:
+    """The scripted model server listens on this machine's loopback, as the meter does: the CLI reaches the
+    meter (its session URL) through the runner's relay, and nothing the agent runs reaches the server itself."""
+    project = ralph_project
+    project.write_stories([story("US-001", "Greeting file")])
+    script = IterationScript({1: implement("US-001", "hello.txt", "hello"), 2: approve("US-001", 1)})
+    with ScriptedModelServer(script) as upstream:
+        import shlex
+
+        probe = Turn([tool("Bash", {"command": f"UPSTREAM={shlex.quote(upstream.url)} python3 -c {shlex.quote(PROBE)}",
+                                    "description": "probe"})])
+        script.turns_by_key[1].insert(0, probe)
+        result = project.run("run", "--runner", "bwrap", "--agent", "claude", "--timeout", "120",
+                             env=run_bwrap.agent_env(upstream.url), timeout=400)
+        assert result.returncode == 0, result.stdout + result.stderr
+        calls = project.events("model_request")
+        assert calls and len(calls) == len(upstream.requests) == len(upstream.sent)  # every call through the meter
+        assert said(upstream, "probe: refused"), [r.text[-300:] for r in upstream.requests if "probe:" in r.text]
+        assert not said(upstream, "probe: reached")
+    summary = project.summary()
+    assert summary["metering"]["metered_iterations"] == 2 and all(r["metered"] for r in summary["records"])

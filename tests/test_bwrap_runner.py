@@ -404,3 +404,87 @@ def test_the_runner_leaves_nothing_behind(bwrap_available: None, ralph_project: 
     state = runner._state
     runner.cleanup()
     assert not state.exists()
+
+
+# -- what the agent may leave in its checkout for the next sandbox ------------------------------------
+
+
+def test_a_link_in_place_of_a_toolchain_entry_neither_breaks_the_next_sandbox_nor_is_followed(
+        bwrap_available: None, ralph_project: RalphProject, tmp_path: Path) -> None:
+    path = ralph_project.path
+    (path / ".gitignore").write_text(".venv\n")  # a link named .venv is ignored too (`.venv/` would not)
+    ralph_project.commit_all("ignore the venv")
+    (path / ".venv" / "bin").mkdir(parents=True)
+    (path / ".venv" / "bin" / "marker").write_text("the project's venv\n")
+    target = tmp_path / "made-by-a-mount"
+    runner = make_runner(path, network="none")
+    runner.prepare(path)
+    try:
+        # inside, the entry is a mount point the agent cannot move; here the test plays an agent that got
+        # a link or a file into its place in the checkout (bwrap would refuse to mount onto it, or follow it)
+        planted = runner._state / "checkout" / ".venv"
+        results = []
+        plants = (lambda: planted.symlink_to(f"../../../../../../../../oldroot{target}"),
+                  lambda: planted.symlink_to(target), lambda: planted.write_text("a file"))
+        for plant in plants:
+            for run in (lambda: run_in(runner, path, ["sh", "-c", "cat .venv/bin/marker"])[1],
+                        lambda: runner.run_command("cat .venv/bin/marker", path, 60).output.splitlines()):
+                if planted.is_symlink() or planted.is_file():
+                    planted.unlink()
+                elif planted.is_dir():
+                    planted.rmdir()
+                plant()
+                results.append(run())
+    finally:
+        runner.cleanup()
+    assert results == [["the project's venv"]] * 6, results
+    assert not target.exists()
+
+
+def test_nothing_of_the_loops_process_is_open_in_the_sandbox(runner: Any, ralph_project: RalphProject) -> None:
+    outcome, lines = run_in(runner, ralph_project.path, ["sh", "-c", "ls /proc/self/fd | sort -n | tr '\\n' ' '"])
+    assert lines[0].split() == ["0", "1", "2", "3"], lines  # stdin, stdout, stderr and ls's own directory
+
+
+def test_private_directories_are_limited_in_size(bwrap_available: None, ralph_project: RalphProject) -> None:
+    runner = make_runner(ralph_project.path, network="none", tmpfs_size="8m")
+    runner.prepare(ralph_project.path)
+    try:
+        outcome, lines = run_in(runner, ralph_project.path,
+                                ["sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=20 2>/dev/null; echo rc=$?; "
+                                             "du -m /tmp/big | cut -f1"])
+    finally:
+        runner.cleanup()
+    assert lines[0] != "rc=0" and int(lines[1]) <= 8, lines
+
+
+def test_open_reaches_other_hosts_through_the_proxy_but_never_this_machines_loopback(bwrap_available: None,
+                                                                          ralph_project: RalphProject) -> None:
+    address = this_machines_address()
+    require(address is not None, "this machine has no address besides loopback")
+    path = ralph_project.path
+    server = ThreadingHTTPServer(("0.0.0.0", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_port
+    (path / "fetch.py").write_text(FETCH)
+    (path / "connect.py").write_text(CONNECT)
+    runner = make_runner(path, network="open")
+    runner.prepare(path)
+    try:
+        outside = runner.run_command(f"python3 fetch.py http://{address}:{port}/", path, 60).output
+        loopback = runner.run_command(f"python3 fetch.py http://127.0.0.1:{port}/", path, 60).output
+        named = runner.run_command(f"python3 connect.py localhost {port}", path, 60).output
+    finally:
+        runner.cleanup()
+        server.shutdown()
+    assert outside == "got hello from this machine\n", outside  # this machine's own address on the network: a host
+    assert loopback.startswith("failed URLError"), loopback
+    assert named.startswith("HTTP/1.1 403") and "is this machine" in named, named
+
+
+CONNECT = (
+    "import socket, sys\n"
+    "s = socket.create_connection(('127.0.0.1', 3128))\n"
+    "s.sendall(('CONNECT %s:%s HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' % (sys.argv[1], sys.argv[2])).encode())\n"
+    "print(s.recv(1000).decode().replace('\\r', ''))\n"
+)

@@ -24,6 +24,7 @@ from ralph.testing.scripting import bash_turns, commit_command, set_fields_comma
 
 # the docker-sandbox fixtures (engine, image, bridge gateway, a project for the sandbox), for the sandbox case
 from test_docker_sandbox import docker_client, gateway, sandbox_image, sandbox_project  # noqa: E402,F401
+from test_bwrap_runner import bwrap_available  # noqa: E402,F401  (the bwrap cases)
 
 pytestmark = pytest.mark.real_claude
 
@@ -76,17 +77,21 @@ def forging_iteration(story_id: str, lines: list[str]) -> list[Turn]:
     ], "Implemented.")
 
 
-RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow)]
+RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow),
+           pytest.param("bwrap", marks=pytest.mark.slow)]
 
 
 @pytest.fixture
 def run_metered(request: pytest.FixtureRequest, ralph_project: RalphProject, scripted_model: Any, claude_binary: Any,
                 claude_agent_env: Any) -> Any:
     """``result, server = run_metered(runner, responder, env, *args)``: ``ralph run`` with the real CLI through the
-    meter, on this machine or in the docker sandbox (network allowlist: the container reaches the meter only)."""
+    meter, on this machine, in the docker sandbox (network allowlist: the container reaches the meter only) or in
+    the bwrap sandbox (its own network namespace: the meter through the runner's relay only)."""
 
     def run(runner: str, responder: Any, env: dict[str, str], *args: str) -> tuple[Any, Any]:
         host = "127.0.0.1"
+        if runner == "bwrap":
+            request.getfixturevalue("bwrap_available")
         if runner == "docker-sandbox":
             from test_docker_sandbox import CLAUDE_TEST_ENV, configure
 
@@ -145,7 +150,7 @@ def test_a_forged_stream_changes_no_decision(ralph_project: RalphProject, run_me
     assert ralph_project.events("usage_limit") == [] and ralph_project.events("rate_limit") == []
     assert ralph_project.events("context_exhausted") == [] and ralph_project.events("agent_failing") == []
     assert [(e["gate"], e["passed"]) for e in ralph_project.events("gate")] == [("tests", True)]
-    assert marker.exists() or runner == "docker-sandbox"
+    assert marker.exists() or runner in ("docker-sandbox", "bwrap")  # a sandbox's /tmp is its own
     summary = ralph_project.summary()
     assert summary["iterations"] == 1 and summary["reason"] == "max iterations (1) reached"
     (record,) = summary["records"]

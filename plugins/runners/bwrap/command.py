@@ -3,8 +3,8 @@
 Standard library only, no I/O but ``lstat``: :func:`bwrap_argv` turns a :class:`Layout` into argv,
 so the rules are in one place and a unit test reads them.
 
-Namespaces: user (where the system allows it), pid, ipc, uts, cgroup, and network unless the policy
-is ``open``; ``--disable-userns`` (no user namespace of its own inside, so nothing can be remounted
+Namespaces: user (where the system allows it), pid, ipc, uts, cgroup and network (every policy: its
+ways out are the runner's relays); ``--disable-userns`` (no user namespace of its own inside, so nothing can be remounted
 or unhidden), ``--cap-drop ALL`` (bubblewrap keeps every capability for a sandbox whose user is root
 otherwise), ``--die-with-parent`` and ``--new-session`` (no ``TIOCSTI`` into the person's terminal).
 
@@ -15,7 +15,8 @@ Mounts, in this order (a later one covers an earlier one):
    even without capabilities, may write ``/proc/sys/kernel/core_pattern``, which runs a program as
    the host's root);
 2. empty, private directories over ``/tmp``, ``/var/tmp``, ``/run`` (sockets: the Docker engine's,
-   the session bus, an SSH agent's), the person's home and the configured ``hide`` paths;
+   the session bus, an SSH agent's), the person's home and the configured ``hide`` paths (each a
+   tmpfs of at most ``tmpfs_size`` bytes);
 3. the agent's checkout, read-write, at the project's own path (the project itself is not visible);
 4. the project's ``toolchain`` entries (a ``.venv``) read-only at their place in the checkout;
 5. read-only paths the sandbox needs (this Python, ralph's packages, the agent's CLI, ``ro_binds``);
@@ -47,6 +48,8 @@ class Features:
     """``--unshare-user`` works (the sandbox's user is in a user namespace of its own)."""
     disable_userns: bool = True
     """``--disable-userns`` works (bubblewrap 0.8 and later)."""
+    tmpfs_size: bool = True
+    """``--size`` before ``--tmpfs`` works (a private directory's size can be limited)."""
 
 
 @dataclass
@@ -69,8 +72,8 @@ class Layout:
     """Host paths shown read-write at their own path (last)."""
     private: Path | None = None
     """The runner's private directory, read-only at :data:`PRIVATE_MOUNT`."""
-    network: bool = False
-    """Share this machine's network (the ``open`` policy); otherwise loopback only."""
+    tmpfs_size: int | None = None
+    """Bytes each private directory may hold (None: the kernel's default, half the memory)."""
     checkout_read_only: bool = False
     """Show the checkout read-only (a look at the project itself, before the run has a checkout)."""
 
@@ -111,16 +114,15 @@ def bwrap_argv(bwrap: str, layout: Layout, command: list[str], features: Feature
         argv.append("--unshare-user")
         if features.disable_userns:
             argv.append("--disable-userns")
-    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    if not layout.network:
-        argv.append("--unshare-net")
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for covered in PROC_COVERED:
         argv += ["--ro-bind-try", covered, covered]
     for hidden in sorted(layout.hidden, key=lambda p: len(p.parts)):  # a parent before what lies under it
         if os.path.isdir(hidden):
-            argv += ["--tmpfs", str(hidden)]
+            sized = layout.tmpfs_size and features.tmpfs_size
+            argv += [*(["--size", str(layout.tmpfs_size)] if sized else []), "--tmpfs", str(hidden)]
         elif os.path.lexists(hidden):
             argv += ["--ro-bind", "/dev/null", str(hidden)]
     argv += ["--ro-bind" if layout.checkout_read_only else "--bind", str(layout.checkout), str(layout.project)]

@@ -28,7 +28,8 @@ class BwrapConfig(ConfigSection):
         "allowlist",
         description=(
             "none: loopback only; allowlist: loopback only, plus the loop's model meter and allow_hosts "
-            "through a proxy outside the sandbox; open: this machine's network"
+            "through a proxy outside the sandbox; open: the meter and any host but this machine's loopback "
+            "and link-local addresses, through the same proxy"
         ),
     )
     allow_hosts: list[str] = Field(
@@ -61,6 +62,8 @@ class BwrapConfig(ConfigSection):
         default_factory=list,
         description="more host paths hidden inside (an empty directory in their place)",
     )
+    tmpfs_size: str = Field("1g", pattern=r"^[0-9]+[kKmMgG]?$",
+                            description="how much each private directory (/tmp, the home, /run) may hold")
     checkout_dir: str | None = Field(
         None, description="where the agent's checkout of each run is made (default: the system's temp directory)"
     )

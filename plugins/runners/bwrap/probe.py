@@ -58,7 +58,8 @@ def run_probe(binary: str | None = None) -> Probe:
         return Probe(False, f"`bwrap` is not on PATH: {INSTALL_FIX}")
     version = _version(found)
     tried: list[str] = []
-    for features in (Features(True, True), Features(True, False), Features(False, False)):
+    for features in (Features(True, True, True), Features(True, True, False), Features(True, False, False),
+                     Features(False, False, False)):
         if not features.user_namespace and os.getuid() != 0:
             break  # without a user namespace bwrap needs root (or setuid, which the runner does not rely on)
         problem = _trial(found, features)
@@ -69,6 +70,9 @@ def run_probe(binary: str | None = None) -> Probe:
                              "make user namespaces of its own inside (the host stays read-only)")
             if not features.user_namespace:
                 notes.append("no user namespace for the sandbox (it runs as this machine's root, without capabilities)")
+            if not features.tmpfs_size:
+                notes.append(f"{version or 'this bubblewrap'} cannot limit a private directory's size (--size): "
+                             "/tmp and the home may fill the memory")
             return Probe(True, "", found, version, features, notes)
         tried.append(problem)
     first = tried[0] if tried else "the trial sandbox did not start"
@@ -96,7 +100,7 @@ def _trial(binary: str, features: Features) -> str | None:
 
     scratch = Path(tempfile.mkdtemp(prefix="ralph-bwrap-probe-"))
     target = Path("/tmp/ralph-bwrap-probe")  # inside the sandbox's private /tmp
-    layout = Layout(project=target, checkout=scratch, chdir=target, hidden=[Path("/tmp")], network=False)
+    layout = Layout(project=target, checkout=scratch, chdir=target, hidden=[Path("/tmp")], tmpfs_size=1 << 20)
     argv = bwrap_argv(binary, layout, ["/bin/true"], features)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=TRIAL_TIMEOUT, stdin=subprocess.DEVNULL,

@@ -9,7 +9,9 @@ sockets it serves from threads of the loop's process, and the sandbox's first pr
   meter (whose per-process session URL the agent is given), or a model endpoint on this machine's
   loopback when the agent is not metered.
 - ``proxy.sock`` is an HTTP proxy (``CONNECT host:port``, or a plain request with an absolute URL)
-  that connects only to the hosts of the allowlist, from this machine, and answers 403 to the rest.
+  that connects only to the hosts of the allowlist (``*``: any host), from this machine, and answers
+  403 to the rest, and to every name that resolves to a loopback, link-local or unspecified address:
+  a listed name cannot be pointed at a service on this machine's loopback.
 
 What decides is here, outside the sandbox: nothing the agent runs inside can widen it.  Every
 decision of the proxy is kept in :attr:`Relay.decisions` (``allow host:port`` / ``deny host:port``).
@@ -48,9 +50,25 @@ def allowed(rules: list[tuple[str, int | None]], host: str, port: int) -> bool:
     for pattern, want in rules:
         if want is not None and want != port:
             continue
-        if pattern == host or (pattern.startswith("*.") and host.endswith(pattern[1:])):
+        if pattern in ("*", host) or (pattern.startswith("*.") and host.endswith(pattern[1:])):
             return True
     return False
+
+
+def own_address(host: str, port: int) -> str | None:
+    """The first address ``host`` resolves to that is loopback, link-local or unspecified, or None; a
+    name that does not resolve is None (the connection fails by itself)."""
+    import ipaddress
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return None
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
+        if address.is_loopback or address.is_link_local or address.is_unspecified:
+            return str(address)
+    return None
 
 
 def _pump(source: socket.socket, target: socket.socket) -> None:
@@ -157,6 +175,12 @@ class Relay:
             self.decisions.append(f"deny {host}:{port}")
             _answer(client, 403, f"ralph sandbox proxy: {host}:{port} is not in the network allowlist")
             return
+        mine = own_address(host, port)
+        if mine is not None:
+            self.decisions.append(f"deny {host}:{port}")
+            _answer(client, 403, f"ralph sandbox proxy: {host}:{port} is this machine ({mine}), which the sandbox "
+                                 "does not reach")
+            return
         self.decisions.append(f"allow {host}:{port}")
         try:
             upstream = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
@@ -227,4 +251,4 @@ def _answer(client: socket.socket, status: int, message: str) -> None:
     client.close()
 
 
-__all__ = ["Relay", "allowed", "parse_entry"]
+__all__ = ["Relay", "allowed", "own_address", "parse_entry"]

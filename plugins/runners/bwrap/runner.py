@@ -146,7 +146,8 @@ class BwrapRunner(Runner):
             checks.append(Check(True, f"network policy: loopback only; the loop's model meter and {hosts} through "
                                       "the runner's proxy (the model APIs only when the agent is not metered)"))
         elif cfg.network == "open":
-            checks.append(Check(None, "network policy: open (this machine's network, no egress control)",
+            checks.append(Check(None, "network policy: open (any host but this machine's loopback and link-local "
+                                      "addresses, through the runner's proxy: no egress control)",
                                 'set [tool.ralph.bwrap] network = "allowlist" to restrict egress'))
         else:
             checks.append(Check(True, "network policy: none (loopback only)"))
@@ -197,7 +198,7 @@ class BwrapRunner(Runner):
 
     def model_endpoint_host(self) -> str | None:
         """The loop's meter listens on this machine's loopback; the sandbox reaches it through the
-        runner's relay (``allowlist``) or directly (``open``); not with ``network = "none"``."""
+        runner's relay (``allowlist``, ``open``); not with ``network = "none"``."""
         return None if self.config().network == "none" else "127.0.0.1"
 
     # -- the run's sandbox state ------------------------------------------------------------------
@@ -306,6 +307,7 @@ class BwrapRunner(Runner):
         channel = spec.channel
         keep = Path(channel.run_dir) if channel is not None else self._state
         layout = self._layout(Path(spec.cwd), spec=spec)
+        _prepare_mount_points(layout.checkout, layout.toolchain)
         command, env = self._network(list(spec.argv), self._agent_env(spec), spec)
         argv = bwrap_argv(probe().binary, layout, command, probe().features)
         sandboxed = ProcessSpec(argv=argv, env={}, cwd=self._state, stdin=spec.stdin, program=spec.program,
@@ -353,6 +355,7 @@ class BwrapRunner(Runner):
         clock.lap("ship_in")
         where = Path(cwd).resolve()
         layout = self._layout(where)
+        _prepare_mount_points(layout.checkout, layout.toolchain)
         if not under(where, [self._project]):
             layout.read_write.append(where)
         argv, env = self._network(["/bin/sh", "-c", command], self._gate_env(), None)
@@ -413,7 +416,7 @@ class BwrapRunner(Runner):
         read_only = [p for p in dict.fromkeys(read_only) if under(p, hidden) and os.path.exists(p)]
         return Layout(project=self._project, checkout=self._state / "checkout", chdir=chdir, hidden=hidden,
                       toolchain=list(self._toolchain), read_only=read_only, read_write=read_write,
-                      private=self._state / "private", network=cfg.network == "open")
+                      private=self._state / "private", tmpfs_size=_bytes(cfg.tmpfs_size))
 
     def _toolchain_of(self, project: Path) -> list[str]:
         """The configured toolchain entries that exist in the project and that git ignores."""
@@ -482,12 +485,12 @@ class BwrapRunner(Runner):
     def _network(self, command: list[str], env: dict[str, str], spec: ProcessSpec | None) -> tuple[list[str], dict[str, str]]:
         """``command`` behind the sandbox's forwarders (``allowlist``) and the environment that uses them."""
         cfg = self.config()
-        if cfg.network != "allowlist":
+        if cfg.network == "none":
             return command, env
         from urllib.parse import urlsplit
 
         forwards: list[int] = []
-        hosts = list(cfg.allow_hosts)
+        hosts = list(cfg.allow_hosts) if cfg.network == "allowlist" else ["*"]
         endpoint = spec.channel.model_endpoint if spec is not None and spec.channel is not None else None
         metered = bool(endpoint)
         if endpoint:
@@ -529,6 +532,38 @@ class BwrapRunner(Runner):
             return command, env
         inside = str(Path(__file__).resolve().parent / "inside.py")
         return [_python(), "-I", "-S", inside, *options, "--", *command], env
+
+
+def _bytes(size: str) -> int:
+    """``1g``, ``512m``, ``100k`` or a number of bytes."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    size = size.strip().lower()
+    return int(size[:-1]) * units[size[-1]] if size[-1:] in units else int(size)
+
+
+def _prepare_mount_points(checkout: Path, names: list[str]) -> None:
+    """Each toolchain entry's place in the checkout a real directory, before a sandbox mounts the project's
+    there: whatever the agent left in its place (a symbolic link, a file) is removed, never followed
+    (walked from the checkout with ``O_NOFOLLOW`` descriptors; no sandbox runs meanwhile)."""
+    import errno
+    import stat
+
+    for name in names:
+        fd = os.open(checkout, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for part in Path(name).parts:
+                try:
+                    info = os.lstat(part, dir_fd=fd)
+                    if not stat.S_ISDIR(info.st_mode):
+                        os.unlink(part, dir_fd=fd)
+                        raise FileNotFoundError(errno.ENOENT, part)
+                except FileNotFoundError:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        finally:
+            os.close(fd)
 
 
 def _python() -> str:
