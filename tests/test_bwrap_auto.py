@@ -65,7 +65,7 @@ def test_bwrap_that_cannot_run_the_gates_sends_auto_to_direct_naming_the_program
     assert dry.returncode == 0, dry.stdout + dry.stderr
     line = runner_line(dry.stdout)
     assert line.startswith("runner:  direct (fallback: docker-sandbox: the Docker engine does not answer"), line
-    assert (f"bwrap: the bwrap sandbox cannot run the gate `ralph-test-tool --check`: ralph-test-tool is at {tool} here, "
+    assert (f"bwrap: the bwrap sandbox cannot run the gate `ralph-test-tool --check`: ralph-test-tool is {tool} here, "
             "under a path the sandbox hides; to run in the sandbox, show it read-only with [tool.ralph.bwrap] ro_binds") in line
     stopped = ralph_project.run("run", "--runner", "bwrap", "--agent", "claude", env=env)
     assert stopped.returncode == 2, stopped.stdout + stopped.stderr

@@ -325,3 +325,50 @@ def test_in_the_sandbox_the_model_is_reached_only_through_the_meter(run_bwrap: A
         assert not said(upstream, "probe: reached")
     summary = project.summary()
     assert summary["metering"]["metered_iterations"] == 2 and all(r["metered"] for r in summary["records"])
+
+
+# -- a Python project with pytest, as docs/sandbox.md ("Python with pytest") describes it ---------------
+
+
+def make_venv_with_pytest(project: Path) -> Path:
+    """``python3 -m venv .venv && .venv/bin/pip install pytest``, offline: the venv is real, its pytest is
+    this test environment's (a ``.pth`` naming its site-packages, which the sandbox shows read-only)."""
+    import site
+    import sys
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")], check=True)
+    purelib = Path(subprocess.run([str(project / ".venv" / "bin" / "python"), "-c",
+                                   "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip())
+    ours = sysconfig.get_paths()["purelib"]
+    assert (Path(ours) / "pytest").is_dir() or any((Path(p) / "pytest").is_dir() for p in site.getsitepackages())
+    (purelib / "from-the-test-environment.pth").write_text(ours + "\n")
+    return project / ".venv" / "bin" / "python"
+
+
+def test_a_python_project_with_pytest_completes_its_loop_in_the_sandbox(run_bwrap: Any, ralph_project: RalphProject,
+                                                                       claude_binary: Path) -> None:
+    project = ralph_project
+    with (project.path / ".gitignore").open("a") as ignore:
+        ignore.write(".venv/\n__pycache__/\n.pytest_cache/\n")
+    (project.path / "test_greeting.py").write_text(
+        "from greeting import greet\n\n\ndef test_greet():\n    assert greet('Ada') == 'Hello, Ada!'\n")
+    project.commit_all("a test for the greeting")
+    python = make_venv_with_pytest(project.path)
+    project.write_stories([story("US-001", "Greeting function")], verifyCommands=[".venv/bin/python -m pytest -q"])
+    doctor = project.run("doctor", "--runner", "bwrap", "--agent", "claude", env={"ANTHROPIC_API_KEY": "test-key"})
+    assert "[ok  ] the bwrap sandbox has what the gates run: .venv/bin/python -m pytest" in doctor.stdout, doctor.stdout
+    assert "the project's .venv shown read-only in the sandbox's checkout" in doctor.stdout
+    code = "def greet(name):\n    return f'Hello, {name}!'\n"
+    script = IterationScript({1: implement("US-001", "greeting.py", code), 2: approve("US-001", 1)})
+    result, server = run_bwrap(script)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    final = project.story("US-001")
+    assert (final["passes"], final["reviewStatus"], final["reviewCount"]) == (True, "approved", 1)
+    gates = [(g["gate"], g["passed"], g["where"]) for g in project.events("gate")]
+    assert ("tests", True, "sandbox") in gates, gates
+    outputs = [g["output"] for g in project.events("gate") if g["gate"] == "tests"]
+    assert outputs and all("1 passed" in out for out in outputs), outputs
+    assert python.exists()

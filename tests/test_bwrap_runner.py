@@ -488,3 +488,30 @@ CONNECT = (
     "s.sendall(('CONNECT %s:%s HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' % (sys.argv[1], sys.argv[2])).encode())\n"
     "print(s.recv(1000).decode().replace('\\r', ''))\n"
 )
+
+
+def test_gate_check_names_what_the_sandbox_lacks_and_the_fix(bwrap_available: None, ralph_project: RalphProject) -> None:
+    import pwd
+
+    path = ralph_project.path
+    (path / ".gitignore").write_text(".venv\nbuild/\n")
+    ralph_project.commit_all("ignore")
+    (path / ".venv" / "bin").mkdir(parents=True)
+    hidden_python = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pyenv-for-a-test" / "bin" / "python3"
+    (path / ".venv" / "bin" / "python").symlink_to(hidden_python)  # a venv made from a Python under the home
+    (path / "build").mkdir()
+    (path / "build" / "tool").write_text("#!/bin/sh\n")
+    (path / "build" / "tool").chmod(0o755)
+    runner = make_runner(path, network="none")
+    checks = runner.gate_check(["timeout 60 git --version", ".venv/bin/python -m pytest", "build/tool",
+                                "ralph-no-such-program-here", "python3 -m ralph_no_such_module"])
+    failed = {check.what.split("`")[1]: check for check in checks if check.ok is False}
+    assert set(failed) == {".venv/bin/python -m pytest", "build/tool", "ralph-no-such-program-here",
+                           "python3 -m ralph_no_such_module"}, checks
+    venv = failed[".venv/bin/python -m pytest"]
+    assert f"a link to {hidden_python}" in venv.what and "under a path the sandbox hides" in venv.what
+    assert 'ro_binds = ["~/.pyenv-for-a-test"]' in venv.fix or f'ro_binds = ["{hidden_python.parent.parent}"]' in venv.fix
+    assert "is ignored by git" in failed["build/tool"].what and 'toolchain = ["build"]' in failed["build/tool"].fix
+    assert "not installed on this machine" in failed["ralph-no-such-program-here"].what
+    assert "has no module ralph_no_such_module" in failed["python3 -m ralph_no_such_module"].what
+    assert runner.gate_check(["timeout 60 git --version"])[0].ok is True

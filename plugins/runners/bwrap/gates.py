@@ -117,11 +117,18 @@ def missing_checks(needs: list[Need], found: list[dict[str, Any]], project: Path
                                 f"add its folder to [tool.ralph.bwrap] toolchain (shown read-only from the project: "
                                 f"toolchain = [\"{Path(path).relative_to(project).parts[0]}\"])"))
         elif not path:
-            here = shutil.which(need.program, path=os.environ.get("PATH")) if "/" not in need.program else None
-            if here and under(Path(os.path.realpath(here)), hidden) or (here and under(Path(here), hidden)):
-                checks.append(Check(False, f"{gate}: {need.program} is at {here} here, under a path the sandbox hides",
-                                    f"show it read-only with [tool.ralph.bwrap] ro_binds = [\"{_top(Path(here), hidden)}\"], "
-                                    "or install it outside your home"))
+            if "/" in need.program:  # a path (in the project, or absolute): what is it here?
+                here = os.path.join(need.cwd, need.program)
+                here = here if os.path.lexists(here) else None
+            else:
+                here = shutil.which(need.program, path=os.environ.get("PATH"))
+            real = Path(os.path.realpath(here)) if here else None
+            if here and real is not None and (under(real, hidden) or under(Path(here), hidden)):
+                covered = real if under(real, hidden) else Path(here)
+                link = f" (a link to {real})" if str(real) != here else ""
+                checks.append(Check(False, f"{gate}: {need.program} is {here}{link} here, under a path the sandbox "
+                                           "hides", f"show it read-only with [tool.ralph.bwrap] ro_binds = "
+                                                    f"[\"{_top(covered, hidden)}\"], or install it outside your home"))
             else:
                 checks.append(Check(False, f"{gate}: {need.program} is not installed on this machine "
                                            "(not on the gates' PATH)", f"install {need.program}"))
