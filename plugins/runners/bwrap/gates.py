@@ -117,9 +117,10 @@ def missing_checks(needs: list[Need], found: list[dict[str, Any]], project: Path
                                 f"add its folder to [tool.ralph.bwrap] toolchain (shown read-only from the project: "
                                 f"toolchain = [\"{Path(path).relative_to(project).parts[0]}\"])"))
         elif not path:
+            here: str | None
             if "/" in need.program:  # a path (in the project, or absolute): what is it here?
-                here = os.path.join(need.cwd, need.program)
-                here = here if os.path.lexists(here) else None
+                joined = os.path.join(need.cwd, need.program)
+                here = joined if os.path.lexists(joined) else None
             else:
                 here = shutil.which(need.program, path=os.environ.get("PATH"))
             real = Path(os.path.realpath(here)) if here else None
