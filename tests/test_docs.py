@@ -192,7 +192,7 @@ def test_the_plugin_guide_names_every_public_name_of_ralph_testing() -> None:
 
 
 DOC_FILES = ["README.md", "CONTRIBUTING.md", *(f"docs/{p.name}" for p in sorted(DOCS.glob("*.md"))),
-             "examples/ralph-nice/README.md", "benchmarks/README.md"]
+             "examples/ralph-nice/README.md", "examples/ralph-remote/README.md", "benchmarks/README.md"]
 NOT_CODE = {"ralph.toml", "ralph.yml", "ralph.commands", "ralph.runners", "ralph.agents", "ralph.policies", "ralph.task_stores",
             "ralph.gates", "ralph.fleet_engines", "ralph.sh", "ralph.recipe", "ralph.sandbox", "ralph.project",
             "ralph.role", "ralph.owner"}
@@ -341,10 +341,10 @@ def test_the_readme_test_command_leaves_the_working_venv_alone() -> None:
     """The example plugin and Ray go into tox's own environment, never into the person's ``.venv``;
     pytest reports why tests were skipped (``-rs``)."""
     command = _readme_test_command()
-    assert "examples/ralph-nice" not in command and "ray" not in command.replace("-ray", "")
+    assert "examples/ralph-" not in command and "ray" not in command.replace("-ray", "")
     assert ".venv/" not in command  # another env than the one the README's first line makes
     tox = (DOCS.parent / "tox.ini").read_text(encoding="utf-8")
-    assert "examples/ralph-nice" in tox and "ray" in tox  # ... because tox installs them itself
+    assert "examples/ralph-nice" in tox and "examples/ralph-remote" in tox and "ray" in tox  # ... tox installs them itself
     assert "pytest {posargs:-q -rs}" in tox
 
 
@@ -401,3 +401,43 @@ def test_the_full_configuration_example_is_valid(tmp_path) -> None:
     config, sections, _ = load_config(tmp_path, {}, PluginHost(environ={}).config_sections(), environ={})
     assert config.review_agent == "codex" and config.max_attempts == 5
     assert sections["claude"].setting_sources == ["project", "local"]
+
+
+def _code_lines(path: Path) -> list[str]:
+    """``path``'s lines, stripped, without its docstrings and blank lines."""
+    import ast
+
+    source = path.read_text(encoding="utf-8")
+    skipped: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            skipped.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    return [line.strip() for number, line in enumerate(source.splitlines(), 1) if number not in skipped and line.strip()]
+
+
+def test_the_remote_runner_section_shows_the_examples_code() -> None:
+    """docs/plugins.md's "Writing a remote runner" quotes examples/ralph-remote, which CI installs and
+    tests: each code block is the example's code (``...`` where lines are left out), in its order."""
+    import re
+
+    text = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    section = text.split("## Writing a remote runner", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    package = DOCS.parent / "examples" / "ralph-remote" / "ralph_remote"
+    sources = {path.name: _code_lines(path) for path in sorted(package.glob("*.py"))}
+    assert len(blocks) >= 5 and "plugin.py" in sources and "host.py" in sources
+    for block in blocks:
+        chunks = [[line.strip() for line in chunk.splitlines() if line.strip()] for chunk in re.split(r"^\s*\.\.\.\s*$", block, flags=re.M)]
+        found = False
+        for lines in sources.values():
+            start = 0
+            for chunk in chunks:
+                at = next((i for i in range(start, len(lines) - len(chunk) + 1) if lines[i:i + len(chunk)] == chunk), None)
+                if at is None:
+                    break
+                start = at + len(chunk)
+            else:
+                found = True
+        assert found, "docs/plugins.md quotes code examples/ralph-remote does not have:\n" + block

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from ralph.cli.main import cli
 from ralph.plugin.commands import COMMANDS_GROUP
 from ralph.plugin.entrypoints import DISABLE_ENV, ENTRY_POINT_GROUP, NO_AUTOLOAD_ENV, entry_point_groups, normalize
+from ralph.testing.requirements import require
 
 from fakedists import FakeDists, runner_module
 
@@ -62,7 +63,8 @@ def add_greeter(fake_dists: FakeDists, api: str = "1", cli_source: str = GREETER
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("project", [ROOT, ROOT / "examples" / "ralph-nice"], ids=["ralph-trustloop", "ralph-nice"])
+@pytest.mark.parametrize("project", [ROOT, ROOT / "examples" / "ralph-nice", ROOT / "examples" / "ralph-remote"],
+                         ids=["ralph-trustloop", "ralph-nice", "ralph-remote"])
 def test_the_installed_entry_points_are_the_ones_in_pyproject(project: Path) -> None:
     """An editable install copies entry points at install time: a venv installed before one was
     added (``ralph sandbox``, ``ralph nice``) lacks it until ``pip install -e`` runs again."""
@@ -73,9 +75,10 @@ def test_the_installed_entry_points_are_the_ones_in_pyproject(project: Path) -> 
     declared = {group: metadata["entry-points"].get(group, {}) for group in groups}
     found = entry_point_groups(groups)
     installed = {group: {ep.name: ep.value for ep in found[group] if ep.dist == normalize(metadata["name"])} for group in groups}
+    require(any(installed.values()), f"{metadata['name']} is not installed (pip install -e {project.relative_to(ROOT)})")
     assert installed == declared, (
         f"the installed metadata of {metadata['name']} is stale: reinstall it "
-        "(.venv/bin/pip install -e '.[test,ray]' -e examples/ralph-nice)"
+        "(.venv/bin/pip install -e '.[test,ray]' -e examples/ralph-nice -e examples/ralph-remote)"
     )
 
 
@@ -285,4 +288,4 @@ def test_ralphs_own_commands_import_no_plugin_machinery(fake_dists: FakeDists, a
     assert answer["exit"] == 0
     modules = set(answer["modules"])
     assert [name for name in [*HEAVY, "ralph.plugin.commands"] if name in modules] == []
-    assert not {m for m in modules if m.startswith(("ralph_plugins", "ralph_fake", "ralph_nice"))}  # no command's either
+    assert not {m for m in modules if m.startswith(("ralph_plugins", "ralph_fake", "ralph_nice", "ralph_remote"))}  # no command's either
