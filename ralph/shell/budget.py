@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 MAX_STEPS = 1_500_000
-"""Work units one analysis may spend: about 0.2 s of CPU at the most (``benchmarks/hook_latency.py``
+"""Work units one analysis may spend: 0.15-0.5 s of CPU at the most (``benchmarks/hook_latency.py``
 measures the worst inputs); a plain 100 KB command line needs under half."""
 MAX_VALUE = 16_384
 """Characters a variable's value may reach on the line before the analysis stops tracking it."""

@@ -185,9 +185,9 @@ def _or(a: str, b: str) -> str:
     return _NO if a == b == _NO else _MAYBE
 
 
-GIT_PATHS = ((".git", "d"), (".git/config", "f"), (".git/HEAD", "f"), (".git/objects", "d"), (".git/refs/heads/main",
-                                                                                           "f"))
-"""Paths under a start path whose deletion or rewriting destroys or redirects the repository."""
+GIT_PATHS = ((".git/config", "f"), (".git/HEAD", "f"), (".git/index", "f"), (".git/objects", "d"), (".git/refs", "d"))
+"""Paths in a repository's ``.git`` whose deletion or rewriting destroys or redirects it (besides ``.git`` itself;
+acting on ``.git/refs`` is what reaching ``.git/refs/heads/main`` takes)."""
 
 
 PRINTS = frozenset({"-print", "-print0", "-printf", "-fprint", "-fprint0", "-fprintf", "-ls", "-fls"})
@@ -197,6 +197,35 @@ PRINTS = frozenset({"-print", "-print0", "-printf", "-fprint", "-fprint0", "-fpr
 def may_reach_git(expression: list[str], start: str, actions: frozenset[str] | None = None) -> bool:
     """Might ``find START EXPRESSION`` act on (or with ``actions=PRINTS``, print) the ``.git`` of a repository at
     START?"""
-    if actions is not None and not any(a in actions or a in _ACTIONS for a in expression):
-        expression = [*expression, "-print"]  # find's default action
-    return any(may_act(expression, start, relative, kind, actions) for relative, kind in GIT_PATHS)
+    from ralph.shell.budget import active
+
+    memo = active().memo
+    key = ("find-git", tuple(expression), start, actions)
+    if key not in memo:
+        if actions is not None and not any(a in actions or a in _ACTIONS for a in expression):
+            expression = [*expression, "-print"]  # find's default action
+        memo[key] = _reaches(expression, start, actions)
+    return bool(memo[key])
+
+
+def _reaches(expression: list[str], start: str, actions: frozenset[str] | None) -> bool:
+    """:func:`may_reach_git` without the memo: ``.git`` once (acted on, or pruned), then the names in it."""
+    args = list(expression)
+    limits: dict[str, int] = {}
+    for option in ("-maxdepth", "-mindepth"):
+        while option in args:
+            k = args.index(option)
+            value = args[k + 1] if k + 1 < len(args) else ""
+            del args[k : k + 2]
+            if value.isdigit():
+                limits[option] = int(value)
+    deepest, shallowest = limits.get("-maxdepth", 99), limits.get("-mindepth", 0)
+    try:
+        git = _evaluate(args, start, [".git"], "d", actions) if deepest >= 1 else None
+        if git is not None and git.acted and shallowest <= 1:
+            return True
+        if deepest < 2 or (git is not None and git.pruned):
+            return False
+        return any(_evaluate(args, start, relative.split("/"), kind, actions).acted for relative, kind in GIT_PATHS)
+    except _Unreadable:
+        return True

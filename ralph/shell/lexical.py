@@ -282,8 +282,8 @@ _unparsed = threading.local()
 def several_heredocs(text: str) -> bool:
     """Does one line of ``text`` start more than one heredoc (``cat <<A && bash <<'B'``)?  tree-sitter-bash
     gives their bodies out in another order than bash, so the analysis cannot say which body goes where."""
-    if text.count("<<") - 2 * text.count("<<<") < 2:
-        return False
+    if not any(line.count("<<") - 2 * line.count("<<<") >= 2 for line in text.split("\n") if "<<" in line):
+        return False  # one heredoc per line (the common case): nothing to scan
     _unparsed.several_heredocs = False
     try:
         _scan(text, 0, "top")
