@@ -372,3 +372,31 @@ def test_a_python_project_with_pytest_completes_its_loop_in_the_sandbox(run_bwra
     outputs = [g["output"] for g in project.events("gate") if g["gate"] == "tests"]
     assert outputs and all("1 passed" in out for out in outputs), outputs
     assert python.exists()
+
+
+# -- the codex agent in the sandbox ------------------------------------------------------------------------
+
+
+@pytest.mark.real_codex
+def test_codex_implements_and_reviews_in_the_sandbox(bwrap_available: None, ralph_project: RalphProject,
+                                                     scripted_responses: Any, codex_binary: Path,
+                                                     codex_agent_env: Any) -> None:
+    from ralph.testing.scripting import approve_turns, implement_turns
+
+    project = ralph_project
+    project.write_stories([story("US-001", "Greeting file")])
+    script = IterationScript({1: implement_turns("US-001", "hello.txt", "hello", python="python3"),
+                              2: approve_turns("US-001", 1, python="python3")})
+    server = scripted_responses(script)
+    result = project.run("run", "--runner", "bwrap", "--agent", "codex", "--timeout", "120",
+                         env=codex_agent_env(server.url), timeout=400)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    final = project.story("US-001")
+    assert (final["passes"], final["reviewStatus"], final["reviewCount"]) == (True, "approved", 1)
+    assert (project.path / "hello.txt").read_text() == "hello"
+    started = project.events("iteration_started")
+    assert [e["mode"] for e in started] == ["implement", "review"] and {e["agent"] for e in started} == {"codex"}
+    assert project.events("run_started")[0]["runner"] == "bwrap"
+    calls = project.events("model_request")
+    assert calls and all(call.get("status") == 200 for call in calls)  # metered through the relay

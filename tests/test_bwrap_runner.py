@@ -515,3 +515,31 @@ def test_gate_check_names_what_the_sandbox_lacks_and_the_fix(bwrap_available: No
     assert "not installed on this machine" in failed["ralph-no-such-program-here"].what
     assert "has no module ralph_no_such_module" in failed["python3 -m ralph_no_such_module"].what
     assert runner.gate_check(["timeout 60 git --version"])[0].ok is True
+
+
+def test_a_connection_flood_from_the_sandbox_is_bounded(bwrap_available: None, ralph_project: RalphProject,
+                                                        listener: ThreadingHTTPServer) -> None:
+    from ralph_plugins.runners.bwrap.relay import MAX_CONNECTIONS
+
+    path = ralph_project.path
+    port = listener.server_port
+    runner = make_runner(path, network="allowlist", allow_hosts=[f"127.0.0.1:{port}"])
+    runner.prepare(path)
+    flood = ("import socket, sys, time\n"
+             "held = []\n"
+             "for _ in range(int(sys.argv[2])):\n"
+             "    s = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+             "    held.append(s)\n"
+             "time.sleep(1.5)\n"
+             "print('held', len(held))\n")
+    (path / "flood.py").write_text(flood)
+    (path / "fetch.py").write_text(FETCH)
+    try:
+        result = runner.run_command(f"python3 flood.py {port} {MAX_CONNECTIONS + 40}", path, 60)
+        refused = runner.relay().refused
+        after = runner.run_command(f"python3 fetch.py http://127.0.0.1:{port}/", path, 60)
+    finally:
+        runner.cleanup()
+    assert "held" in result.output, result.output
+    assert refused >= 40, refused  # beyond the bound: closed at once, no thread of the loop's
+    assert after.output == "got hello from this machine\n", after.output  # the relay still serves afterwards

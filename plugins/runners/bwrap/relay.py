@@ -30,6 +30,8 @@ from typing import Callable
 CHUNK = 1 << 16
 MAX_HEAD = 1 << 16
 CONNECT_TIMEOUT = 30.0
+MAX_CONNECTIONS = 128
+"""Connections the relay carries at once (each costs two threads of the loop's process); more are closed."""
 
 
 def parse_entry(entry: str) -> tuple[str, int | None]:
@@ -106,6 +108,9 @@ class Relay:
         self._lock = threading.Lock()
         self.rules: list[tuple[str, int | None]] = []
         self.decisions: list[str] = []
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.refused = 0
+        """Connections closed at once because :data:`MAX_CONNECTIONS` were open."""
 
     # -- the sockets ---------------------------------------------------------------------------
 
@@ -150,7 +155,17 @@ class Relay:
                 client, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=handle, args=(client,), daemon=True).start()
+            if not self._slots.acquire(blocking=False):  # a flood from the sandbox costs the loop nothing more
+                self.refused += 1
+                client.close()
+                continue
+            threading.Thread(target=self._carry, args=(handle, client), daemon=True).start()
+
+    def _carry(self, handle: Callable[[socket.socket], None], client: socket.socket) -> None:
+        try:
+            handle(client)
+        finally:
+            self._slots.release()
 
     # -- what each socket does -----------------------------------------------------------------
 
