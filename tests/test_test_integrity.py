@@ -610,3 +610,34 @@ def test_a_tree_git_cannot_build_fails_the_check_not_the_loop(repo: Path, tmp_pa
     (tmp_path / "work").mkdir()
     check = check_module.check_tests(repo, start, RULES, ["true"], None, workdir=tmp_path / "work")
     assert check.passed is False and "Permission denied" in check.output and list((tmp_path / "work").iterdir()) == []
+
+
+def test_no_test_at_story_start_leaves_the_trusted_run_nothing_to_run(tmp_path: Path) -> None:
+    """A story that adds the first tests: whatever a command says of a tree without tests is no failure; the
+    findings still judge what was added, and a story-start test that was deleted still runs."""
+    from ralph.testintegrity.check import check_tests
+
+    path = tmp_path / "repo"
+    (path / "tests").mkdir(parents=True)
+    (path / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (path / "conftest.py").write_text("\n")  # test configuration is no test: nothing to run still
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "start")
+    start = git(path, "rev-parse", "HEAD").strip()
+    (path / "tests" / "test_calc.py").write_text("from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n")
+    check = check_tests(path, start, RULES, ["false"], None, workdir=tmp_path)
+    assert check.passed and check.nothing_to_run and not check.ran, check.output
+    assert check.export is not None and check.export.set_aside == ["tests/test_calc.py"]
+    assert "no test existed when the story started" in check.output
+    (path / "tests" / "conftest.py").write_text("import os\n\nos._exit(0)\n")
+    check = check_tests(path, start, RULES, ["false"], None, workdir=tmp_path)
+    assert not check.passed and check.nothing_to_run and [f.line for f in check.findings] == [3]
+
+    (path / "tests" / "conftest.py").unlink()
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "the first tests")
+    second = git(path, "rev-parse", "HEAD").strip()
+    (path / "tests" / "test_calc.py").unlink()  # the next story's start has a test: deleting it runs it anyway
+    check = check_tests(path, second, RULES, ["test -f tests/test_calc.py && false"], None, workdir=tmp_path)
+    assert check.ran and not check.nothing_to_run and not check.passed and check.exit_code == 1

@@ -79,10 +79,10 @@ class TestIntegrityGate(Gate):
         ]
         if check.changes.ignored:  # git keeps no trace of these: the story's later iterations are checked too
             self._sticky.add(story)
-        if check.passed and not check.ran:  # nothing changed, or only new tests and no command to run
+        if check.passed and not check.ran and not check.nothing_to_run:  # nothing changed, or no command to run
             return GateResult(self.name, True, check.output, seconds=seconds, where=context.where, skipped=True,
                               warnings=warnings)
-        data: dict[str, Any] = {"touched": check.changes.paths(), "ran": check.ran}
+        data: dict[str, Any] = {"touched": check.changes.paths(), "ran": check.ran, "nothing_to_run": check.nothing_to_run}
         if check.findings:
             data["violations"] = [str(f) for f in check.findings]
         if check.export is not None:

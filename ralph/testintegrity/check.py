@@ -57,6 +57,8 @@ class TestCheck:
     where: str = "host"
     ran: bool = False
     """Were the trusted commands run?"""
+    nothing_to_run: bool = False
+    """No test existed at story start: the trusted run had nothing to run (not a failure)."""
 
 
 def check_tests(
@@ -157,6 +159,14 @@ def _trusted_run(
             check.passed = False
             return
         aside = f"; set aside (new): {', '.join(export.set_aside)}" if export.set_aside else ""
+        if not export.start_tests:
+            # its purpose is running the story-start tests against the agent's code: with none, whatever a test
+            # runner says of an empty tree (pytest's exit 5, jest's "No tests found", a missing tests/) is not
+            # about the agent's work; the story-start tree is the loop's, so no work of the agent's gets here
+            check.nothing_to_run = True
+            lines.append(f"The trusted run: no test existed when the story started{aside}, so it has nothing to "
+                         "run; the tests you added are the tests gate's to run.")
+            return
         lines.append(f"The trusted run (the story-start tests against your code{aside}):")
         started = time.monotonic()
         check.ran = True

@@ -81,6 +81,9 @@ class Export:
     """Shared files whose test sections were put back."""
     linked: list[str] = field(default_factory=list)
     """Ignored dependency directories linked in from the project."""
+    start_tests: list[str] = field(default_factory=list)
+    """The test files of the story's start in the tree (a person-allowed one as the agent left it): what the
+    trusted run has to run.  Empty when no test existed at story start."""
 
 
 def _git(project_dir: Path, *args: str, env: dict[str, str] | None = None, input: bytes | None = None) -> bytes:  # noqa: A002
@@ -452,6 +455,7 @@ def build_export(
                 ours.append(path)
             export.merged.append(path)
         _drop_clashes(final, ours)
+        export.start_tests = sorted(p for p, e in final.items() if p in start and e[0] != "other" and rules.is_test(p))
         index = {"GIT_INDEX_FILE": str(Path(tmp) / "trusted")}
         _git(project_dir, "read-tree", "--empty", env=index)
         records = b"".join(
