@@ -661,3 +661,12 @@ def test_find_may_not_act_on_protected_files(host: PluginHost, project: Path) ->
     for command in ("find src -name '*.pyc' -delete", "find . -type f -exec grep -l TODO {} +",
                     "find . -name '*.md' -exec wc -l {} +"):
         assert bash(host, project, command, loop=loop) == [], command
+
+
+def test_git_hooks_are_not_written_by_any_tool(host: PluginHost, project: Path) -> None:
+    hook = project / ".git" / "hooks" / "pre-commit"
+    assert bash(host, project, f"echo 'git push' > {hook}") == ["write-system-files"]
+    assert bash(host, project, "cp x .git/hooks/") == ["write-system-files"]
+    assert [d.rule for d in call(host, project, "Write", {"file_path": str(hook), "content": "x"})] == [
+        "write-system-files"]
+    assert bash(host, project, "echo build/ >> .git/info/exclude") == []

@@ -481,7 +481,11 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
             f"`{name}` changes privileges and Ralph loops run without them: install what you need inside the "
             "project (a virtualenv, node_modules, a local bin directory) or leave a note for the user.",
         )
-    if name in ("chmod", "chown", "chgrp"):
+    if name in ("mount", "umount", "swapon", "swapoff", "losetup") and len(cmd.argv) > 1 and not all(
+            a in ("-l", "--list", "-h", "--help", "-V", "--version", "--show") or a.startswith("-t") for a in cmd.args):
+        ctx.deny("privilege", f"`{name}` changes the machine's file systems: work inside the project, or leave a "
+                              "note for the user.")
+    if name in ("chmod", "chown", "chgrp", "setfacl", "chattr"):
         _check_permissions(cmd, ctx)
     if name in CONTAINER_CLIS:
         _check_container(cmd, ctx)
@@ -592,6 +596,10 @@ def _check_ref_write(path: str, ctx: _Ctx, follow: bool = True) -> None:
             m = re.fullmatch(r"refs/heads/(main|master)|packed-refs", rel)
             if m:
                 _deny_merge(m.group(1) or "main", ctx)
+        for root in {ctx.project, ctx.project_real}:
+            if _under(where, os.path.join(root, ".git", "hooks")):
+                ctx.deny("write-system-files", f"Writing {where} installs a git hook: every later `git commit`/`git "
+                                               "merge` runs it. Leave .git/hooks alone; run checks directly.")
         if ctx.direct and _GIT_CONFIG_FILE.search(where):
             ctx.deny(
                 "git-push",
