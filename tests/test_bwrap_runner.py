@@ -543,3 +543,30 @@ def test_a_connection_flood_from_the_sandbox_is_bounded(bwrap_available: None, r
     assert "held" in result.output, result.output
     assert refused >= 40, refused  # beyond the bound: closed at once, no thread of the loop's
     assert after.output == "got hello from this machine\n", after.output  # the relay still serves afterwards
+
+
+def test_a_capture_the_agent_inflated_is_cut_off_and_refused(bwrap_available: None, ralph_project: RalphProject,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph.api.workspace import WorkspaceRefused
+    from ralph_plugins.runners.bwrap import runner as bwrap_runner
+
+    monkeypatch.setattr(bwrap_runner, "MAX_CAPTURE_BYTES", 1 << 20)  # 1 MB here: 2 GB in a run
+    seen: list[int] = []
+    real = bwrap_runner._bounded_run
+
+    def watched(*args: Any, **kw: Any) -> Any:
+        code, out, err = real(*args, **kw)
+        seen.append(len(out))
+        return code, out, err
+
+    monkeypatch.setattr(bwrap_runner, "_bounded_run", watched)
+    runner = make_runner(ralph_project.path, network="none")
+    runner.prepare(ralph_project.path)
+    before = ralph_project.git("rev-parse", "HEAD")
+    try:
+        with pytest.raises(WorkspaceRefused):
+            run_in(runner, ralph_project.path, ["sh", "-c", "head -c 8000000 /dev/urandom > big.bin; echo made"])
+    finally:
+        runner.cleanup()
+    assert max(seen) <= (1 << 20) + (1 << 20), seen  # read no further than the bound (and one chunk)
+    assert not (ralph_project.path / "big.bin").exists() and ralph_project.git("rev-parse", "HEAD") == before

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 SECTION = "bwrap"
 SHIP_TIMEOUT = 900.0
 """Seconds a ship-in or a capture may take in its sandbox (then it is killed and the run stops)."""
+MAX_CAPTURE_BYTES = 2 << 30
+"""Bytes read from a capture (the workspace exchange refuses a state larger than this): a checkout
+the agent filled with gigabytes is stopped there instead of filling the loop's memory."""
 ALWAYS_PASSED = ("LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "COLORTERM", "NO_COLOR", "GIT_AUTHOR_NAME",
                  "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
 """Host variables every sandbox gets when they are set (locale, terminal, the person's git identity)."""
@@ -262,12 +265,8 @@ class BwrapRunner(Runner):
         layout = self._layout(self._project)
         layout.toolchain = []  # a capture never lists the project's own toolchain as the agent's files
         argv_all = bwrap_argv(probe().binary, layout, list(argv), probe().features)
-        try:
-            done = subprocess.run(argv_all, input=stdin, capture_output=True, timeout=SHIP_TIMEOUT,
-                                  env=self._plain_env(), cwd=self._state)
-        except subprocess.TimeoutExpired:
-            return InsideResult(124, b"", f"the sandbox did not finish within {SHIP_TIMEOUT:.0f} s".encode())
-        return InsideResult(done.returncode, done.stdout, done.stderr)
+        code, out, err = _bounded_run(argv_all, stdin, env=self._plain_env(), cwd=self._state)
+        return InsideResult(code, out, err)
 
     def bring_back(self) -> None:
         """The running agent's work so far, captured in a fresh sandbox, checked and mirrored onto the
@@ -532,6 +531,59 @@ class BwrapRunner(Runner):
             return command, env
         inside = str(Path(__file__).resolve().parent / "inside.py")
         return [_python(), "-I", "-S", inside, *options, "--", *command], env
+
+
+def _bounded_run(argv: list[str], stdin: bytes, env: dict[str, str], cwd: Path) -> tuple[int, bytes, bytes]:
+    """(exit code, stdout, the end of stderr) of ``argv`` fed ``stdin``; stdout read up to one byte more
+    than :data:`MAX_CAPTURE_BYTES` (then the sandbox is killed: ``--die-with-parent`` ends what is in it),
+    the whole run within :data:`SHIP_TIMEOUT` (else killed, exit 124)."""
+    import time
+
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=env, cwd=cwd, start_new_session=True)
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    errors = bytearray()
+
+    def feed() -> None:
+        try:
+            process.stdin.write(stdin)  # type: ignore[union-attr]
+        except OSError:
+            pass
+        finally:
+            try:
+                process.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+
+    def drain() -> None:
+        for chunk in iter(lambda: process.stderr.read(65536), b""):  # type: ignore[union-attr]
+            errors.extend(chunk)
+            del errors[:-(1 << 20)]
+
+    helpers = [threading.Thread(target=feed, daemon=True), threading.Thread(target=drain, daemon=True)]
+    for helper in helpers:
+        helper.start()
+    deadline = time.monotonic() + SHIP_TIMEOUT
+    killed = threading.Timer(SHIP_TIMEOUT, process.kill)
+    killed.start()
+    out = bytearray()
+    try:
+        while len(out) <= MAX_CAPTURE_BYTES:
+            chunk = os.read(process.stdout.fileno(), 1 << 20)
+            if not chunk:
+                break
+            out.extend(chunk)
+        if len(out) > MAX_CAPTURE_BYTES:
+            process.kill()
+        code = process.wait()
+    finally:
+        killed.cancel()
+        process.stdout.close()
+    for helper in helpers:
+        helper.join(timeout=10)
+    if time.monotonic() >= deadline:
+        return 124, bytes(out), f"the sandbox did not finish within {SHIP_TIMEOUT:.0f} s".encode()
+    return (0 if len(out) > MAX_CAPTURE_BYTES else code), bytes(out), bytes(errors)
 
 
 def _bytes(size: str) -> int:
