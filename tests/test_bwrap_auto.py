@@ -120,3 +120,20 @@ def test_with_docker_auto_still_prefers_the_docker_sandbox(bwrap_available: None
     ralph_project.write_stories([story("US-001")], verifyCommands=["git --version"])
     dry = ralph_project.run("run", "--agent", "claude", "--dry-run", env={"ANTHROPIC_API_KEY": "test-key"})
     assert runner_line(dry.stdout) == "runner:  docker-sandbox", dry.stdout + dry.stderr
+
+
+def test_a_run_auto_chose_bwrap_for_says_so_first(bwrap_available: None, ralph_project: RalphProject,  # noqa: F811
+                                                  no_docker: dict[str, str]) -> None:
+    from ralph.testing import ReplayScript, say
+
+    ralph_project.write_stories([story("US-001")])
+    script = ReplayScript().iteration(1, say("looked around"))
+    env = {**no_docker, **script.env(ralph_project.ralph_dir / "script.json")}  # in the project: the sandbox sees it
+    ralph_project.commit_all("the replay script")
+    result = ralph_project.run("run", "--agent", "replay", "-n", "1", env=env)
+    assert result.returncode == 1, result.stdout + result.stderr  # its one iteration
+    assert "sandbox: bwrap, chosen by auto because docker-sandbox: the Docker engine does not answer" in result.stderr
+    assert "no sandbox" not in result.stderr
+    started = ralph_project.events("run_started")[0]
+    assert started["runner"] == "bwrap" and started["sandboxed"] is True
+    assert started["fallback_reason"].startswith("docker-sandbox: the Docker engine does not answer")
