@@ -60,7 +60,8 @@ def assert_skip_review_cheat_undone(project: RalphProject, result: Any, server: 
     assert project.story("US-001")["passes"] and project.story("US-002")["notes"] == "exports CSV"
 
 
-RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow)]
+RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox", marks=pytest.mark.slow),
+           pytest.param("bwrap", marks=pytest.mark.slow)]
 
 
 @pytest.fixture
@@ -70,6 +71,8 @@ def run_in(request: pytest.FixtureRequest, ralph_project: RalphProject, claude_b
 
     def run(runner: str, script: Any, *args: str) -> tuple[Any, ScriptedModelServer]:
         host = "127.0.0.1"
+        if runner == "bwrap":
+            request.getfixturevalue("bwrap_available")
         if runner == "docker-sandbox":
             request.getfixturevalue("sandbox_project")
             host = request.getfixturevalue("gateway")
@@ -91,6 +94,7 @@ def run_in(request: pytest.FixtureRequest, ralph_project: RalphProject, claude_b
 
 # the docker fixtures, for the sandbox case (requested lazily above)
 import test_docker_sandbox as _docker  # noqa: E402
+from test_bwrap_runner import bwrap_available  # noqa: E402,F401  (the bwrap cases)
 
 docker_client, gateway, sandbox_image, sandbox_project = (
     _docker.docker_client, _docker.gateway, _docker.sandbox_image, _docker.sandbox_project)
