@@ -400,3 +400,36 @@ def test_codex_implements_and_reviews_in_the_sandbox(bwrap_available: None, ralp
     assert project.events("run_started")[0]["runner"] == "bwrap"
     calls = project.events("model_request")
     assert calls and all(call.get("status") == 200 for call in calls)  # metered through the relay
+
+
+# -- the tests that decide: test integrity in the sandbox ---------------------------------------------------
+
+import test_test_integrity_claude as _integrity  # noqa: E402
+
+
+@pytest.mark.parametrize("attack", sorted(_integrity.SANDBOX_ATTACKS))
+def test_weakened_tests_get_the_story_sent_back_in_the_sandbox(attack: str, run_bwrap: Any,
+                                                               ralph_project: RalphProject) -> None:
+    project = ralph_project
+    steps, named = _integrity.SANDBOX_ATTACKS[attack]
+    _integrity.make_calc_project(project, _integrity.UNITTEST)
+    script = IterationScript({1: _integrity.implement(*steps), 2: _integrity.approve(), 3: _integrity.approve()})
+    result, server = run_bwrap(script, "-n", "2")
+
+    _integrity.assert_sent_back(project, result, server, script, named)
+    gate = next(g for g in project.events("gate") if g["gate"] == "test-integrity")
+    assert gate["where"] == "sandbox" and "AssertionError: 0 != 4" in gate["output"], gate["output"]
+
+
+def test_honest_work_that_adds_tests_completes_in_the_sandbox(run_bwrap: Any, ralph_project: RalphProject) -> None:
+    project = ralph_project
+    _integrity.make_calc_project(project, _integrity.UNITTEST)
+    more = _integrity.TEST_CALC + "\n    def test_add_negative(self):\n        self.assertEqual(add(-1, -2), -3)\n"
+    steps = [_integrity.write("tests/test_calc.py", more)]
+    script = IterationScript({1: _integrity.implement(*steps, code=_integrity.CALC_RIGHT), 2: _integrity.approve()})
+    result, server = run_bwrap(script, "-n", "3")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert project.story("US-001")["passes"] is True and project.story("US-001")["reviewCount"] == 1
+    gates = [(g["gate"], g["passed"], g["where"]) for g in project.events("gate")]
+    assert gates == [("test-integrity", True, "sandbox"), ("tests", True, "sandbox")], gates
