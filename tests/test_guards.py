@@ -670,3 +670,15 @@ def test_git_hooks_are_not_written_by_any_tool(host: PluginHost, project: Path) 
     assert [d.rule for d in call(host, project, "Write", {"file_path": str(hook), "content": "x"})] == [
         "write-system-files"]
     assert bash(host, project, "echo build/ >> .git/info/exclude") == []
+
+
+@pytest.mark.parametrize("command", ["sort -o ralph/prd.md evil.txt", "curl -s -o ralph/prompt.md file:///tmp/evil.txt",
+                                     "patch -s ralph/prd.md evil.diff", "tar -xf evil.tar",
+                                     "awk -i inplace '{print \"EVIL\"}' ralph/prompt.md",
+                                     "gawk --include=inplace -v x=1 '{print}' ralph/prd.md"])
+def test_writes_the_loop_used_to_restore_are_denied_first(host: PluginHost, project: Path, command: str) -> None:
+    """The loop restores protected files after an iteration (tests/test_trust_loop_claude.py); these writes of
+    them are denied before they run, in both runners."""
+    for runner in ("direct", "docker-sandbox"):
+        assert "protected-file" in bash(host, project, command, loop=make_loop(project, runner=runner)), runner
+    assert bash(host, project, "awk -i inplace '{print}' src/app.py") == []

@@ -7,18 +7,15 @@ through a shell line of the test). Unit level: tests/test_trust_inputs.py.
 
 from __future__ import annotations
 
-import io
 import json
 import shlex
 import subprocess
-import tarfile
 from typing import Any
 
 import pytest
 
 from ralph.testing.model_server import IterationScript, Turn, text, tool
 from ralph.testing.project import RalphProject, story
-from ralph.testing.requirements import require
 
 pytestmark = pytest.mark.real_claude
 
@@ -224,25 +221,14 @@ def _bypasses(project: RalphProject) -> list[tuple[str, str, str]]:
         ["git", "diff", "--no-index", "--", "ralph/prd.md", "evil.txt"], cwd=project.path, capture_output=True, text=True
     ).stdout.replace("b/evil.txt", "b/ralph/prd.md")
     (project.path / "evil.diff").write_text(diff)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        data = EVIL.encode()
-        info = tarfile.TarInfo(".claude/settings.local.json")
-        info.size = len(data)
-        archive.addfile(info, io.BytesIO(data))
-    (project.path / "evil.tar").write_bytes(buffer.getvalue())
     _stash_evil_prd(project)
     project.commit_all("attack material")
     assert prd  # the trusted PRD is the template ralph init wrote
-    url = (project.path / "evil.txt").as_uri()
+    # `sort -o`, `curl -o`, `patch FILE`, `tar -x` and `awk -i inplace` were here too: the guards deny them now,
+    # before they run (tests/test_guards.py::test_writes_the_loop_used_to_restore_are_denied_first)
     return [
-        ("sort -o", "ralph/prd.md", "sort -o ralph/prd.md evil.txt"),
-        ("curl -o", "ralph/prompt.md", f"curl -s -o ralph/prompt.md {shlex.quote(url)}"),
         ("git apply", "ralph/prd.md", "git apply evil.diff"),
-        ("patch", "ralph/prd.md", "patch -s ralph/prd.md evil.diff"),
-        ("tar -x", ".claude/settings.local.json", "tar -xf evil.tar"),
         ("git stash pop", "ralph/prd.md", "git stash pop -q"),
-        ("awk -i inplace", "ralph/prompt.md", "awk -i inplace '{print \"EVIL\"}' ralph/prompt.md"),
         ("cd .cl*/ && >", ".claude/settings.json", "mkdir -p .claude && cd .cl*/ && echo '{\"disableAllHooks\": true}' > settings.json"),
     ]
 
@@ -250,8 +236,6 @@ def _bypasses(project: RalphProject) -> list[tuple[str, str, str]]:
 def test_protected_file_bypasses_are_restored_and_logged(
     ralph_project, scripted_model, claude_binary, claude_agent_env
 ) -> None:
-    gawk = subprocess.run(["awk", "--version"], capture_output=True, text=True).stdout
-    require("GNU Awk" in gawk, "awk is not GNU awk (apt-get install gawk): `awk -i inplace` needs it")
     ralph_project.write_stories([story("US-001")])
     attacks = _bypasses(ralph_project)
     trusted = {

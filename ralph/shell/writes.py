@@ -529,6 +529,30 @@ def _split(w: Walker, call: Call) -> None:
         add_write(w, call, Word(prefix.text + "*", prefix.dynamic, True, input=prefix.input))
 
 
+def _awk_in_place(w: Walker, call: Call) -> None:
+    """``gawk -i inplace PROGRAM FILE...`` (``--include=inplace``): the files are rewritten."""
+    words = call.words
+    texts = [x.text for x in words]
+    inplace = any(texts[k] in ("-i", "--include") and k + 1 < len(texts) and texts[k + 1] in ("inplace", "inplace.awk")
+                  for k in range(1, len(texts))) or any(t in ("--include=inplace", "-iinplace") for t in texts)
+    if not inplace:
+        return
+    i, program_given = 1, False
+    while i < len(words):
+        t = words[i].text
+        if t in ("-i", "--include", "-f", "--file", "-v", "--assign", "-F", "--field-separator", "-l", "--load"):
+            program_given = program_given or t in ("-f", "--file")
+            i += 2
+            continue
+        if t.startswith("-") and not words[i].dynamic and t != "-":
+            i += 1
+            continue
+        break
+    for word in words[i + (0 if program_given else 1) :]:
+        if "=" not in word.text or word.dynamic:  # `var=value` operands are assignments, not files
+            add_write(w, call, word)
+
+
 def _sponge(w: Walker, call: Call) -> None:
     """``sponge [-a] FILE`` (moreutils): FILE gets stdin."""
     append = any(x.text == "-a" for x in call.words[1:])
@@ -621,7 +645,7 @@ _NOT_OUTPUT = frozenset(
      "readlink", "realpath", "stat", "file", "find", "which", "type", "command", "echo", "printf", "test", "[",
      "cp", "mv", "install", "ln", "link", "rsync", "scp", "tar", "gtar", "bsdtar", "unzip", "7z", "7za", "7zr", "cpio",
      "patch", "curl", "wget", "sort", "uniq", "split", "csplit", "logsave", "sponge", "zip", "sqlite3", "duckdb",
-     "dd"})
+     "dd", "awk", "gawk"})
 """Programs whose ``-o`` is no output file (``ls -o``, ``ssh -o Option``, ``ps -o fields`` ...) or that are
 read elsewhere."""
 
@@ -680,6 +704,8 @@ WRITERS: dict[str, Handler] = {
     "csplit": _split,
     "logsave": _logsave,
     "sponge": _sponge,
+    "awk": _awk_in_place,
+    "gawk": _awk_in_place,
     "zip": _zip,
     "sqlite3": _database,
     "duckdb": _database,
