@@ -570,3 +570,14 @@ def test_a_capture_the_agent_inflated_is_cut_off_and_refused(bwrap_available: No
         runner.cleanup()
     assert max(seen) <= (1 << 20) + (1 << 20), seen  # read no further than the bound (and one chunk)
     assert not (ralph_project.path / "big.bin").exists() and ralph_project.git("rev-parse", "HEAD") == before
+
+
+def test_no_user_namespace_and_no_terminal_inside(runner: Any, ralph_project: RalphProject) -> None:
+    from ralph_plugins.runners.bwrap.probe import probe
+
+    require(probe().features.disable_userns, "this bubblewrap has no --disable-userns (0.8 and later)")
+    script = "unshare --user --map-root-user true 2>/dev/null; echo userns=$?; (exec 3</dev/tty) 2>/dev/null; echo tty=$?"
+    outcome, lines = run_in(runner, ralph_project.path, ["sh", "-c", script])
+    out = dict(line.split("=", 1) for line in lines)
+    assert out["userns"] != "0", lines  # nothing can be remounted or unhidden from a namespace of its own
+    assert out["tty"] != "0", lines  # a new session without a terminal: no TIOCSTI into the person's

@@ -523,8 +523,9 @@ class BwrapRunner(Runner):
             options += ["--forward", f"{port}={PRIVATE_MOUNT}/net/tcp-{port}.sock"]
         if hosts:
             relay.proxy(sorted(set(hosts)))
-            options += ["--forward", f"{PROXY_PORT}={PRIVATE_MOUNT}/net/proxy.sock"]
-            proxy = f"http://127.0.0.1:{PROXY_PORT}"
+            port = next(p for p in range(PROXY_PORT, PROXY_PORT + 100) if p not in forwards)  # not a forwarded one
+            options += ["--forward", f"{port}={PRIVATE_MOUNT}/net/proxy.sock"]
+            proxy = f"http://127.0.0.1:{port}"
             env = {**env, **{name: proxy for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}}
             env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
         if not options:
