@@ -15,6 +15,16 @@ pytest_plugins = ["ralph.testing"]
 
 
 @pytest.fixture
+def bwrap_available() -> None:
+    """The system's bubblewrap makes the bwrap runner's sandbox here (skip, or fail under CI=true)."""
+    from ralph.testing.requirements import require
+    from ralph_plugins.runners.bwrap.probe import probe
+
+    found = probe()
+    require(found.ok, f"the bwrap runner cannot be used here: {found.reason}")
+
+
+@pytest.fixture
 def fake_dists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeDists]:
     """Fake third-party distributions on ``sys.path`` (tests/fakedists.py), plugin env vars unset."""
     from ralph.plugin.entrypoints import DISABLE_ENV, NO_AUTOLOAD_ENV

@@ -25,7 +25,6 @@ import test_review_integrity_claude as _loop  # noqa: E402
 RUNNERS, run_loop = _loop.RUNNERS, _loop.run_loop
 docker_client, gateway, sandbox_image, sandbox_project = (
     _loop.docker_client, _loop.gateway, _loop.sandbox_image, _loop.sandbox_project)
-bwrap_available = _loop.bwrap_available
 
 pytestmark = pytest.mark.real_claude
 

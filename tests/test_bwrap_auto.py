@@ -15,7 +15,6 @@ import pytest
 
 from ralph.testing.project import RalphProject, story
 
-from test_bwrap_runner import bwrap_available  # noqa: F401  (fixture)
 
 NO_DOCKER = "no-docker.sock"
 

@@ -19,7 +19,6 @@ import pytest
 
 from ralph.testing.model_server import IterationScript, ScriptedModelServer, Turn, text, tool
 from ralph.testing.project import RalphProject, story
-from ralph.testing.requirements import require
 
 from test_loop_claude import approve, implement, review_fix_cycle, set_fields
 
@@ -36,15 +35,6 @@ def write(path: Path, content: str) -> Turn:
 
 def done(say: str = "Done.") -> Turn:
     return Turn([text(say)])
-
-
-@pytest.fixture
-def bwrap_available() -> None:
-    """The system's bubblewrap makes the runner's sandbox here (skip, or fail under CI=true)."""
-    from ralph_plugins.runners.bwrap.probe import probe
-
-    found = probe()
-    require(found.ok, f"the bwrap runner cannot be used here: {found.reason}")
 
 
 @pytest.fixture

@@ -43,14 +43,6 @@ def run_in(runner: Any, project: Path, argv: list[str], timeout: float = 60, **k
 
 
 @pytest.fixture
-def bwrap_available() -> None:
-    from ralph_plugins.runners.bwrap.probe import probe
-
-    found = probe()
-    require(found.ok, f"the bwrap runner cannot be used here: {found.reason}")
-
-
-@pytest.fixture
 def runner(bwrap_available: None, ralph_project: RalphProject) -> Iterator[Any]:
     runner = make_runner(ralph_project.path, network="none")
     runner.prepare(ralph_project.path)

@@ -79,7 +79,7 @@ def test_missing_ralph_dir_points_at_init(tmp_path, project) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--runner", "warp-drive"], "unknown runner 'warp-drive'; available: auto, direct"),
+        (["--runner", "warp-drive"], "unknown runner 'warp-drive'; available: auto, bwrap, direct"),
         (["--agent", "hal"], "unknown agent 'hal'; available: claude, codex, replay"),
         (["--policy", "yolo"], "unknown policy 'yolo'"),
         (["-n", "101"], "is above the limit of 100 iterations"),

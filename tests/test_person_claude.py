@@ -109,7 +109,6 @@ import test_docker_sandbox as _docker  # noqa: E402
 
 docker_client, gateway, sandbox_image, sandbox_project = (
     _docker.docker_client, _docker.gateway, _docker.sandbox_image, _docker.sandbox_project)
-from test_bwrap_runner import bwrap_available  # noqa: E402,F401  (the bwrap cases)
 
 
 def prompt_of(project: RalphProject, number: int, run: int = -1) -> str:

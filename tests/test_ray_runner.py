@@ -237,14 +237,16 @@ def test_without_ray_the_runner_says_how_to_install_it(ralph_project, monkeypatc
     assert RayRunner(None).availability().reason == NO_RAY
 
 
-def test_auto_never_picks_ray_even_when_it_is_available() -> None:
+def test_auto_never_picks_ray_even_when_it_is_available(tmp_path) -> None:
+    from ralph.config import RalphConfig
     from ralph.plugin.manager import PluginHost
+    from ralph.settings import Settings
     from ralph_plugins.runners.auto import AutoRunner
 
     host = PluginHost()
     assert "ray" in host.runners.names()
-    chosen = AutoRunner(None).resolve(host.runners)
-    assert chosen.name in {"docker-sandbox", "direct"}
+    chosen = AutoRunner(Settings(tmp_path, RalphConfig(), {})).resolve(host.runners)
+    assert chosen.name in {"docker-sandbox", "bwrap", "direct"}
 
 
 def test_fleet_of_three_prds_on_two_nodes_brings_each_branch_back(ralph_project, cluster, tmp_path) -> None:

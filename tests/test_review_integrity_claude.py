@@ -101,7 +101,6 @@ def run_loop(request: pytest.FixtureRequest, ralph_project: RalphProject, script
 
 # the docker fixtures, for the sandbox cases (requested lazily above)
 import test_docker_sandbox as _docker  # noqa: E402
-from test_bwrap_runner import bwrap_available  # noqa: E402,F401  (the bwrap cases)
 
 docker_client, gateway, sandbox_image, sandbox_project = (
     _docker.docker_client, _docker.gateway, _docker.sandbox_image, _docker.sandbox_project)

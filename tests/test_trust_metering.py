@@ -24,7 +24,6 @@ from ralph.testing.scripting import bash_turns, commit_command, set_fields_comma
 
 # the docker-sandbox fixtures (engine, image, bridge gateway, a project for the sandbox), for the sandbox case
 from test_docker_sandbox import docker_client, gateway, sandbox_image, sandbox_project  # noqa: E402,F401
-from test_bwrap_runner import bwrap_available  # noqa: E402,F401  (the bwrap cases)
 
 pytestmark = pytest.mark.real_claude
 
