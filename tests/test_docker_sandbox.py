@@ -91,6 +91,11 @@ def containers_of(client: Any, project: Path) -> list[Any]:
     return client.containers.list(all=True, filters={"label": ["ralph.sandbox=1", f"ralph.project={project}"]})
 
 
+def volumes_of(client: Any, project: Path) -> list[Any]:
+    """The project's checkout volumes (the agent's own checkout of a run)."""
+    return client.volumes.list(filters={"label": ["ralph.sandbox=1", f"ralph.project={project}"]})
+
+
 def networks_of(client: Any, project: Path) -> list[Any]:
     return client.networks.list(filters={"label": ["ralph.sandbox=1", f"ralph.project={project}"]})
 
@@ -102,6 +107,8 @@ def sandbox_project(ralph_project: RalphProject, docker_client: Any, sandbox_ima
         container.remove(force=True)
     for network in networks_of(docker_client, ralph_project.path):
         network.remove()
+    for volume in volumes_of(docker_client, ralph_project.path):
+        volume.remove(force=True)
 
 
 def configure(project: RalphProject, **section: Any) -> None:
@@ -186,9 +193,10 @@ def test_full_loop_in_sandbox_reaches_approved_story(
     assert project.events("run_started")[0]["runner"] == "docker-sandbox"
     assert [e["mode"] for e in project.events("iteration_started")] == ["implement", "review"]
     assert script.unscripted == 0
-    # the loop's cleanup removed the container, the proxy and the network
+    # the loop's cleanup removed the containers, the proxy, the network and the agent's checkout
     assert containers_of(docker_client, project.path) == []
     assert networks_of(docker_client, project.path) == []
+    assert volumes_of(docker_client, project.path) == []
 
 
 # -- ownership, hardening ------------------------------------------------------------------
@@ -196,52 +204,70 @@ def test_full_loop_in_sandbox_reaches_approved_story(
 
 def test_files_written_belong_to_the_agent_user(sandbox_project: RalphProject) -> None:
     path = sandbox_project.path
-    os.chmod(path, 0o777)
     runner = make_runner(path, network="none", user="1234:2345")
     runner.prepare(path)
     try:
-        outcome, lines = run_in(runner, path, ["sh", "-c", "echo x > by-agent.txt && id -u && id -g"])
+        outcome, lines = run_in(runner, path, ["sh", "-c", "echo x > by-agent.txt && id -u && id -g && stat -c %u:%g . by-agent.txt"])
     finally:
         runner.cleanup()
     assert outcome.exit_code == 0, outcome.stderr
-    assert lines == ["1234", "2345"]
+    # in its own checkout the agent's user owns what it writes (and the checkout itself) ...
+    assert lines == ["1234", "2345", "1234:2345", "1234:2345"]
+    # ... and its work reaches the project only as the loop's own copy, written by this user
     st = (path / "by-agent.txt").stat()
-    assert (st.st_uid, st.st_gid) == (1234, 2345)
+    assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+    assert (path / "by-agent.txt").read_text() == "x\n"
     # and by default: the host user's uid:gid
     assert make_runner(path, network="none").options().user == f"{os.getuid()}:{os.getgid()}"
 
 
-def test_hardening_git_hooks_and_config_read_only(sandbox_project: RalphProject, docker_client: Any) -> None:
+def test_hardening_and_the_project_is_never_mounted(sandbox_project: RalphProject, docker_client: Any) -> None:
     path = sandbox_project.path
+    config_before = (path / ".git/config").read_bytes()
     runner = make_runner(path, network="none", pids=64, memory="256m", cpus=0.5)
     runner.prepare(path)
+    seen: list[dict[str, Any]] = []
+    remove = runner.sandbox._remove
+
+    def remember(container: Any) -> None:  # the agent's container as the engine made it, before it goes
+        container.reload()
+        seen.append(container.attrs["HostConfig"])
+        remove(container)
+
+    runner.sandbox._remove = remember
     try:
         script = (
-            "echo '#!/bin/sh' > .git/hooks/pre-commit; echo hooks=$?; "
-            "echo '[core]' >> .git/config; echo config=$?; "
+            "echo '#!/bin/sh' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; "
+            "echo '[core]' >> .git/config; echo '\tfsmonitor = /tmp/evil' >> .git/config; "
             "echo ok > project-file.txt; echo project=$?; "
             "touch /etc/evil 2>/dev/null; echo rootfs=$?; "
             "touch /tmp/scratch; echo tmp=$?; "
             "grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; "
             "test -e /var/run/docker.sock; echo docker_sock=$?; "
+            "echo mounts=$(grep -c \" $PWD \" /proc/self/mountinfo); "
             "cat /proc/1/comm"
         )
         outcome, lines = run_in(runner, path, ["sh", "-c", script])
-        attrs = docker_client.containers.get(runner.sandbox.name).attrs["HostConfig"]
+        after = run_in(runner, path, ["sh", "-c", "cat .git/config; ls .git/hooks"])[1]
     finally:
         runner.cleanup()
     out = dict(line.split("=", 1) for line in lines if "=" in line)
-    assert out["hooks"] != "0" and out["config"] != "0", lines
+    # the agent's .git changes stay in its checkout: the project's .git never sees them ...
     assert not (path / ".git/hooks/pre-commit").exists()
-    assert "[core]" not in (path / ".git/config").read_text().split("\n")[-2:]
-    assert out["project"] == "0" and out["tmp"] == "0"
+    assert (path / ".git/config").read_bytes() == config_before
+    # ... and its checkout's config and hooks are put back before the next container
+    assert "fsmonitor" not in "\n".join(after) and "pre-commit" not in after
+    assert out["project"] == "0" and out["tmp"] == "0" and (path / "project-file.txt").read_text() == "ok\n"
     assert out["rootfs"] != "0"
     assert out["docker_sock"] != "0"
     assert "CapEff:\t0000000000000000" in lines and "NoNewPrivs:\t1" in lines
     assert lines[-1] == "docker-init"
+    attrs = seen[0]
     assert attrs["PidsLimit"] == 64 and attrs["Memory"] == 256 * 1024 * 1024 and attrs["NanoCpus"] == 500_000_000
-    assert attrs["ReadonlyRootfs"] is True and attrs["CapDrop"] == ["ALL"]
-    assert not any("docker.sock" in bind for bind in (attrs.get("Binds") or []))
+    assert attrs["ReadonlyRootfs"] is True and attrs["CapDrop"] == ["ALL"] and not attrs.get("CapAdd")
+    assert not attrs.get("Binds") and not any(str(path) in m for m in attrs.get("Binds") or [])
+    assert out["mounts"] == "1"  # the project's path is one mount: the agent's checkout volume, nothing of the host
+    assert all(c.labels.get("ralph.role") != "agent" for c in containers_of(docker_client, path))
 
 
 # -- network policy -------------------------------------------------------------------------
@@ -397,6 +423,7 @@ def test_ctrl_c_leaves_no_container_and_crash_leftovers_are_swept(
         assert process.returncode == 130, out + err
         assert containers_of(docker_client, project.path) == []
         assert networks_of(docker_client, project.path) == []
+        assert volumes_of(docker_client, project.path) == []
 
         # a crash (SIGKILL: no cleanup) leaves the container; the next run finds it by label and removes it
         # (--fresh: the interrupted run's state would otherwise ask for --resume)
@@ -415,6 +442,7 @@ def test_ctrl_c_leaves_no_container_and_crash_leftovers_are_swept(
         assert result.returncode == 1, result.stdout + result.stderr
     assert leftover.id not in [c.id for c in docker_client.containers.list(all=True)]
     assert containers_of(docker_client, project.path) == []
+    assert volumes_of(docker_client, project.path) == []
 
 
 # -- clear errors ---------------------------------------------------------------------------

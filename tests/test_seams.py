@@ -30,8 +30,6 @@ KNOWN_IMPORTS = {
                        "runner (its Runner methods and its config section), never through its files or variables",
 }
 KNOWN_VARIABLES = {
-    ("docker", "RALPH_CODEX_BASE_URL"): "the allowlist proxy lets the codex agent's endpoint through; it goes when "
-                                        "the docker runner lets channel.model_upstream through instead",
     ("bwrap", "RALPH_CODEX_BASE_URL"): "the same in the bwrap sandbox's allowlist (and its environment allowlist); "
                                        "it goes when the bwrap runner lets channel.model_upstream through instead",
 }

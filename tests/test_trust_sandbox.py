@@ -1,8 +1,8 @@
 """The trust boundary inside the docker sandbox, at the runner level (real Docker engine).
 
-Git metadata mounted read-only while git still works, gate commands in the
-container (never on the host), the process sweep after every exec, and the
-hook socket's read-only directory (connecting still works, deleting fails).
+The agent's own checkout (its .git changes never reach the project's), gate commands in a
+container (never on the host), every container removed with its processes when its command
+ends, and the hook socket's read-only directory (connecting still works, deleting fails).
 """
 
 from __future__ import annotations
@@ -32,27 +32,31 @@ def runner(sandbox_project: RalphProject):  # type: ignore[no-untyped-def]
     runner.cleanup()
 
 
-def test_git_metadata_is_read_only_and_git_still_works(runner: Any, sandbox_project: RalphProject) -> None:
+def test_the_agent_works_on_its_own_checkout_and_git_works_there(runner: Any, sandbox_project: RalphProject) -> None:
     path = sandbox_project.path
+    git_files = {name: (path / ".git" / name).read_bytes() for name in ("config", "info/exclude")}
     script = (
-        "for f in .git/config .git/info/exclude .git/hooks/pre-commit .git/info/attributes; do "
-        "  (echo x >> $f) 2>/dev/null; echo $f=$?; done; "
+        "echo '[core]' >> .git/config; echo '\tfsmonitor = sh -c \"touch /tmp/fsmonitor-ran\"' >> .git/config; "
+        "printf '#!/bin/sh\\ntouch hook-ran\\n' > .git/hooks/post-commit; chmod +x .git/hooks/post-commit; "
+        "echo x >> .git/info/exclude; "
         "echo change > work.txt && git add work.txt; echo add=$?; "
         "git -c user.name=a -c user.email=b@c commit -qm in-sandbox; echo commit=$?; "
-        "git status --porcelain; echo status=$?; "
+        "git status --porcelain >/dev/null; echo status=$?; "
         "git branch side && git checkout -q side && git checkout -q main; echo branch=$?; "
-        "git stash list >/dev/null; echo stash=$?; "
         "git gc -q; echo gc=$?"
     )
-    exclude_before = (path / ".git/info/exclude").read_text()
     outcome, lines = run_in(runner, path, ["sh", "-c", script])
     out = dict(line.split("=", 1) for line in lines if "=" in line)
-    for name in (".git/config", ".git/info/exclude", ".git/hooks/pre-commit", ".git/info/attributes"):
-        assert out[name] != "0", lines
-    assert (path / ".git/info/exclude").read_text() == exclude_before
-    for step in ("add", "commit", "status", "branch", "stash", "gc"):
+    for step in ("add", "commit", "status", "branch", "gc"):
         assert out[step] == "0", (step, lines)
+    # the commit came back as git objects; the project's .git config, hooks and info are as they were
     assert "in-sandbox" in sandbox_project.git("log", "-1", "--format=%s")
+    assert {name: (path / ".git" / name).read_bytes() for name in git_files} == git_files
+    assert not (path / ".git/hooks/post-commit").exists()
+    assert "side" not in sandbox_project.git("branch", "--list")  # only the run's branch travels back
+    # the next container's checkout has the loop's .git config again: what the agent configured never runs
+    _, again = run_in(runner, path, ["sh", "-c", "cat .git/config; ls .git/hooks; git log -1 --format=%s"])
+    assert "fsmonitor" not in "\n".join(again) and "post-commit" not in again and again[-1] == "in-sandbox"
 
 
 def test_gate_command_runs_in_the_container_never_on_the_host(runner: Any, sandbox_project: RalphProject, tmp_path: Path) -> None:
@@ -74,23 +78,21 @@ def test_gate_command_runs_in_the_container_never_on_the_host(runner: Any, sandb
     assert (failing.exit_code, failing.output) == (3, "some output")
 
 
-def test_processes_left_by_a_gate_command_are_killed(any_user_runner: Any, sandbox_project: RalphProject) -> None:
+def test_processes_left_by_a_gate_command_are_killed(any_user_runner: Any, sandbox_project: RalphProject,
+                                                    tmp_path: Path) -> None:
     runner = any_user_runner
-    path = sandbox_project.path
-    writer = "setsid sh -c 'while :; do echo x >> gate-bg.log; sleep 0.1; done' </dev/null >/dev/null 2>&1 & echo started"
-    result = runner.run_command(writer, path, 60)
+    outside = tmp_path / "gate-dir"  # a directory the loop made: mounted read-write at its own path
+    outside.mkdir()
+    outside.chmod(0o777)
+    log = outside / "gate-bg.log"
+    writer = (f"setsid sh -c 'while :; do echo x >> {log}; sleep 0.1; done' </dev/null >/dev/null 2>&1 & "
+              "sleep 0.5; echo started")
+    result = runner.run_command(writer, outside, 60)
     assert (result.exit_code, result.output) == (0, "started")
-    size = (path / "gate-bg.log").stat().st_size if (path / "gate-bg.log").exists() else 0
+    size = log.stat().st_size
+    assert size > 0
     time.sleep(1.0)
-    after = (path / "gate-bg.log").stat().st_size if (path / "gate-bg.log").exists() else 0
-    assert after == size, "a background process of a gate command survived it"
-    # a gate that kills the shell which would sweep: the separate sweep still runs
-    escape = writer.replace("gate-bg.log", "gate-bg2.log") + "; kill -KILL $(ps -o ppid= -p $PPID)"
-    escaped = runner.run_command(escape, path, 60)
-    assert "@@" not in escaped.output and escaped.exit_code != 0  # the folded sweep never ran
-    size = (path / "gate-bg2.log").stat().st_size if (path / "gate-bg2.log").exists() else 0
-    time.sleep(1.0)
-    assert ((path / "gate-bg2.log").stat().st_size if (path / "gate-bg2.log").exists() else 0) == size
+    assert log.stat().st_size == size, "a background process of a gate command survived it"
 
 
 @pytest.fixture(params=["host-user", "other-user"])
@@ -108,27 +110,20 @@ def any_user_runner(request: pytest.FixtureRequest, sandbox_project: RalphProjec
     runner.cleanup()
 
 
-def test_processes_left_by_an_exec_are_killed(any_user_runner: Any, sandbox_project: RalphProject) -> None:
+def test_processes_left_by_an_agent_run_are_killed(any_user_runner: Any, sandbox_project: RalphProject,
+                                                  docker_client: Any) -> None:
     runner = any_user_runner
     path = sandbox_project.path
-    writer = "setsid sh -c 'while :; do echo x >> bg.log; sleep 0.1; done' </dev/null >/dev/null 2>&1 & echo started"
-    outcome, lines = run_in(runner, path, ["sh", "-c", writer])
+    daemon = ("setsid python3 -c 'import time; time.sleep(300)' </dev/null >/dev/null 2>&1 & "
+              "nohup python3 -c 'import time; time.sleep(300)' </dev/null >/dev/null 2>&1 & echo started")
+    outcome, lines = run_in(runner, path, ["sh", "-c", daemon])
     assert lines == ["started"]
-    size = (path / "bg.log").stat().st_size if (path / "bg.log").exists() else 0
-    time.sleep(1.0)
-    after = (path / "bg.log").stat().st_size if (path / "bg.log").exists() else 0
-    assert after == size, "a background writer survived its exec"
-    # an agent that kills the shell which would sweep: the runner's own sweep exec still runs
-    escape = writer.replace("bg.log", "bg2.log") + "; kill -KILL $(ps -o ppid= -p $PPID)"
-    run_in(runner, path, ["sh", "-c", escape])
-    size = (path / "bg2.log").stat().st_size if (path / "bg2.log").exists() else 0
-    time.sleep(1.0)
-    assert ((path / "bg2.log").stat().st_size if (path / "bg2.log").exists() else 0) == size
-    # the container itself survives the sweep and takes the next exec
-    outcome, lines = run_in(runner, path, ["sh", "-c", "ps -e -o comm="])
+    # the container went with the run, and every process in it
+    assert [c for c in _docker.containers_of(docker_client, path) if c.labels.get("ralph.role") == "agent"] == []
+    # the next agent process is in a fresh container: nothing of the last one runs there
+    outcome, lines = run_in(runner, path, ["ps", "-e", "-o", "comm="])
     assert outcome.exit_code == 0
-    # the keeper, and this exec: its sweeping shell, timeout, sh, ps
-    assert sorted(lines) == ["docker-init", "ps", "sh", "sh", "sleep", "timeout"]
+    assert sorted(lines) == ["docker-init", "ps", "timeout"]
 
 
 def test_hook_socket_directory_is_read_only_and_still_answers(runner: Any, sandbox_project: RalphProject,

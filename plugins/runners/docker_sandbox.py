@@ -75,6 +75,8 @@ class DockerSandboxRunner(Runner):
         """The image the run uses: the project's own (its toolchain's hash), else the ``image`` key."""
         self._toolchain = False
         self._gate_checks: dict[tuple[str, ...], list[Check]] = {}
+        self.timings: dict[str, float] = {}
+        """Seconds of the last run()'s or run_command()'s phases (ship_in, container, bring_back): for the benchmarks."""
 
     # -- configuration --------------------------------------------------------------
 
@@ -263,7 +265,9 @@ class DockerSandboxRunner(Runner):
         from .docker import engine
 
         try:
-            return self._sandbox.run(spec, on_line, timeout, cancel)
+            outcome = self._sandbox.run(spec, on_line, timeout, cancel)
+            self.timings = dict(self._sandbox.timings)
+            return outcome
         except engine.SandboxError as exc:
             from ralph.api import UnavailableError
 
@@ -278,14 +282,21 @@ class DockerSandboxRunner(Runner):
 
         try:
             code, output, timed_out = self._sandbox.run_command(command, Path(cwd), timeout)
+            self.timings = dict(self._sandbox.timings)
         except engine.SandboxError as exc:
             from ralph.api import UnavailableError
 
             raise UnavailableError(str(exc)) from None
         return CommandResult(code, output, timed_out, "sandbox")
 
+    def bring_back(self) -> None:
+        """The running agent's work so far, captured in the workspace container, checked and mirrored
+        onto the project (before the loop's Stop checks read it)."""
+        if self._sandbox is not None:
+            self._sandbox.bring_back_while_running()
+
     def cleanup(self) -> None:
-        """Remove the container, the proxy and the network, however the run ended."""
+        """Remove the containers, the proxy, the network and the agent's checkout, however the run ended."""
         if self._sandbox is not None:
             self._sandbox.teardown()
             self._sandbox = None
@@ -310,6 +321,8 @@ class DockerSandboxRunner(Runner):
             endpoint = reachable_endpoint(endpoint, self._gateway())
             if self._sandbox is not None:
                 self._sandbox.route_models_through(endpoint)
+        elif channel.model_upstream and self._sandbox is not None:  # an unmetered agent's own model endpoint
+            self._sandbox.allow(channel.model_upstream)
         return dataclasses.replace(
             channel, hook_command=HOOK_ARGV, loader_env={name: "" for name in PINNED_ENV}, model_endpoint=endpoint
         )

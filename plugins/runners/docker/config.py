@@ -34,8 +34,8 @@ class SandboxConfig(ConfigSection):
     allow_hosts: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALLOW_HOSTS),
         description=(
-            "host or host:port the allowlist proxy lets through (the hosts of ANTHROPIC_BASE_URL and "
-            "RALPH_CODEX_BASE_URL are added)"
+            "host or host:port the allowlist proxy lets through (an unmetered agent's own model endpoint "
+            "is added)"
         ),
     )
     env: list[str] = Field(

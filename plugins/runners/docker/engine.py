@@ -42,43 +42,12 @@ KILL_GRACE = 10
 BUILD_HINT = "build it with `ralph sandbox build --offline-base` (or `ralph sandbox build --base IMAGE`)"
 
 
-SWEPT_MARKER = "@@ralph-sandbox-swept@@"
-READ_ONLY_GIT_DIRS = ("hooks", "info")
-READ_ONLY_GIT_FILES = ("config", "config.worktree", "commondir", "objects/info/alternates")
-SWEEP_SCRIPT = """
-import os, signal, sys, time
-me, lifetime = os.getpid(), sys.argv[1]
-def table():
-    out = {}
-    for name in os.listdir('/proc'):
-        if name.isdigit():
-            try:
-                stat = open('/proc/%s/stat' % name, 'rb').read()
-                cmd = open('/proc/%s/cmdline' % name, 'rb').read().split(b'\\0')
-            except OSError:
-                continue
-            fields = stat[stat.rindex(b')') + 2:].split()
-            out[int(name)] = (int(fields[1]), fields[0], cmd)
-    return out
-procs = table()
-keepers = [p for p, (pp, st, cmd) in procs.items() if pp == 1 and cmd[:2] == [b'sleep', lifetime.encode()]]
-keep = {1, me, os.getppid()} | set(sorted(keepers)[:1])
-killed = set()
-for _ in range(50):
-    targets = [p for p, (pp, st, cmd) in table().items() if p not in keep and st != b'Z']
-    if not targets:
-        break
-    for pid in targets:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed.add(pid)
-        except OSError:
-            pass
-    time.sleep(0.01)
-print(len(killed))
-"""
-"""For an agent running as root in the container: kill everything but PID 1 (the init), the
-keeper (``sleep <lifetime>``) and itself."""
+SHIP_TIMEOUT = 900.0
+"""Seconds one exchange with the agent's checkout may take (then the workspace container is made anew)."""
+MAX_EXCHANGE_BYTES = 2 << 30
+"""Bytes read from a capture (the workspace exchange refuses a state larger than this)."""
+INSIDE_SCRIPT = "/opt/ralph/workspace/workspace_inside.py"
+"""Where the workspace container has ralph's stdlib-only checkout side (mounted read-only)."""
 
 
 class SandboxError(RuntimeError):
@@ -113,7 +82,7 @@ def image_present(client: Any, image: str) -> bool:
 
 
 def sweep(client: Any, project_dir: Path | None = None) -> list[str]:
-    """Remove ralph's containers and networks (of one project, or all); returns their names."""
+    """Remove ralph's containers, networks and checkout volumes (of one project, or all); returns their names."""
     filters = [f"{LABEL}=1"] + ([f"{LABEL_PROJECT}={project_dir}"] if project_dir is not None else [])
     removed = []
     # sparse: no per-container inspect, so a container vanishing meanwhile cannot fail the listing
@@ -129,6 +98,14 @@ def sweep(client: Any, project_dir: Path | None = None) -> list[str]:
             network.remove()
             removed.append(network.name)
         except docker.errors.NotFound:
+            pass
+    for volume in client.volumes.list(filters={"label": filters}):
+        try:
+            volume.remove(force=True)
+            removed.append(volume.name)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError:  # in use by a container of another run of this machine
             pass
     return removed
 
@@ -172,21 +149,17 @@ METERED_HOSTS = ("api.anthropic.com:443", "api.openai.com:443")
 """The model APIs the allowlist lets through by default; dropped when the loop meters the traffic."""
 
 
-def model_hosts(env: dict[str, str], env_names: list[str]) -> list[str]:
-    """The ``host:port`` of the model endpoints the agents are configured with (``ANTHROPIC_BASE_URL``,
-    ``RALPH_CODEX_BASE_URL``)."""
-    bases = [env.get("ANTHROPIC_BASE_URL") if "ANTHROPIC_BASE_URL" in env_names else None]
-    bases.append(env.get("RALPH_CODEX_BASE_URL"))  # the codex agent's endpoint (see docs/agents.md)
-    hosts = []
-    for base in bases:
-        url = urlsplit(base) if base else None
-        if url is not None and url.hostname:
-            hosts.append(f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}")
-    return hosts
-
-
 class Sandbox:
-    """One project's sandbox: a long-lived container, one exec per iteration."""
+    """One project's sandbox for one run: the agent's own checkout in a Docker volume, a fresh
+    container per agent process and per gate command, and a workspace container that ships the
+    project into the checkout and the agent's work back.
+
+    The project and its ``.git`` are never mounted: the agent's containers see the volume at the
+    project's path.  What they leave there reaches the project only as a state captured by
+    :mod:`ralph.workspace_inside` in the workspace container (a container no agent process ever runs
+    in) and checked as bytes on this machine (:class:`ralph.api.workspace.AgentCheckout`).  Every
+    container the agent's code ran in is removed when its process ends, times out or is cancelled,
+    which kills every process in it: nothing sweeps from inside, and no marker is read back."""
 
     def __init__(self, client: Any, project_dir: Path, options: Options) -> None:
         self.client = client
@@ -194,18 +167,24 @@ class Sandbox:
         self.options = options
         self.name = sandbox_name(project_dir)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
-        self.container: Any = None
-        self._mount_key: tuple[Any, ...] | None = None
         self.network: Any = None
         self.proxy: Any = None
-        self.sweep = True
+        self.volume: Any = None
+        self.workspace: Any = None
+        """The workspace container: the checkout's side of every exchange (never the agent's code)."""
+        self.checkout: Any = None
+        """The :class:`~ralph.api.workspace.AgentCheckout` of the volume."""
+        self.running: Any = None
+        """The agent container running now (a Stop check's bring-back captures while it runs)."""
+        self._serial = 0
+        self._lock = threading.Lock()
         self._gateway: str | None = None
         self._allowed: set[str] = set()
         self._extra_allowed: list[str] = []
         self._metered = False
         """The agent's model traffic goes through the loop's meter: the model APIs are not let through."""
-        """Kill what the agent's user left in the container after every exec (off only to measure it)."""
-        """Seconds from run() to the exec running (including container creation when it happened)."""
+        self.timings: dict[str, float] = {}
+        """Seconds of the last run()'s or run_command()'s phases (ship_in, container, bring_back)."""
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -213,23 +192,35 @@ class Sandbox:
         removed = sweep(self.client, self.project_dir)
         if self.options.network == "allowlist":
             self._start_proxy()
+        self._make_checkout()
         return removed
 
     def teardown(self) -> None:
-        for thing in (self.container, self.proxy):
+        for thing in (self.running, self.workspace, self.proxy):
             if thing is not None:
                 try:
                     thing.remove(force=True)
                 except docker.errors.NotFound:
                     pass
-        self.container = self.proxy = None
-        self._mount_key = None
+        self.running = self.workspace = self.proxy = None
         if self.network is not None:
             try:
                 self.network.remove()
             except docker.errors.NotFound:
                 pass
             self.network = None
+        if self.volume is not None:
+            try:
+                self.volume.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError:  # still in use by a container being removed: retried once
+                time.sleep(0.5)
+                try:
+                    self.volume.remove(force=True)
+                except docker.errors.DockerException:
+                    pass
+            self.volume = None
 
     def _labels(self, role: str) -> dict[str, str]:
         return project_labels(self.project_dir, role, self.owner)
@@ -247,13 +238,160 @@ class Sandbox:
             "nano_cpus": int(o.cpus * 1e9),
         }
 
+    # -- the agent's checkout ------------------------------------------------------
+
+    def _checkout_mount(self) -> Mount:
+        return Mount(str(self.project_dir), self.volume.name, type="volume")
+
+    def _make_checkout(self) -> None:
+        """The volume at the project's path, owned by the agent's user, and the workspace container on it."""
+        from ralph.api.workspace import AgentCheckout, inside_script
+
+        image = self.options.image
+        if not image_present(self.client, image):
+            raise SandboxError(f"the sandbox image {image!r} does not exist: {BUILD_HINT}")
+        self.volume = self.client.volumes.create(name=f"{self.name}-checkout", labels=self._labels("checkout"))
+        hardening = self._hardening()
+        if not self._agent_is_root():
+            hardening["cap_add"] = ["CHOWN"]  # once, to give the empty volume to the agent's user
+        self.workspace = self.client.containers.create(
+            image,
+            ["sleep", str(self.options.lifetime)],
+            name=f"{self.name}-workspace",
+            labels=self._labels("workspace"),
+            user="0:0",
+            working_dir="/",
+            mounts=[self._checkout_mount(),
+                    Mount(INSIDE_SCRIPT, str(inside_script()), type="bind", read_only=True)],
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.options.tmpfs_size},mode=1777"},
+            environment={"HOME": "/tmp"},
+            network_mode="none",
+            **hardening,
+        )
+        self.workspace.start()
+        if not self._agent_is_root():
+            code, _, err = self._exec_bytes(["chown", self.options.user, str(self.project_dir)], b"", user="0:0")
+            if code != 0:
+                raise SandboxError(f"cannot give the agent's checkout to {self.options.user}: "
+                                   + err.decode("utf-8", "replace")[:300])
+        self.checkout = AgentCheckout(self.project_dir, str(self.project_dir), ["python3", "-I", "-S", INSIDE_SCRIPT])
+
+    def run_inside(self, argv: Any, stdin: bytes) -> Any:
+        """``argv`` fed ``stdin`` in the workspace container, as the agent's user: the primitive of
+        :class:`~ralph.api.workspace.AgentCheckout` (no agent process ever runs in that container)."""
+        from ralph.api.workspace import InsideResult
+
+        code, out, err = self._exec_bytes(list(argv), stdin, user=self.options.user)
+        return InsideResult(code, out, err)
+
+    def _exec_bytes(self, argv: list[str], stdin: bytes, user: str) -> tuple[int, bytes, bytes]:
+        """(exit code, stdout, the end of stderr) of ``argv`` in the workspace container; stdout read up
+        to :data:`MAX_EXCHANGE_BYTES` (then the container is removed: the checkout stays in its volume)."""
+        api = self.client.api
+        exec_id = api.exec_create(self.workspace.id, argv, stdin=True, stdout=True, stderr=True, user=user,
+                                  environment={"HOME": "/tmp", "TMPDIR": "/tmp", "PATH": STANDARD_PATH,
+                                               "LC_ALL": "C.UTF-8"})["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+        api._disable_socket_timeout(sock)
+        raw = getattr(sock, "_sock", sock)
+
+        def feed() -> None:
+            try:
+                raw.sendall(stdin)
+            except OSError:
+                pass
+            try:
+                raw.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        out, err = bytearray(), bytearray()
+        too_big = False
+        killer = threading.Timer(SHIP_TIMEOUT, self._reset_workspace)
+        killer.start()
+        try:
+            for stream, data in frames_iter(sock, tty=False):
+                if stream == 1:
+                    out.extend(data)
+                    if len(out) > MAX_EXCHANGE_BYTES:
+                        too_big = True
+                        break
+                elif stream == 2:
+                    err.extend(data)
+                    del err[:-(1 << 20)]
+        except (OSError, ValueError):
+            pass
+        finally:
+            killer.cancel()
+            try:
+                sock.close()
+            except OSError:
+                pass
+        feeder.join(timeout=10)
+        if too_big:
+            self._reset_workspace()
+            return 0, bytes(out), bytes(err)  # the exchange refuses a state this large
+        code = self._exit_code(exec_id)
+        return (code if code is not None else 1), bytes(out), bytes(err)
+
+    def _reset_workspace(self) -> None:
+        """Remove the workspace container (an exchange that ran too long or sent too much) and make a
+        new one on the same volume."""
+        workspace, self.workspace = self.workspace, None
+        if workspace is not None:
+            try:
+                workspace.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+        volume, self.volume = self.volume, None
+        if volume is not None:  # keep the volume: only the container is made anew
+            self.volume = volume
+            self._make_workspace_only()
+
+    def _make_workspace_only(self) -> None:
+        from ralph.api.workspace import inside_script
+
+        hardening = self._hardening()
+        if not self._agent_is_root():
+            hardening["cap_add"] = ["CHOWN"]
+        self._serial += 1
+        self.workspace = self.client.containers.create(
+            self.options.image, ["sleep", str(self.options.lifetime)], name=f"{self.name}-workspace-{self._serial}",
+            labels=self._labels("workspace"), user="0:0", working_dir="/",
+            mounts=[self._checkout_mount(), Mount(INSIDE_SCRIPT, str(inside_script()), type="bind", read_only=True)],
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.options.tmpfs_size},mode=1777"},
+            environment={"HOME": "/tmp"}, network_mode="none", **hardening)
+        self.workspace.start()
+
+    def ship_in(self) -> None:
+        """Make the agent's checkout the project's current state."""
+        from ralph.api.workspace import WorkspaceError
+
+        try:
+            self.checkout.ship_in(self.run_inside)
+        except WorkspaceError as exc:
+            raise SandboxError(str(exc)) from None
+
+    def bring_back(self, keep: Path | None) -> None:
+        """The checkout captured in the workspace container, checked and mirrored onto the project
+        (:class:`~ralph.api.workspace.WorkspaceRefused` when it breaks a rule)."""
+        self.checkout.bring_back(self.run_inside, keep=keep)
+
+    def bring_back_while_running(self) -> None:
+        """A Stop check's bring-back: the running agent's work so far (nothing when no agent runs)."""
+        with self._lock:
+            if self.running is None or self.checkout is None:
+                return
+            self.checkout.bring_back(self.run_inside)
+
     # -- network -------------------------------------------------------------------
 
-    def allow_list(self, env: dict[str, str]) -> list[str]:
+    def allow_list(self) -> list[str]:
         hosts = list(self.options.allow_hosts)
-        hosts += model_hosts(env, self.options.env_names)
         if self._metered:  # the container reaches the model only through the loop's meter
-            hosts = [host for host in hosts if host not in METERED_HOSTS and host not in model_hosts(env, self.options.env_names)]
+            hosts = [host for host in hosts if host not in METERED_HOSTS]
         return sorted(set(hosts))
 
     def route_models_through(self, url: str) -> None:
@@ -285,12 +423,15 @@ class Sandbox:
 
     def allow(self, url: str) -> None:
         """Let the allowlist proxy through to ``url``'s host (a loop-owned endpoint named later than
-        ``prepare``): the proxy is made again with it when it is not listed yet."""
+        ``prepare``, or the agent's own model upstream): the proxy is made again with it when it is not
+        listed yet."""
         parts = urlsplit(url)
         if self.options.network != "allowlist" or not parts.hostname:
             return
         entry = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
         if entry in self._allowed:
+            return
+        if self._metered and entry in METERED_HOSTS:
             return
         self._extra_allowed.append(entry)
         if self.proxy is not None:
@@ -299,7 +440,7 @@ class Sandbox:
             self._start_proxy(reuse_network=True)
 
     def _start_proxy(self, reuse_network: bool = False) -> None:
-        allow = sorted(set(self.allow_list(dict(os.environ)) + self._extra_allowed))
+        allow = sorted(set(self.allow_list() + self._extra_allowed))
         self._allowed = set(allow)
         if reuse_network and self.network is not None:
             self._proxy_container(allow)
@@ -316,10 +457,11 @@ class Sandbox:
         self._proxy_container(allow)
 
     def _proxy_container(self, allow: list[str]) -> None:
+        self._serial += 1
         self.proxy = self.client.containers.create(
             self.options.image,
             ["python3", "-P", "/opt/ralph/proxy.py", "--port", str(PROXY_PORT), "--allow", ",".join(allow)],
-            name=f"{self.name}-proxy",
+            name=f"{self.name}-proxy-{self._serial}",
             labels=self._labels("proxy"),
             user="65534:65534",
             network="bridge",
@@ -341,11 +483,11 @@ class Sandbox:
         proxy_env["NO_PROXY"] = proxy_env["no_proxy"] = "localhost,127.0.0.1"
         return {"network": self.network.name}, proxy_env
 
-    # -- the container -------------------------------------------------------------
+    # -- the containers ------------------------------------------------------------
 
     def mounts_for(self, spec: ProcessSpec) -> tuple[list[Mount], list[str]]:
         """(mounts, argv rewritten for the container)."""
-        mounts = self.base_mounts()
+        mounts = [self._checkout_mount()]
         for name, path in hook_packages().items():
             mounts.append(Mount(f"{IN_CONTAINER_LIB}/{name}", str(path), type="bind", read_only=True))
         channel = spec.channel
@@ -373,32 +515,12 @@ class Sandbox:
         elif program == "python3":
             argv[0] = "python3"
         if self.options.state_dir is not None:
-            state = self.options.state_dir
-            mounts.append(Mount(f"{IN_CONTAINER_HOME}/.claude", str(state / ".claude"), type="bind"))
-            mounts.append(Mount(f"{IN_CONTAINER_HOME}/.claude.json", str(state / ".claude.json"), type="bind"))
+            # only the login: the container's config dir is fresh (tmpfs) in every container, so
+            # settings, hooks and MCP servers the agent writes there never reach a later process
+            credentials = self.options.state_dir / ".claude" / ".credentials.json"
+            if credentials.is_file() and not credentials.is_symlink():
+                mounts.append(Mount(f"{IN_CONTAINER_HOME}/.claude/.credentials.json", str(credentials), type="bind"))
         return mounts, argv
-
-    def base_mounts(self) -> list[Mount]:
-        """The project (read-write) and the git metadata that decides what git runs (read-only).
-
-        Git needs ``.git`` itself writable (``index.lock``, ``HEAD``, ``ORIG_HEAD`` are created
-        there and renamed), and ``objects/``, ``refs/``, ``logs/``; ``config``, ``hooks/``,
-        ``info/`` and, where they exist, ``commondir``, ``config.worktree`` and
-        ``objects/info/alternates`` are mounted read-only.  A file that does not exist cannot
-        be mounted: creating it (``.git/commondir``) is caught by the loop's metadata check
-        before its next git call on the host.
-        """
-        project = self.project_dir
-        mounts = [Mount(str(project), str(project), type="bind")]
-        git = project / ".git"
-        if git.is_dir() and not git.is_symlink():
-            for name in READ_ONLY_GIT_DIRS:
-                (git / name).mkdir(exist_ok=True)
-                mounts.append(Mount(str(git / name), str(git / name), type="bind", read_only=True))
-            for name in READ_ONLY_GIT_FILES:
-                if (git / name).is_file() and not (git / name).is_symlink():
-                    mounts.append(Mount(str(git / name), str(git / name), type="bind", read_only=True))
-        return mounts
 
     def _share_socket(self, directory: Path, path: Path) -> None:
         """A sandbox user other than the host's needs the private socket directory handed over."""
@@ -412,52 +534,30 @@ class Sandbox:
             os.chmod(directory, 0o711)
             os.chmod(path, 0o666)
 
-    def ensure_container(self, mounts: list[Mount]) -> bool:
-        """Start the long-lived container unless one with these mounts runs; True when it was created."""
-        key = tuple(sorted((m["Target"], m["Source"], bool(m.get("ReadOnly"))) for m in mounts))
-        if self.container is not None and key == self._mount_key:
-            return False
-        if self.container is not None:
-            self.kill_container()
+    def _container(self, role: str, argv: list[str], mounts: list[Mount], env: dict[str, str], cwd: str,
+                   stdin: bool) -> Any:
+        """A fresh container of the agent's user (created, not started) on the checkout."""
         network_args, _ = self._network_args()
         size = self.options.tmpfs_size
-        image = self.options.image
-        if not image_present(self.client, image):
-            raise SandboxError(f"the sandbox image {image!r} does not exist: {BUILD_HINT}")
-        self.container = self.client.containers.create(
-            image,
-            ["sleep", str(self.options.lifetime)],
-            name=self.name,
-            labels=self._labels("agent"),
-            # init and keeper as root (without capabilities): the agent's user cannot signal
-            # them, so the sweep can kill everything that user runs; every exec runs as the agent
-            user="0:0" if not self._agent_is_root() else self.options.user,
-            working_dir=str(self.project_dir),
+        self._serial += 1
+        return self.client.containers.create(
+            self.options.image,
+            argv,
+            name=f"{self.name}-{role}-{self._serial}",
+            labels=self._labels(role),
+            user=self.options.user,
+            working_dir=cwd,
             mounts=mounts,
             tmpfs={
                 # exec: test binaries run from /tmp (`go test`); the checkout is writable and executable anyway
                 "/tmp": f"rw,exec,nosuid,nodev,size={size},mode=1777",
                 IN_CONTAINER_HOME: f"rw,nosuid,nodev,size={size},mode=1777",
             },
-            environment={"HOME": IN_CONTAINER_HOME},
+            environment=env,
+            stdin_open=stdin,
             **network_args,
             **self._hardening(),
         )
-        self.container.start()
-        self._mount_key = key
-        return True
-
-    def kill_container(self) -> None:
-        """SIGKILL everything in the agent's container and remove it (the next run() makes a new one)."""
-        container, self.container, self._mount_key = self.container, None, None
-        if container is None:
-            return
-        try:
-            container.remove(force=True)
-        except docker.errors.NotFound:
-            pass
-
-    # -- one iteration ---------------------------------------------------------------
 
     def environment(self, spec: ProcessSpec) -> dict[str, str]:
         env = {
@@ -480,6 +580,64 @@ class Sandbox:
         env.update(self._network_args()[1])
         return env
 
+    def _attach_and_run(self, container: Any, stdin: str | None, on_out: Callable[[str], None],
+                        on_err: Callable[[str], None], timeout: float | None,
+                        cancel: threading.Event | None) -> tuple[int, bool, bool]:
+        """Start ``container`` with its output streamed; (exit code, timed out, interrupted).  On a
+        timeout or a cancel the container is killed from outside, with every process in it."""
+        params = {"stdout": 1, "stderr": 1, "stream": 1, "stdin": 1 if stdin is not None else 0}
+        sock = container.attach_socket(params=params)
+        self.client.api._disable_socket_timeout(sock)  # a quiet agent must not end the read after ENGINE_TIMEOUT
+        container.start()
+        raw = getattr(sock, "_sock", sock)
+        if stdin is not None:
+            try:
+                raw.sendall(stdin.encode("utf-8"))
+            except OSError:
+                pass
+        try:
+            raw.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        reader = threading.Thread(target=_pump, args=(sock, on_out, on_err), daemon=True)
+        reader.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        timed_out = interrupted = False
+        while reader.is_alive():
+            if cancel is not None and cancel.wait(0.05):
+                interrupted = True
+                break
+            if cancel is None:
+                reader.join(0.05)
+            if deadline is not None and time.monotonic() >= deadline:
+                timed_out = True
+                break
+        if timed_out or interrupted:
+            try:
+                container.kill()
+            except docker.errors.APIError:
+                pass
+        reader.join(timeout=10)
+        try:
+            sock.close()
+        except OSError:
+            pass
+        try:
+            code = int(container.wait(timeout=30).get("StatusCode", 1))
+        except Exception:  # noqa: BLE001 - the engine did not say: a killed container
+            code = 137
+        if (timed_out or interrupted) and code in (0, -1):
+            code = 137
+        return code, timed_out, interrupted
+
+    def _remove(self, container: Any) -> None:
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+    # -- one agent process -----------------------------------------------------------
+
     def run(
         self,
         spec: ProcessSpec,
@@ -487,178 +645,106 @@ class Sandbox:
         timeout: float | None,
         cancel: threading.Event,
     ) -> ProcessOutcome:
+        """One agent process in a fresh container on the checkout (the project's state shipped in
+        first); the container removed when it ends, then its work brought back."""
+        from ralph.api.workspace import WorkspaceError, WorkspaceRefused
+
+        clock = _Clock()
+        self.ship_in()
+        clock.lap("ship_in")
         spec.write_files()  # under the run directory, mounted read-only at the same path
         mounts, argv = self.mounts_for(spec)
-        self.ensure_container(mounts)
-        if timeout is not None:
-            # belt and braces: the exec ends on its own even if this process dies
+        if timeout is not None:  # belt and braces: the process ends on its own even if this one dies
             argv = ["timeout", "-k", str(KILL_GRACE), str(int(timeout) + 30), *argv]
-        folded = self.sweep
-        if folded:  # the sweep in the same exec (see run_command); its marker goes to stderr
-            argv = self._sweeping(argv, ">&2")
-        api = self.client.api
-        exec_id = api.exec_create(
-            self.container.id,
-            argv,
-            stdin=spec.stdin is not None,
-            stdout=True,
-            stderr=True,
-            environment=self.environment(spec),
-            workdir=str(spec.cwd),
-            user=self.options.user,
-        )["Id"]
-        sock = api.exec_start(exec_id, socket=True)
-        api._disable_socket_timeout(sock)  # a quiet agent must not end the read after ENGINE_TIMEOUT
-        raw = getattr(sock, "_sock", sock)
-        if spec.stdin is not None:
-            try:
-                raw.sendall(spec.stdin.encode("utf-8"))
-            except OSError:
-                pass
-        try:
-            raw.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+        image = self.options.image
+        if not image_present(self.client, image):
+            raise SandboxError(f"the sandbox image {image!r} does not exist: {BUILD_HINT}")
+        container = self._container("agent", argv, mounts, self.environment(spec), str(spec.cwd), spec.stdin is not None)
         stderr_tail: deque[str] = deque(maxlen=200)
-        reader = threading.Thread(target=_pump, args=(sock, on_line, stderr_tail.append), daemon=True)
-        reader.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        timed_out = interrupted = False
-        while reader.is_alive():
-            if cancel.wait(0.05):
-                interrupted = True
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                timed_out = True
-                break
-        if timed_out or interrupted:
-            self.kill_container()
-        reader.join(timeout=10)
+        with self._lock:
+            self.running = container
         try:
-            sock.close()
-        except OSError:
-            pass
-        if self.sweep and not (timed_out or interrupted):  # nothing the agent started outlives its run
-            if folded and _strip_marker(stderr_tail):
-                pass
-            else:  # the agent killed the sweeping shell: sweep with an exec of our own
-                self.sweep_processes()
-        exit_code = self._exit_code(exec_id, killed=timed_out or interrupted)
-        return ProcessOutcome(exit_code, timed_out, interrupted, "\n".join(stderr_tail))
-
-    def sweep_processes(self) -> int:
-        """SIGKILL every process in the container except its PID 1 and keeper; returns how many.
-
-        Runs as the agent's user (the container has no capabilities, so only that user's
-        processes can be signalled, and every agent process is that user's).
-        """
-        if self.container is None:
-            return 0
-        api = self.client.api
-        if not self._agent_is_root():
-            # kill(-1) signals every process this uid may signal except the caller: all the
-            # agent's, none of root's init and keeper; atomic against forks (one kernel pass)
-            exec_id = api.exec_create(self.container.id, ["kill", "-KILL", "-1"], stdout=True, stderr=True,
-                                      user=self.options.user)["Id"]
-            api.exec_start(exec_id)
-            return -1
-        exec_id = api.exec_create(self.container.id, ["python3", "-S", "-c", SWEEP_SCRIPT, str(self.options.lifetime)],
-                                  stdout=True, stderr=True, user=self.options.user)["Id"]
-        output = api.exec_start(exec_id)
+            code, timed_out, interrupted = self._attach_and_run(container, spec.stdin, on_line, stderr_tail.append,
+                                                                timeout, cancel)
+        finally:
+            with self._lock:  # waits for a Stop check's bring-back in flight
+                self.running = None
+            self._remove(container)  # every process the agent started goes with it
+        clock.lap("container")
+        outcome = ProcessOutcome(code, timed_out, interrupted, "\n".join(stderr_tail))
+        keep = Path(spec.channel.run_dir) if spec.channel is not None else None
         try:
-            return int(output.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise SandboxError(f"could not sweep the sandbox's processes: {output.decode(errors='replace')[:300]}") from None
-
-    def _sweeping(self, argv: list[str], redirect: str) -> list[str]:
-        """``argv`` run by a shell that afterwards kills every other process the agent's user has in
-        the container and prints :data:`SWEPT_MARKER` (to stdout, or as ``redirect`` says); the
-        caller falls back to :meth:`sweep_processes` when the marker is missing (the agent's code
-        killed that shell).  No extra exec: the sweep costs a ``kill`` (or a python3) in this one."""
-        if self._agent_is_root():
-            sweep = f'python3 -S -c "$code" {self.options.lifetime} >/dev/null 2>&1'
-        else:  # kill(-1) spares the caller; root's init and keeper are out of this user's reach
-            sweep = "kill -KILL -1 2>/dev/null"
-        script = f'm=$1; code=$3; shift 3; "$@"; rc=$?; {sweep}; echo "$m" {redirect}; exit $rc'
-        return ["sh", "-c", script, "ralph-sweep", SWEPT_MARKER, "-", SWEEP_SCRIPT, *argv]
+            self.bring_back(keep)
+        except WorkspaceRefused:
+            if not interrupted:
+                raise
+            outcome.stderr += "\nralph: the agent's work was refused when it was brought back (see the run's events)"
+        except WorkspaceError as exc:
+            if not interrupted:
+                raise SandboxError(str(exc)) from None
+            outcome.stderr += f"\nralph: the agent's work could not be brought back: {exc}"
+        clock.lap("bring_back")
+        self.timings = clock.laps
+        return outcome
 
     def _agent_is_root(self) -> bool:
         return self.options.user.partition(":")[0] in ("0", "root")
 
+    # -- one gate command ------------------------------------------------------------
+
     def run_command(self, command: str, cwd: Path, timeout: float | None) -> tuple[int, str, bool]:
-        """Run a loop-owned shell command (a gate) in the agent's container, as the agent's user,
-        with the container's network; (exit code, merged output, timed out).  Processes it
-        leaves behind are swept.  A ``cwd`` outside the project (a directory the loop made) is
-        bind-mounted at its own path for the command (the container is made anew with it)."""
-        outside = not Path(cwd).resolve().is_relative_to(self.project_dir.resolve())
-        if outside:  # a directory the loop made (the trusted tests' tree): mounted for this command
-            self.ensure_container([*self.base_mounts(), Mount(str(cwd), str(cwd), type="bind")])
-        elif self.container is None:
-            self.ensure_container(self.base_mounts())
-        argv = ["sh", "-c", command]
-        if timeout is not None:
-            argv = ["timeout", "-s", "KILL", str(max(1, int(timeout + 0.999))), *argv]
-        folded = self.sweep
-        if folded:
-            argv = self._sweeping(argv, "")
+        """A loop-owned shell command (a gate) in a fresh container on the checkout (the project's
+        state shipped in first), as the agent's user, with the sandbox's network; (exit code, merged
+        output, timed out).  The container is removed when the command ends, with everything it left
+        running.  A ``cwd`` outside the project (a directory the loop made: the trusted tests' tree) is
+        bind-mounted read-write at its own path."""
+        clock = _Clock()
+        self.ship_in()
+        clock.lap("ship_in")
+        mounts = [self._checkout_mount()]
+        if not Path(cwd).resolve().is_relative_to(self.project_dir.resolve()):
+            mounts.append(Mount(str(cwd), str(cwd), type="bind"))
         env = {
             "HOME": IN_CONTAINER_HOME,
             "PATH": self.options.path,
             "PYTHONDONTWRITEBYTECODE": "1",
             **self._network_args()[1],
         }
-        api = self.client.api
-        exec_id = api.exec_create(self.container.id, argv, stdout=True, stderr=True, environment=env,
-                                  workdir=str(cwd), user=self.options.user)["Id"]
-        sock = api.exec_start(exec_id, socket=True)
-        api._disable_socket_timeout(sock)  # a quiet test suite must not end the read after ENGINE_TIMEOUT
+        container = self._container("gate", ["sh", "-c", command], mounts, env, str(cwd), False)
         lines: list[str] = []
-        # one reader for both streams, in arrival order (the gate's output is shown verbatim)
-        _pump(sock, lines.append, lines.append)
         try:
-            sock.close()
-        except OSError:
-            pass
-        if folded and _strip_marker(lines):
-            pass
-        elif self.sweep:  # the gate's code killed the outer shell (or the agent runs as root): sweep now
-            self.sweep_processes()
-        code = self._exit_code(exec_id, killed=False)
-        timed_out = timeout is not None and code in (124, 137)
+            # one reader for both streams, in arrival order (the gate's output is shown verbatim)
+            code, timed_out, _ = self._attach_and_run(container, None, lines.append, lines.append, timeout, None)
+        finally:
+            self._remove(container)
+        clock.lap("container")
+        self.timings = clock.laps
         return code, "\n".join(lines), timed_out
 
-    def _exit_code(self, exec_id: str, killed: bool) -> int:
-        if killed:
-            code = self._inspect_code(exec_id)
-            return code if code not in (None, 0, -1) else 137
-        for _ in range(100):
-            code = self._inspect_code(exec_id)
-            if code is not None:
-                return code
-            time.sleep(0.05)
-        return 1
-
-    def _inspect_code(self, exec_id: str) -> int | None:
-        try:
-            info = self.client.api.exec_inspect(exec_id)
-        except docker.errors.NotFound:
-            return None
-        if info.get("Running"):
-            return None
-        code = info.get("ExitCode")
-        return int(code) if code is not None else None
+    def _exit_code(self, exec_id: str) -> int | None:
+        for _ in range(200):
+            try:
+                info = self.client.api.exec_inspect(exec_id)
+            except docker.errors.NotFound:
+                return None
+            if not info.get("Running"):
+                code = info.get("ExitCode")
+                return int(code) if code is not None else None
+            time.sleep(0.02)
+        return None
 
 
-def _strip_marker(lines: Any) -> bool:
-    """Remove :data:`SWEPT_MARKER` from the end of ``lines`` (a list or deque); True when it was there.
+class _Clock:
+    """Seconds between laps, by name."""
 
-    Output without a final newline puts the marker at the end of its last line."""
-    if not lines or not lines[-1].endswith(SWEPT_MARKER):
-        return False
-    rest = lines.pop()[: -len(SWEPT_MARKER)]
-    if rest:
-        lines.append(rest)
-    return True
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._last
+        self._last = now
 
 
 def _pump(sock: Any, on_line: Callable[[str], None], on_err: Callable[[str], None]) -> None:
