@@ -102,7 +102,10 @@ class WorkspaceActor:
         return state.head
 
     def sync_out(self, known: list[str]) -> WorkspaceState:
-        """The checkout as it is, with the commits a peer that has ``known`` lacks."""
+        """The checkout as it is, with the commits a peer that has ``known`` lacks (the sandbox runner's
+        agent works on a checkout of its own: its work so far is brought back here first)."""
+        if self._sandbox_runner is not None:
+            self._sandbox_runner.bring_back()
         return capture(self.repo, known)
 
     def put_files(self, files: dict[str, str]) -> None:
