@@ -1,4 +1,4 @@
-"""What the bwrap sandbox adds per iteration and per gate command, beside the docker sandbox's.
+"""What the bwrap sandbox and the docker sandbox add per iteration and per gate command.
 
 On a project of ``--files`` committed files (10 KB each: 10 MB by default), through the runner
 contract (``Runner.run`` and ``Runner.run_command``), the same protocol for each runner:
@@ -8,10 +8,10 @@ contract (``Runner.run`` and ``Runner.run_command``), the same protocol for each
   subprocess in a pid namespace, the reference), ``bwrap`` (the project's state shipped into the run's
   checkout by a sandbox of its own, the command in a fresh sandbox, its work captured by another and
   checked and mirrored onto the project), and ``docker-sandbox`` when a Docker engine with the image is
-  here (its own protocol: a fresh container per run);
+  here (the same exchange, run in its workspace container, and a fresh container per run);
 - a **gate command** (``true``): on the host (``direct``), in a fresh bwrap sandbox (after the ship-in),
   in a fresh container;
-- the phases of bwrap's runs (``BwrapRunner.timings``: ship-in, sandbox, bring-back), and the bare
+- the phases of both sandboxes' runs (``timings``: ship-in, the sandbox or container, bring-back), and the bare
   cost of one sandbox (``bwrap ... true``), of one with the network relay's forwarder first, and of
   the workspace side's ``python3 -I -S`` start inside one;
 - the **added cost** per agent run and per gate command: the sandbox's median minus direct's.
@@ -183,18 +183,18 @@ def main() -> None:
             echo: dict[str, list[tuple[float, float]]] = {kind: [] for kind in kinds}
             version: dict[str, list[float]] = {kind: [] for kind in kinds}
             gate: dict[str, list[float]] = {kind: [] for kind in kinds}
-            phases: list[dict[str, float]] = []
-            gate_phases: list[dict[str, float]] = []
+            phases: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds[1:]}
+            gate_phases: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds[1:]}
             for _ in range(runs):
                 for kind, runner in runners.items():
                     echo[kind].append(one_run(runner, ["echo", "hello"], project))
-                    if kind == "bwrap":
-                        phases.append(dict(runner.timings))
+                    if kind in phases:
+                        phases[kind].append(dict(runner.timings))
                     if claude is not None:
                         version[kind].append(one_run(runner, [str(claude), "--version"], project, program="claude")[1])
                     gate[kind].append(one_gate(runner, project))
-                    if kind == "bwrap":
-                        gate_phases.append(dict(runner.timings))
+                    if kind in gate_phases:
+                        gate_phases[kind].append(dict(runner.timings))
             bare = bare_sandbox_times(runners["bwrap"], runs)
         finally:
             for runner in runners.values():
@@ -211,10 +211,11 @@ def main() -> None:
         rows.append([name, "bwrap", *stats(values)])
     table(rows, left=(0, 1))
     print()
-    print("bwrap agent run phases (median ms): "
-          + ", ".join(f"{name} {ms(statistics.median(p.get(name, 0.0) for p in phases))}" for name in phases[0]))
-    print("bwrap gate phases (median ms): "
-          + ", ".join(f"{name} {ms(statistics.median(p.get(name, 0.0) for p in gate_phases))}" for name in gate_phases[0]))
+    for kind in kinds[1:]:
+        for what, samples in (("agent run", phases[kind]), ("gate", gate_phases[kind])):
+            if samples and samples[0]:
+                print(f"{kind} {what} phases (median ms): "
+                      + ", ".join(f"{name} {ms(statistics.median(p.get(name, 0.0) for p in samples))}" for name in samples[0]))
     print("one-off per run (ms): " + ", ".join(f"{name} {ms(value)}" for name, value in prepared.items()))
     direct_run = statistics.median(total for _, total in echo["direct"])
     direct_gate = statistics.median(gate["direct"])

@@ -2,10 +2,9 @@
 
 Compares, on the real Docker engine:
 - ``direct``: a host subprocess (the reference);
-- ``sandbox exec``: one exec into the project's long-lived container (what the
-  docker-sandbox runner does every iteration);
-- ``sandbox container/iter``: a fresh container per iteration (create + start +
-  exec), the alternative design;
+- ``sandbox (fresh container)``: what the docker-sandbox runner does for every
+  agent process: the project's state shipped into the agent's checkout, a fresh
+  container, its work brought back (the first line arrives after the ship-in);
 for a trivial command (``echo``) and for the real ``claude --version`` (the
 ~400 MB agent binary, bind-mounted read-only in the sandbox).  Then the one-off
 costs per run: prepare (leftover sweep; proxy + internal network), the first
@@ -124,9 +123,7 @@ def main() -> None:
         for label, argv, program in commands:
             variants = [
                 ("direct", lambda: first_line_time(direct, argv, project, program)),
-                ("sandbox exec", lambda: first_line_time(sandbox, argv, project, program)),
-                ("sandbox container/iter",
-                 lambda: (sandbox.sandbox.kill_container(), first_line_time(sandbox, argv, project, program))[1]),
+                ("sandbox (fresh container)", lambda: first_line_time(sandbox, argv, project, program)),
             ]
             for name, func in variants:
                 samples = [func() for _ in range(runs)]

@@ -7,9 +7,9 @@
   the sweep after), the agent's push-blocking git environment, the agent's
   run-owned config home (made with the login linked in, removed after the
   session with what the CLI wrote) and the check of the compiled hook client;
-- docker-sandbox: the in-container process sweep after each exec, and a gate
-  command in the container against the same command on the host; for
-  comparison, a fresh container per iteration (the alternative to the sweep).
+- docker-sandbox: a fresh container per agent run (the project's state shipped
+  into the agent's checkout and its work brought back) and per gate command,
+  against one bare container and the same gate command on the host.
 
 Per iteration the loop makes about ``GIT_CALLS`` git calls (checkpoint, untracked
 files, the git-clean check, changed files, a commit); the totals use that.
@@ -166,53 +166,47 @@ def sandbox_part(project: Path, runs: int, git_extra: float) -> None:
 
         sandbox = runner.sandbox
         spec = ProcessSpec(["true"], {}, project)
-        sandbox.run(spec, lambda line: None, 60, threading.Event())  # the container, with the agent's mounts
-        api = sandbox.client.api
+        sandbox.run(spec, lambda line: None, 60, threading.Event())  # the first run ships the whole history
 
-        def plain_exec() -> None:
-            api.exec_start(api.exec_create(sandbox.container.id, ["true"], user=sandbox.options.user)["Id"])
+        def plain_container() -> None:  # the reference: one container of `true`, nothing shipped
+            container = sandbox._container("bench", ["true"], [sandbox._checkout_mount()], {}, str(project), False)
+            try:
+                sandbox._attach_and_run(container, None, lambda line: None, lambda line: None, 60, None)
+            finally:
+                sandbox._remove(container)
 
-        exec_ref = timed(plain_exec, runs)
-        sandbox.sweep = False  # the reference: what run() and run_command() cost without any sweep
-        agent_nosweep = timed(lambda: sandbox.run(spec, lambda line: None, 60, threading.Event()), runs)
-        gate_nosweep = timed(lambda: runner.run_command("true", project, 60), runs)
-        sandbox.sweep = True
-        agent_exec = timed(lambda: sandbox.run(spec, lambda line: None, 60, threading.Event()), runs)
-        sweep = timed(sandbox.sweep_processes, runs)
+        container_ref = timed(plain_container, runs)
+        agent_phases: list[dict[str, float]] = []
+
+        def agent_run() -> None:
+            sandbox.run(spec, lambda line: None, 60, threading.Event())
+            agent_phases.append(dict(sandbox.timings))
+
+        agent_run_times = timed(agent_run, runs)
         gate_host = timed(lambda: run_shell("true", project, 60), runs)
         gate_sandbox = timed(lambda: runner.run_command("true", project, 60), runs)
         status_host = timed(lambda: run_shell("git status --porcelain >/dev/null", project, 60), runs)
         status_sandbox = timed(lambda: runner.run_command("git status --porcelain >/dev/null", project, 60), runs)
-
-        def fresh_container() -> None:
-            sandbox.kill_container()
-            sandbox.run(spec, lambda line: None, 60, threading.Event())
-
-        fresh = timed(fresh_container, max(3, runs // 4))
     finally:
         runner.cleanup()
     rows = [("docker-sandbox", "runs", "min", "median", "p90"),
-            row("one plain exec of `true` (reference)", exec_ref),
-            row("agent run of `true`, no sweep (reference)", agent_nosweep),
-            row("agent run of `true` (sweep folded in)", agent_exec),
-            row("sweep as its own exec (fallback)", sweep),
+            row("one fresh container of `true` (reference)", container_ref),
+            row("agent run of `true`: ship-in, fresh container, bring-back", agent_run_times),
             row("gate `true` on the host (reference)", gate_host),
-            row("gate `true` in the sandbox, no sweep", gate_nosweep),
-            row("gate `true` in the sandbox (sweep folded in)", gate_sandbox),
+            row("gate `true` in the sandbox (ship-in, fresh container)", gate_sandbox),
             row("gate `git status` on the host", status_host),
-            row("gate `git status` in the sandbox", status_sandbox),
-            row("alternative: fresh container per iteration", fresh)]
+            row("gate `git status` in the sandbox", status_sandbox)]
     print()
     table(rows)
-    agent_extra = max(0.0, statistics.median(agent_exec) - statistics.median(agent_nosweep))
+    phases = ", ".join(f"{name} {ms(statistics.median(p.get(name, 0.0) for p in agent_phases))}"
+                       for name in agent_phases[0])
+    agent_extra = statistics.median(agent_run_times)
     gate_extra = max(0.0, statistics.median(gate_sandbox) - statistics.median(gate_host))
     total = git_extra + agent_extra + gate_extra
-    print(f"\nsandbox: git checks {ms(git_extra)} + the sweep folded into the agent run {ms(agent_extra)} + "
-          f"gate in the sandbox over the host {ms(gate_extra)} = {ms(total)} ms per iteration "
+    print(f"\nsandbox: git checks {ms(git_extra)} + the agent run's container and workspace exchange {ms(agent_extra)} "
+          f"({phases}) + gate in the sandbox over the host {ms(gate_extra)} = {ms(total)} ms per iteration "
           f"(target <= {TARGET_SANDBOX_MS:.0f} ms: {'met' if total * 1000 <= TARGET_SANDBOX_MS else 'NOT met'})")
-    print(f"a fresh container per iteration costs {ms(statistics.median(fresh))} ms (median) against "
-          f"{ms(agent_extra)} ms for the folded sweep; one exec costs {ms(statistics.median(exec_ref))} ms on this "
-          "machine now (load shows in every figure)")
+
 
 if __name__ == "__main__":
     main()

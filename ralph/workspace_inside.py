@@ -210,6 +210,38 @@ def capture(repo: Path, known: Iterable[str] = (), git: GitRunner = run_git) -> 
     return WorkspaceState(current, bundle, diff, tar, shipped)
 
 
+def capture_isolated(repo: Path, known: Iterable[str] = ()) -> WorkspaceState:
+    """:func:`capture` of an agent's checkout without reading what the agent configured in its ``.git``.
+
+    git runs with a private git directory made here (``GIT_DIR``): the loop's config, a copy of the
+    checkout's ``HEAD``, its refs, objects and index reached where they are, and no ``info/`` or
+    hooks.  So no filter, fsmonitor, include, ``core.worktree`` or attribute file the agent wrote into
+    its ``.git`` is read: a capture, which may run while the agent's processes still run and in a
+    container that outlives it, never starts a program of the agent's."""
+    source = repo / ".git"
+    with tempfile.TemporaryDirectory(prefix="ralph-capture-") as tmp:
+        private = Path(tmp)
+        (private / "config").write_bytes(CHECKOUT_CONFIG.encode())
+        try:
+            fd = os.open(source / "HEAD", os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            raise WorkspaceError(f"the checkout's .git/HEAD cannot be read: {exc}") from None
+        with os.fdopen(fd, "rb") as handle:
+            (private / "HEAD").write_bytes(handle.read(4096))
+        for name in ("refs", "packed-refs", "shallow"):
+            if os.path.lexists(source / name):
+                os.symlink(source / name, private / name)
+        if not os.path.lexists(private / "refs"):
+            (private / "refs").mkdir()
+        env = {"GIT_DIR": str(private), "GIT_WORK_TREE": str(repo), "GIT_OBJECT_DIRECTORY": str(source / "objects"),
+               "GIT_INDEX_FILE": str(source / "index")}
+
+        def isolated(where: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
+            return run_git(where, *args, **{**kw, "env": {**env, **(kw.get("env") or {})}})
+
+        return capture(repo, known, isolated)
+
+
 def _bundle(repo: Path, current: str, known: list[str], git: GitRunner) -> bytes | None:
     exclusions = [f"^{sha}" for sha in known if _has_commit(repo, sha, git)]
     with tempfile.TemporaryDirectory(prefix="ralph-bundle-") as tmp:
@@ -448,7 +480,7 @@ def main(argv: list[str]) -> int:
             state, header = decode(sys.stdin.buffer.read())
             apply(checkout, state, header.get("branch"), fresh="--fresh" in argv[2:])
             return 0
-        data = encode(capture(checkout, argv[2:]))
+        data = encode(capture_isolated(checkout, argv[2:]))
         out = sys.stdout.buffer
         out.write(data)
         out.flush()

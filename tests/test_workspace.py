@@ -405,3 +405,43 @@ def test_the_inside_hardening_is_the_loops() -> None:
     from ralph.gitutil import HARDENING
 
     assert set(HARDENING) <= set(inside.HARDENING)
+
+
+@pytest.mark.parametrize("plant", ["filter", "include", "process-filter", "worktree"])
+def test_the_inside_capture_never_runs_a_program_the_agent_configured_in_its_git(pair, tmp_path, plant) -> None:
+    """A capture runs where the agent's processes run (a Stop check while the agent works, a workspace
+    container that outlives it): what the agent wrote into its checkout's .git must not start there."""
+    import sys
+
+    from ralph.workspace import inside_script
+
+    project, node = pair
+    canary = tmp_path / "agent-program-ran"
+    program = tmp_path / "evil.sh"
+    program.write_text(f"#!/bin/sh\necho ran >> {canary}\ncat\n")
+    program.chmod(0o755)
+    config = {
+        "filter": f"[filter \"evil\"]\n\tclean = {program}\n\tsmudge = {program}\n",
+        "process-filter": f"[filter \"evil\"]\n\tprocess = {program}\n\trequired = true\n",
+        "include": f"[include]\n\tpath = {tmp_path / 'included'}\n",
+        "worktree": f"[core]\n\tworktree = {tmp_path}\n[filter \"evil\"]\n\tclean = {program}\n",
+    }[plant]
+    (tmp_path / "included").write_text(f"[filter \"evil\"]\n\tclean = {program}\n")
+    with open(node / ".git" / "config", "a") as handle:
+        handle.write(config)
+    (node / ".gitattributes").write_text("* filter=evil\n")
+    (node / ".git" / "info").mkdir(exist_ok=True)
+    (node / ".git" / "info" / "attributes").write_text("* filter=evil\n")
+    (node / "notes.txt").write_text("changed\n")
+    # the test can fail: the loop-side capture with the checkout's own config runs the program
+    if plant in ("filter", "include"):
+        subprocess.run(["git", "diff", "HEAD"], cwd=node, capture_output=True)
+        assert canary.exists()
+        canary.unlink()
+
+    done = subprocess.run([sys.executable, "-I", "-S", str(inside_script()), "capture", str(node)], capture_output=True)
+
+    assert done.returncode == 0, done.stderr
+    assert not canary.exists()
+    state, _ = decode(done.stdout)
+    assert b"+changed" in state.diff and b".gitattributes" in state.untracked

@@ -1,19 +1,19 @@
-"""The ``docker-sandbox`` runner: the agent in a hardened container, through the docker SDK.
+"""The ``docker-sandbox`` runner: the agent in hardened containers on a checkout of its own, through the docker SDK.
 
-One long-lived container per project run (named ``ralph-<project path
-sanitized>``, labelled ``ralph.sandbox=1``), one exec per iteration.  The
-project is bind-mounted at its own path and the agent runs as the host user's
-uid:gid; ``.git/config``, ``hooks/``, ``info/`` (and ``commondir``,
-``objects/info/alternates`` where they exist) and the hook socket's directory
-are read-only; all capabilities are dropped, the root filesystem is read-only,
-pids, memory and CPU are limited.  Gate commands run in the same container
-(:meth:`DockerSandboxRunner.run_command`), and after every exec every process
-the agent's user left in it is killed.
-Network: ``none``, ``allowlist`` (an internal network whose only way out is a
-proxy container) or ``open``.  The image is the project's own when its config (or
-its devcontainer) describes a toolchain (:mod:`.docker.toolchain`, built by ``ralph
-sandbox build``), and before iteration 1 every program the gates run is looked up
-in it (:meth:`DockerSandboxRunner.gate_check`).  See docs/sandbox.md.
+- **The workspace**: the project and its ``.git`` are never mounted.  The agent's checkout is a Docker
+  volume (``ralph-<project path sanitized>-checkout``, labelled ``ralph.sandbox=1``) shown at the
+  project's path; the project's state goes in, and the agent's work comes back, only through
+  :class:`ralph.api.workspace.AgentCheckout`, run in a workspace container no agent process ever runs
+  in, and what comes back is checked as bytes on this machine before the project changes.
+- **Containers**: a fresh one per agent process and per gate command, removed when its command ends,
+  times out or is cancelled, with every process in it (nothing is swept from inside).  All
+  capabilities dropped, no-new-privileges, read-only root, pids, memory and CPU limited, the agent as
+  the host user's uid:gid; the run directory and the hook socket's directory read-only.
+- **Network**: ``none``, ``allowlist`` (an internal network whose only way out is a proxy container)
+  or ``open``.
+- **Image**: the project's own when its config (or its devcontainer) describes a toolchain
+  (:mod:`.docker.toolchain`, built by ``ralph sandbox build``); before iteration 1 every program the
+  gates run is looked up in it (:meth:`DockerSandboxRunner.gate_check`).  See docs/sandbox.md.
 
 The docker SDK is imported only when this runner is used.
 """
@@ -60,10 +60,10 @@ def prepare_state_dir(path: Path) -> Path:
 
 
 class DockerSandboxRunner(Runner):
-    """Runs every iteration as an exec in the project's hardened container."""
+    """Runs every agent process and gate command in a fresh hardened container on the agent's own checkout."""
 
     name = "docker-sandbox"
-    description = "agent in a hardened container (docker SDK): caps dropped, read-only root, network policy"
+    description = "agent in fresh hardened containers on its own checkout (docker SDK): caps dropped, read-only root, network policy"
     isolates = True
 
     def __init__(self, settings: Any) -> None:
@@ -237,7 +237,8 @@ class DockerSandboxRunner(Runner):
         return checks
 
     def prepare(self, project_dir: Path) -> None:
-        """Remove leftovers of a crashed run of this project (found by label); start the proxy."""
+        """Remove leftovers of a crashed run of this project (found by label); start the proxy; make the
+        agent's checkout (a volume) and the workspace container."""
         from ralph.api import UnavailableError
 
         from .docker import engine

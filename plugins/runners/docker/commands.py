@@ -98,7 +98,7 @@ def build(project_dir: Path | None, base: str | None, offline_base: bool, suite:
 @sandbox.command()
 @click.option("-d", "--project-dir", type=click.Path(file_okay=False, path_type=Path), help="Only this project's leftovers.")
 def clean(project_dir: Path | None) -> None:
-    """Remove ralph's sandbox containers and networks (found by the ralph.sandbox label)."""
+    """Remove ralph's sandbox containers, networks and checkout volumes (found by the ralph.sandbox label)."""
     from . import engine
 
     try:
