@@ -1,16 +1,28 @@
 """The loop's ledger of each story's failed attempts: one state file per story in ralph's state
-directory (``stories/``), loaded once, kept across runs until the story is approved, moved aside by
-``--fresh``.  The file's format and stuck detection are :mod:`ralph.loop.storystate`'s.
+directory (``stories/``), kept across runs until the story is approved, moved aside by ``--fresh``.
+The file's format and stuck detection are :mod:`ralph.loop.storystate`'s.
+
+The files are read once, when the ledger is made at the run's start, before any agent runs: the
+state directory is outside the project but not out of reach of code the agent runs as you, and a
+story's state holds its start commit, the one test-integrity compares the tests with.  A file an
+agent plants during the run for a story selected later (a start commit whose tests are the ones it
+weakens next) is never read; this run's own state is kept in process and only written out.  Files
+are read without following a link and only when regular (a fifo never blocks the loop).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from ralph.loop.storystate import StoryAttempts, state_path
+
+MAX_STATE_BYTES = 4_000_000
+"""A state file larger than this is not read (the loop writes far smaller ones)."""
 
 
 class StoryLedger:
@@ -23,11 +35,14 @@ class StoryLedger:
         """The stories asked for so far, by id."""
         self._saved: dict[str, str] = {}
         """What this ledger last wrote of each story (an unchanged state is not written again)."""
+        self._found: dict[Path, str] = {path: text for path in self.pending() if (text := _read(path)) is not None}
+        """The state files an earlier run left, as they were when the ledger was made (path -> text)."""
 
     def state(self, story_id: str) -> StoryAttempts:
         """The story's attempts so far (loaded from its state file the first time)."""
         if story_id not in self.states:
-            self.states[story_id] = StoryAttempts.load(self.directory, story_id, self.max_attempts)
+            text = self._found.get(state_path(self.directory, story_id).with_suffix(".json"))
+            self.states[story_id] = StoryAttempts.parse(text, story_id, self.max_attempts)
         return self.states[story_id]
 
     def save(self, state: StoryAttempts) -> None:
@@ -51,6 +66,7 @@ class StoryLedger:
 
     def archive(self) -> Path | None:
         """Move earlier state files aside (``--fresh``); returns where they went."""
+        self._found.clear()
         if not self.pending():
             return None
         target = self.directory.parent / "stories-archive" / time.strftime("%Y%m%d-%H%M%S")
@@ -67,3 +83,21 @@ class StoryLedger:
             path = state_path(self.directory, story_id).with_suffix(suffix)
             if path.exists() and run_dir is not None:
                 path.rename(run_dir / f"story-{path.name}")
+
+
+def _read(path: Path) -> str | None:
+    """``path``'s text if it is a regular file (never through a link, a fifo never opened for long)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STATE_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(MAX_STATE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

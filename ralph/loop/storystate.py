@@ -188,12 +188,23 @@ class StoryAttempts:
         """The story's saved state, or a fresh one when there is none (or it does not parse)."""
         path = state_path(directory, task_id).with_suffix(".json")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            text = None
+        return cls.parse(text, task_id, max_iterations)
+
+    @classmethod
+    def parse(cls, text: str | None, task_id: str, max_iterations: int) -> StoryAttempts:
+        """The state in a state file's ``text`` (None, or text that does not parse: a fresh one)."""
+        try:
+            data = json.loads(text) if text is not None else None
+            if not isinstance(data, dict) or data.get("task_id") != task_id:
+                raise ValueError("not this story's state")
+            data["attempts"] = [Attempt(**a) for a in data.get("attempts", [])]
+            data["max_iterations"] = max_iterations
+            return cls(**data)
+        except (TypeError, ValueError):
             return cls(task_id, max_iterations=max_iterations)
-        data["attempts"] = [Attempt(**a) for a in data.get("attempts", [])]
-        data["max_iterations"] = max_iterations
-        return cls(**data)
 
 
 def state_path(directory: Path, task_id: str) -> Path:

@@ -87,6 +87,7 @@ def check_tests(
     allowed = list(allowed)
     start_paths = tree_entries(project_dir, story_start)
     named = command_files(commands, start_paths, project_dir) + plugin_files(project_dir, story_start, start_paths)
+    rules = rules.with_runner_modules(commands)
     rules = rules.with_config(p for p in named if not rules.is_protected(p))
     changes = changes_since(project_dir, story_start, rules, allowed, ignored_since)
     if not changes.touched and not force:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ralph.testintegrity.paths import TestRules, matches_any
+from ralph.testintegrity.paths import METADATA_DIRS, TestRules, matches_any
 
 Entry = tuple[str, str]
 """(mode, object id) of one path, as git stores it (``100644``, ``100755``, ``120000`` ...)."""
@@ -322,7 +322,7 @@ def ignored_files(project_dir: Path, wanted: Callable[[str], bool]) -> list[str]
     budget = [MAX_IGNORED_FILES]
     for raw in out.split(b"\0"):
         entry = raw.decode("utf-8", "surrogateescape")
-        if not entry or SKIPPED_DIRS.intersection(entry.rstrip("/").split("/")) or entry.endswith(".egg-info/"):
+        if not entry or SKIPPED_DIRS.intersection(entry.rstrip("/").split("/")):
             continue
         paths = _walk(project_dir, entry.rstrip("/"), budget) if entry.endswith("/") else [entry]
         found += [p for p in paths if wanted(p)]
@@ -333,7 +333,7 @@ def _walk(project_dir: Path, top: str, budget: list[int]) -> list[str]:
     """The files below ``top`` (relative), links not followed, skipped directories left out."""
     files: list[str] = []
     for root, dirs, names in os.walk(project_dir / top, followlinks=False):
-        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info")]
+        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS]
         relative = os.path.relpath(root, project_dir).replace(os.sep, "/")
         for name in names:
             if budget[0] <= 0:
@@ -345,6 +345,15 @@ def _walk(project_dir: Path, top: str, budget: list[int]) -> list[str]:
 
 def _loads_as_test(project_dir: Path, path: str, rules: TestRules, since: float | None) -> bool:
     parts = path.split("/")
+    if any(part.endswith(METADATA_DIRS) for part in parts[:-1]):
+        # an ignored install's metadata (an editable install's ``*.egg-info``) is there in honest projects too:
+        # only the plugins it registers count, and only when written during the story
+        if since is None or parts[-1] != "entry_points.txt":
+            return False
+        try:
+            return os.lstat(project_dir / path).st_ctime >= since
+        except OSError:
+            return False
     if "__pycache__" in parts:
         index = parts.index("__pycache__")
         if since is None or not rules.is_protected("/".join([*parts[:index], parts[-1].split(".")[0] + ".py"])):

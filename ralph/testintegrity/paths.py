@@ -17,6 +17,7 @@ matched by :func:`matches`: ``name/`` is a directory name anywhere in the path, 
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import re
@@ -52,6 +53,20 @@ CONFIG_FILES = (
 )
 """File-name patterns of whole-file test configuration (restored whole; a new one is set aside)."""
 
+RUNNER_MODULES = frozenset({
+    "pytest", "_pytest", "pluggy", "iniconfig", "xdist", "unittest", "doctest", "nose", "nose2",
+})
+"""Top-level modules of the test runners: a module or package of that name in the project (``pytest.py``,
+``unittest/__main__.py``) is found before the installed one (the working directory, ``PYTHONPATH`` and an
+editable install's folders come first on ``sys.path``), so ``python -m pytest`` would run the project's
+stand-in.  Such a file, anywhere in the tree, is whole-file test configuration; so is one named after the
+module a verifyCommand runs with ``-m`` (:meth:`TestRules.with_runner_modules`)."""
+
+METADATA_DIRS = (".dist-info", ".egg-info")
+"""Distribution metadata folders: on any ``sys.path`` entry (the project's root under ``python -m``) their
+``entry_points.txt`` registers plugins a runner loads by itself (``[pytest11]``), so their files are test
+configuration, as is an ``.egg-link``."""
+
 SECTION_FILES = frozenset({"pyproject.toml", "setup.cfg", "package.json", "Cargo.toml"})
 """Files of which only the test sections are test configuration."""
 
@@ -85,6 +100,34 @@ def _names(patterns: tuple[str, ...]) -> re.Pattern[str]:
 
 
 _TEST_NAME = _names(TEST_FILES)
+_MODULE_NAME = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def run_modules(command: str) -> list[str]:
+    """The modules ``command`` runs with a Python interpreter's ``-m`` (``python3 -I -m pytest`` -> pytest)."""
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    found = []
+    for index, word in enumerate(words):
+        if not word.rsplit("/", 1)[-1].startswith("python"):
+            continue
+        rest = iter(words[index + 1:])
+        for option in rest:
+            if option in ("-W", "-X"):  # an option with a value: the value is next
+                next(rest, None)
+                continue
+            if option.startswith("-m"):
+                module = option[2:] or next(rest, "")
+                if _MODULE_NAME.fullmatch(module):
+                    found.append(module)
+                break
+            if not option.startswith("-") or option in ("-c", "--"):
+                break
+    return found
 _CONFIG_NAME = _names(CONFIG_FILES)
 
 
@@ -103,6 +146,8 @@ class TestRules:
     defaults: bool = True
     """Use the language-aware defaults (False: only the configured patterns)."""
     section_files: frozenset[str] = field(default=SECTION_FILES)
+    runner_modules: frozenset[str] = field(default=RUNNER_MODULES)
+    """Module names a project file may not shadow (:data:`RUNNER_MODULES` and the verifyCommands' ``-m``)."""
 
     def is_test(self, path: str) -> bool:
         """A test file (or directory) by the defaults or the config, and not excluded."""
@@ -121,7 +166,24 @@ class TestRules:
             return True
         if not self.defaults or matches_any(path, self.excluded):
             return False
-        return _CONFIG_NAME.match(path.rsplit("/", 1)[-1]) is not None
+        return _CONFIG_NAME.match(path.rsplit("/", 1)[-1]) is not None or self.shadows_runner(path)
+
+    def shadows_runner(self, path: str) -> bool:
+        """Would ``path`` stand in for a test runner's module, or register a plugin it loads by itself?"""
+        *folders, name = path.split("/")
+        if any(folder in self.runner_modules or folder.endswith(METADATA_DIRS) for folder in folders):
+            return True
+        stem, dot, suffix = name.partition(".")
+        if dot and stem in self.runner_modules and suffix.rsplit(".", 1)[-1] in ("py", "pyc", "so", "pyd"):
+            return True
+        return name.endswith(".egg-link") or name.endswith(METADATA_DIRS)
+
+    def with_runner_modules(self, commands: Iterable[str]) -> TestRules:
+        """These rules with the top-level module of every ``python -m MODULE`` in ``commands`` as a runner module."""
+        found = {module.split(".")[0] for command in commands for module in run_modules(command)}
+        if found <= self.runner_modules:
+            return self
+        return dataclasses.replace(self, runner_modules=self.runner_modules | found)
 
     def is_protected(self, path: str) -> bool:
         """A test file or whole-file test configuration: restored to its story-start version."""
@@ -148,4 +210,4 @@ class TestRules:
         added = tuple(p for p in paths if p not in self.extra_config)
         if not added:
             return self
-        return TestRules(self.extra_tests, self.extra_config + added, self.excluded, self.defaults, self.section_files)
+        return dataclasses.replace(self, extra_config=self.extra_config + added)
