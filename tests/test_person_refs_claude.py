@@ -113,9 +113,15 @@ def test_checkout_main_and_commit_leaves_main_untouched_and_head_on_the_run_bran
     main_before = json.loads((ralph_project.run_dirs()[-1] / "refs.json").read_text())["protected"]["refs/heads/main"]
     assert sha(ralph_project, "main") == main_before  # the person's main: not one commit more
     assert ralph_project.git("symbolic-ref", "HEAD").strip() == f"refs/heads/{RUN_BRANCH}"
-    assert not (ralph_project.path / "on-main.txt").exists()
     assert ralph_project.story("US-001")["passes"] is False
+    if runner != "direct":  # the agent's own checkout holds no branch of the person's (no "main" to check out):
+        # what it committed comes back as the run branch's work, the approval undone
+        assert ralph_project.story("US-001").get("reviewStatus") != "approved"
+        assert not ralph_project.events("refs_restored") and not ralph_project.events("head_restored")
+        assert "approve US-001 on main" in ralph_project.git("log", "--format=%s", RUN_BRANCH)
+        return
     assert ralph_project.story("US-001")["reviewStatus"] == "needs_review"  # the work on the run branch stands
+    assert not (ralph_project.path / "on-main.txt").exists()
     (head,) = ralph_project.events("head_restored")
     assert head["iteration"] == 1 and head["how"] == "moved" and head["saved"]
     (refs,) = ralph_project.events("refs_restored")
@@ -151,11 +157,15 @@ def test_a_rewound_and_pruned_branch_gets_the_persons_commit_back(
     result = loop_in(runner, script, "-n", "1")
 
     assert result.returncode == 1, result.stderr
-    # the attack really destroyed the commit inside the iteration (the flag came back with the work)...
+    # the attack really ran inside the iteration (the flag came back with the work)...
     assert "DESTROYED" in (ralph_project.path / "destroyed.flag").read_text()
-    # ... and the loop brought it back: the person's branch and tag point at it again
+    # ... and the person's branch and tag point at their commit (again)
     assert sha(ralph_project, "experiment") == mine and sha(ralph_project, "v1^{commit}") == mine
     assert ralph_project.git("show", f"{mine}:idea.txt") == "my unpushed idea\n"
+    if runner != "direct":  # the agent's own checkout never had the person's branch: nothing to put back
+        assert not ralph_project.events("refs_restored")
+        assert ralph_project.story("US-001")["reviewStatus"] == "needs_review"
+        return
     (restored,) = ralph_project.events("refs_restored")
     assert sorted(r["ref"] for r in restored["refs"]) == ["refs/heads/experiment", "refs/tags/v1"]
     assert restored["failed"] == []

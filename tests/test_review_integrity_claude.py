@@ -150,8 +150,8 @@ def review_that_hides_code(project: RalphProject, run_loop: Any, runner: str) ->
     assert not (project.path / "evil.py").exists() and not (project.path / "pkg").exists()
     assert (project.path / ".gitignore").read_text() == "build/\n"
     (undone,) = project.events("review_changes_undone")
-    # on its own checkout (bwrap) what the review's .gitignore hides never comes back: only that file is undone
-    hidden = [] if runner == "bwrap" else ["evil.py", "pkg/.gitignore", "pkg/__init__.py"]
+    # on its own checkout (a sandbox) what the review's .gitignore hides never comes back: only that file is undone
+    hidden = [] if runner in ("bwrap", "docker-sandbox") else ["evil.py", "pkg/.gitignore", "pkg/__init__.py"]
     assert undone["iteration"] == 2 and sorted(undone["paths"]) == [".gitignore", *hidden]
     assert [e["mode"] for e in project.events("iteration_started")] == ["implement", "review", "review"]
     assert project.story("US-001")["reviewCount"] == 1 and project.git("status", "--porcelain", "--ignored") == ""

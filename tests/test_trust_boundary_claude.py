@@ -103,12 +103,16 @@ def test_commondir_fsmonitor_attack_never_runs_on_the_host(run_loop: Any, ralph_
     script = IterationScript({1: [write(project.path / "attack.py", attack), bash("python3 attack.py"), done()]})
     result, server = run_loop(runner, script, "-n", "2")
 
-    assert result.returncode == 2, result.stdout + result.stderr
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert ".git/commondir" in last_line and "restored" in last_line
+    if runner == "direct":  # the agent wrote the project's .git: restored, and the run stops
+        assert result.returncode == 2, result.stdout + result.stderr
+        last_line = result.stderr.strip().splitlines()[-1]
+        assert ".git/commondir" in last_line and "restored" in last_line
+        assert project.events("git_metadata_changed")
+    else:  # on its own checkout the attack never reaches the project's .git: the run goes on
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert not project.events("git_metadata_changed")
     assert not (project.path / ".git" / "commondir").exists()
     assert not canary.exists(), canary.read_text()
-    assert project.events("git_metadata_changed")
     # the control: the same repository state makes plain host git run the attacker's program
     (project.path / ".git" / "commondir").write_text("../evil\n")
     subprocess.run(["git", "status"], cwd=project.path, capture_output=True)
@@ -163,19 +167,24 @@ WRITER = (
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_setsid_writer_does_not_outlive_its_iteration(run_loop: Any, ralph_project: RalphProject, runner: str) -> None:
     project = ralph_project
-    (project.path / ".gitignore").write_text("bg.py\nbg.log\nsizes.txt\n")
+    (project.path / ".gitignore").write_text("bg.py\nbg.log\n")
     project.write_stories([story("US-001")])
     script = IterationScript({
         1: [write(project.path / "bg.py", WRITER), bash("python3 bg.py; sleep 0.5; test -s bg.log && echo writing"),
             done()],
-        2: [bash("wc -c < bg.log > sizes.txt; sleep 1.5; wc -c < bg.log >> sizes.txt"), done()],
+        2: [bash("a=$(wc -c < bg.log); sleep 1.5; b=$(wc -c < bg.log); echo sizes: $a $b"), done()],
     })
     result, server = run_loop(runner, script, "-n", "2")
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert said(server, "writing")  # the writer ran in iteration 1
-    first, second = (project.path / "sizes.txt").read_text().split()
-    assert first == second, "a process started in iteration 1 kept writing in iteration 2"
+    # iteration 2 measured its log twice (in a sandbox: the ignored log stays in the agent's checkout)
+    import re
+
+    sizes = [m.groups() for r in server.requests for m in re.finditer(r"sizes: (\d+) (\d+)", r.text)]
+    assert sizes, [r.text[-300:] for r in server.requests]
+    first, second = sizes[-1]
+    assert int(first) > 0 and first == second, "a process started in iteration 1 kept writing in iteration 2"
 
 
 # -- the hook channel --------------------------------------------------------------------------------
