@@ -229,10 +229,10 @@ def test_hardening_and_the_project_is_never_mounted(sandbox_project: RalphProjec
     seen: list[dict[str, Any]] = []
     remove = runner.sandbox._remove
 
-    def remember(container: Any) -> None:  # the agent's container as the engine made it, before it goes
+    def remember(container: Any, stopped: bool = False) -> None:  # the agent's container as the engine made it
         container.reload()
         seen.append(container.attrs["HostConfig"])
-        remove(container)
+        remove(container, stopped)
 
     runner.sandbox._remove = remember
     try:
@@ -267,7 +267,7 @@ def test_hardening_and_the_project_is_never_mounted(sandbox_project: RalphProjec
     assert attrs["ReadonlyRootfs"] is True and attrs["CapDrop"] == ["ALL"] and not attrs.get("CapAdd")
     assert not attrs.get("Binds") and not any(str(path) in m for m in attrs.get("Binds") or [])
     assert out["mounts"] == "1"  # the project's path is one mount: the agent's checkout volume, nothing of the host
-    assert all(c.labels.get("ralph.role") != "agent" for c in containers_of(docker_client, path))
+    assert not [c for c in containers_of(docker_client, path) if c.labels.get("ralph.role") == "agent" and c.status == "running"]
 
 
 # -- network policy -------------------------------------------------------------------------
@@ -346,7 +346,8 @@ def test_timeout_kills_hanging_process(sandbox_project: RalphProject, docker_cli
         elapsed = time.monotonic() - started
         assert outcome.timed_out and outcome.exit_code != 0
         assert elapsed < 20
-        running = [c for c in containers_of(docker_client, path) if c.labels.get("ralph.role") == "agent"]
+        running = [c for c in containers_of(docker_client, path)
+                   if c.labels.get("ralph.role") == "agent" and c.status == "running"]
         assert running == []  # killed with everything in it
         again, lines = run_in(runner, path, ["sh", "-c", "echo alive; exit 7"])  # the next iteration gets a fresh one
         assert again.exit_code == 7 and lines == ["alive"]

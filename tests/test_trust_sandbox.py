@@ -119,7 +119,8 @@ def test_processes_left_by_an_agent_run_are_killed(any_user_runner: Any, sandbox
     outcome, lines = run_in(runner, path, ["sh", "-c", daemon])
     assert lines == ["started"]
     # the container went with the run, and every process in it
-    assert [c for c in _docker.containers_of(docker_client, path) if c.labels.get("ralph.role") == "agent"] == []
+    assert [c for c in _docker.containers_of(docker_client, path)
+            if c.labels.get("ralph.role") == "agent" and c.status == "running"] == []
     # the next agent process is in a fresh container: nothing of the last one runs there
     outcome, lines = run_in(runner, path, ["ps", "-e", "-o", "comm="])
     assert outcome.exit_code == 0

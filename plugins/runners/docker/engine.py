@@ -185,6 +185,10 @@ class Sandbox:
         """The agent's model traffic goes through the loop's meter: the model APIs are not let through."""
         self.timings: dict[str, float] = {}
         """Seconds of the last run()'s or run_command()'s phases (ship_in, container, bring_back)."""
+        self._removing: list[threading.Thread] = []
+        self._stopped = False
+        """Whether the engine reported the last container stopped (then its removal need not be waited for)."""
+        """Removals of stopped containers still going on (joined at teardown)."""
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -196,6 +200,9 @@ class Sandbox:
         return removed
 
     def teardown(self) -> None:
+        for remover in self._removing:
+            remover.join(timeout=60)
+        self._removing.clear()
         for thing in (self.running, self.workspace, self.proxy):
             if thing is not None:
                 try:
@@ -622,18 +629,31 @@ class Sandbox:
             sock.close()
         except OSError:
             pass
+        stopped = False
         try:
             code = int(container.wait(timeout=30).get("StatusCode", 1))
+            stopped = True
         except Exception:  # noqa: BLE001 - the engine did not say: a killed container
             code = 137
         if (timed_out or interrupted) and code in (0, -1):
             code = 137
+        self._stopped = stopped
         return code, timed_out, interrupted
 
-    def _remove(self, container: Any) -> None:
+    def _remove(self, container: Any, stopped: bool = False) -> None:
+        """Remove ``container`` with every process in it.  One the engine reported ``stopped`` (its
+        init ended, and the kernel with it every process of its pid namespace) is removed in the
+        background: nothing of it runs any more, only its record and file system are left."""
+        if stopped:
+            remover = threading.Thread(target=self._remove, args=(container,), daemon=True)
+            remover.start()
+            self._removing.append(remover)
+            return
         try:
             container.remove(force=True)
         except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError:  # removal already in progress
             pass
 
     # -- one agent process -----------------------------------------------------------
@@ -663,13 +683,14 @@ class Sandbox:
         stderr_tail: deque[str] = deque(maxlen=200)
         with self._lock:
             self.running = container
+        self._stopped = False
         try:
             code, timed_out, interrupted = self._attach_and_run(container, spec.stdin, on_line, stderr_tail.append,
                                                                 timeout, cancel)
         finally:
             with self._lock:  # waits for a Stop check's bring-back in flight
                 self.running = None
-            self._remove(container)  # every process the agent started goes with it
+            self._remove(container, stopped=self._stopped)  # every process the agent started goes with it
         clock.lap("container")
         outcome = ProcessOutcome(code, timed_out, interrupted, "\n".join(stderr_tail))
         keep = Path(spec.channel.run_dir) if spec.channel is not None else None
@@ -712,11 +733,12 @@ class Sandbox:
         }
         container = self._container("gate", ["sh", "-c", command], mounts, env, str(cwd), False)
         lines: list[str] = []
+        self._stopped = False
         try:
             # one reader for both streams, in arrival order (the gate's output is shown verbatim)
             code, timed_out, _ = self._attach_and_run(container, None, lines.append, lines.append, timeout, None)
         finally:
-            self._remove(container)
+            self._remove(container, stopped=self._stopped)
         clock.lap("container")
         self.timings = clock.laps
         return code, "\n".join(lines), timed_out
