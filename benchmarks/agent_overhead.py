@@ -69,7 +69,7 @@ def run_once(agent: str, root: Path) -> dict[str, object]:
 
 def available(agent: str) -> bool:
     """Whether the agent's CLI is found (as the agent finds it: environment, PATH, its wheel)."""
-    from ralph.api import CLAUDE_CLI, CODEX_CLI
+    from ralph.api.agents import CLAUDE_CLI, CODEX_CLI
 
     return (CLAUDE_CLI if agent == "claude" else CODEX_CLI).locate()[0] is not None
 

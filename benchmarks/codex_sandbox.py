@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ralph.api import CODEX_CLI, AgentInvocation
+from ralph.api import AgentInvocation
+from ralph.api.agents import CODEX_CLI
 from ralph.testing.model_server import SequenceScript, Turn, text, tool
 from ralph.testing.responses_server import ScriptedResponsesServer
 

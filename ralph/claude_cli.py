@@ -2,7 +2,7 @@
 
 Stdlib only: a wheel that bundles the CLI is found without importing it.  The ``claude`` agent,
 ``ralph plan``, ``ralph demo`` and the tests find Claude Code with :func:`locate_claude_cli`;
-other agents describe their CLI with an :class:`AgentCli` (``ralph.api.AgentCli``).  The two CLIs
+other agents describe their CLI with an :class:`AgentCli` (``ralph.api.agents.AgentCli``).  The two CLIs
 ralph's default agents run are described here (:data:`CLAUDE_CLI`, :data:`CODEX_CLI`), so that
 ``ralph.testing`` finds them without importing a default plugin.
 """

@@ -4,7 +4,7 @@
 config, find the executable once (through an :class:`~ralph.claude_cli.AgentCli`), say
 whether it is available, and copy allowed environment variables into the process.  A
 subclass still builds the command line (:meth:`~ralph.contracts.Agent.process`) and parses
-the output (:meth:`~ralph.contracts.Agent.parse_line`).  Public as ``ralph.api.CliAgent``.
+the output (:meth:`~ralph.contracts.Agent.parse_line`).  Public as ``ralph.api.agents.CliAgent``.
 """
 
 from __future__ import annotations

@@ -11,11 +11,12 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Mapping, Sequence, TextIO
 
 from ralph.events import EventKind
 
 if TYPE_CHECKING:
+    from ralph.fleetunit import Unit
     from ralph.plugin.manager import Registry
     from ralph.settings import Settings
     from ralph.tasks import Story, TaskList
@@ -396,7 +397,7 @@ class Runner(ABC):
         raise that exception.  The process sees ``os.environ`` with ``spec.env`` merged over it.
         Stop the process when ``timeout`` seconds pass (``timed_out``) or ``cancel`` is set
         (``interrupted``): SIGTERM to its process group, SIGKILL after ``KILL_GRACE_SECONDS``.
-        Nothing it started may outlive ``run``.  ``ralph.api.run_process`` does all of this for
+        Nothing it started may outlive ``run``.  ``ralph.api.process.run_process`` does all of this for
         a process on this machine; see docs/plugins.md, "Runners".
         """
 
@@ -513,8 +514,8 @@ class Runner(ABC):
 class FleetEngine(ABC):
     """Runs whole loops (``ralph run --parallel --engine NAME``) somewhere else, one per unit.
 
-    A unit is a PRD folder or a story group (``ralph.lifecycle.parallel.Unit``:
-    ``name``, ``ralph_dir``, ``kind``, ``stories``, ``branch``).  Each loop starts
+    A unit is a PRD folder or a story group (:class:`~ralph.fleetunit.Unit`, public as
+    ``ralph.api.fleet.Unit``: ``name``, ``ralph_dir``, ``kind``, ``stories``, ``branch``).  Each loop starts
     from ``base_commit``; its branch comes back to the project as ``unit.branch``.
     An engine never merges or pushes, and one loop failing must not stop the others.
     """
@@ -530,9 +531,10 @@ class FleetEngine(ABC):
         return Availability.yes()
 
     @abstractmethod
-    def run(self, project_dir: Path, units: list[Any], base_commit: str, run_args: list[str],
-            out: Any, err: Any) -> int:
-        """Run one loop per unit with ``ralph run RUN_ARGS``; the overall exit code (0 when all completed)."""
+    def run(self, project_dir: Path, units: list[Unit], base_commit: str, run_args: list[str],
+            out: TextIO, err: TextIO) -> int:
+        """Run one loop per unit with ``ralph run RUN_ARGS``, each loop's output written to ``out`` and
+        ralph's own problems to ``err``; the overall exit code (0 when all completed)."""
 
 
 # -- policies -------------------------------------------------------------------

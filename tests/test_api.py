@@ -117,7 +117,8 @@ def test_the_example_runner_is_a_short_module_on_run_process() -> None:
 
 
 MISUSE = """
-from ralph.api import ProcessSpec, Violation, run_process
+from ralph.api import ProcessSpec, Violation
+from ralph.api.process import run_process
 
 def wrong(spec: ProcessSpec) -> None:
     run_process(spec, print, timeout="soon")

@@ -152,7 +152,7 @@ def test_run_process_writes_the_spec_files_first(tmp_path: Path) -> None:
 OLD_AGENT = """
 from ralph.api import Agent, Availability, ProcessSpec, hookimpl
 
-RALPH_API = "1"
+RALPH_API = "2"
 
 
 class OldAgent(Agent):

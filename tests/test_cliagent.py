@@ -1,4 +1,4 @@
-"""``ralph.api.CliAgent``: the base a third-party agent that runs a CLI builds on (as claude and codex do)."""
+"""``ralph.api.agents.CliAgent``: the base a third-party agent that runs a CLI builds on (as claude and codex do)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from ralph.api import AgentCli, AgentEvent, AgentInvocation, CliAgent, ProcessSpec
+from ralph.api import AgentEvent, AgentInvocation, ProcessSpec
+from ralph.api.agents import AgentCli, CliAgent
 
 TOOL_CLI = AgentCli("mytool", "mytool", "MYTOOL_BINARY", "no_such_mytool_wheel", "bin", "mytool-bin")
 

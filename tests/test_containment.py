@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from ralph.api import ProcessSpec, run_process, run_shell
+from ralph.api import ProcessSpec
+from ralph.api.process import run_process, run_shell
 
 CHAIN = textwrap.dedent("""
     import os, signal, sys, time
@@ -148,7 +149,7 @@ def test_a_daemon_holding_the_output_pipe_does_not_hold_the_loop(chain: tuple[Pa
 @pytest.fixture
 def namespace() -> None:
     """Skip (fail under CI=true) where this machine cannot make a pid namespace."""
-    from ralph.api import containment
+    from ralph.api.process import containment
 
     found = containment()
     if not found.namespace:
@@ -358,7 +359,8 @@ def test_where_unshare_is_forbidden_doctor_warns_with_the_fix_and_the_sweep_stil
     # the fallback still runs commands and sweeps what a slow daemon leaves (here: a plain double fork)
     code = textwrap.dedent(f"""
         import os, sys, time
-        from ralph.api import ProcessSpec, containment, run_process
+        from ralph.api import ProcessSpec
+        from ralph.api.process import containment, run_process
         daemon = "import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\\n    time.sleep(60)"
         outcome = run_process(ProcessSpec([sys.executable, '-c', daemon + "\\ntime.sleep(0.5)"], {{}}, '.'), print)
         pid = int(open({str(tmp_path / 'pid')!r}).read())

@@ -151,7 +151,7 @@ def test_the_sandbox_command_goes_with_the_docker_plugin(fake_dists: FakeDists) 
     assert "which is disabled (RALPH_DISABLE_PLUGINS)" in ran.stderr
 
 
-@pytest.mark.parametrize("api", ["2", "1.1"])
+@pytest.mark.parametrize("api", ["3", "2.1"])
 def test_a_command_of_an_incompatible_plugin_is_listed_but_does_not_run(fake_dists: FakeDists, api: str) -> None:
     add_greeter(fake_dists, api=api)
     assert "hello" in listed(invoke(["--help"]).stdout)  # the plugin is not imported to list it
@@ -160,7 +160,7 @@ def test_a_command_of_an_incompatible_plugin_is_listed_but_does_not_run(fake_dis
     assert ran.exit_code == 2 and "from a plugin" not in ran.stdout
     assert (
         "ralph: error: `ralph hello` comes from plugin 'greeter' (fake-dist 1.0), which did not load: "
-        f"INCOMPATIBLE: needs ralph plugin API {api}, this ralph provides 1.0"
+        f"INCOMPATIBLE: needs ralph plugin API {api}, this ralph provides 2.0"
     ) in ran.stderr
 
 

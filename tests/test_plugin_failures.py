@@ -81,7 +81,7 @@ def test_a_plugin_that_fails_to_import_stops_the_run_before_iteration_1(project:
 def test_a_plugin_needing_a_newer_api_is_reported_and_not_loaded(project: RalphProject, tmp_path: Path) -> None:
     source = """
         from ralph.api import hookimpl
-        RALPH_API = "2"
+        RALPH_API = "3"
         LOADED = []
 
         @hookimpl
@@ -92,7 +92,7 @@ def test_a_plugin_needing_a_newer_api_is_reported_and_not_loaded(project: RalphP
     listing = project.run("plugins", env=env)
     assert listing.returncode == 1
     row = next(line for line in listing.stdout.splitlines() if line.startswith("brk "))
-    assert "INCOMPATIBLE: needs ralph plugin API 2, this ralph provides 1.0: upgrade ralph" in row
+    assert "INCOMPATIBLE: needs ralph plugin API 3, this ralph provides 2.0: upgrade ralph" in row
     result = run(project, {**env, **script(project, tmp_path, IMPLEMENT)})
     assert result.returncode == 2 and "is incompatible" in one_line_error(result)
 

@@ -17,7 +17,8 @@ from ralph.testing.replay import run as run_command
 from tests.fakedists import FakeDists
 
 QA_MODULE = """
-    from ralph.api import Policy, Selection, hookimpl
+    from ralph.api import Policy, hookimpl
+    from ralph.api.policies import Selection
     from ralph.api.policies import ModeRules, Transition
 
     def _stage(story):

@@ -1,4 +1,4 @@
-"""``ralph.api.run_process``: the process helper every host runner uses."""
+"""``ralph.api.process.run_process``: the process helper every host runner uses."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ralph.api import ProcessSpec, descendants, run_process, run_shell
+from ralph.api import ProcessSpec
+from ralph.api.process import descendants, run_process, run_shell
 from ralph.testing.project import process_alive, wait_for
 
 

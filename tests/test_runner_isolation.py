@@ -19,7 +19,8 @@ from ralph.testing import RalphProject, ReplayScript, commit, run, say, set_fiel
 
 RUNNERS = """
     import dataclasses
-    from ralph.api import Availability, Runner, hookimpl, run_process
+    from ralph.api import Availability, Runner, hookimpl
+    from ralph.api.process import run_process
 
     class Outside(Runner):
         name = "outside"          # not "direct", and does not isolate

@@ -224,10 +224,11 @@ def test_a_split_that_negates_the_dropped_criterion_is_undone(ralph_project, run
 # -- a third party's policy gets the whitelist from its table ------------------------------------------------------
 
 QA_POLICY = '''
-from ralph.api import Policy, Selection, hookimpl
+from ralph.api import Policy, hookimpl
+from ralph.api.policies import Selection
 from ralph.api.policies import ModeRules, Transition
 
-RALPH_API = "1"
+RALPH_API = "2"
 
 
 def _stage(story):

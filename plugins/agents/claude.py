@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from ralph.api import CLAUDE_CLI, AgentEvent, AgentInvocation, Check, CliAgent, ProcessSpec, hookimpl, locate_claude_cli
+from ralph.api import AgentEvent, AgentInvocation, Check, ProcessSpec, hookimpl
+from ralph.api.agents import CLAUDE_CLI, CliAgent, locate_claude_cli
 
 if TYPE_CHECKING:
     from ralph.api import Agent, AgentView, PreflightContext
@@ -62,7 +63,7 @@ class ClaudeAgent(CliAgent):
     def locate(
         self, configured: str | None, environ: Mapping[str, str], base_dir: Path | None
     ) -> tuple[Path | None, str, str]:
-        """Find Claude Code (see ``ralph.api.locate_claude_cli``)."""
+        """Find Claude Code (see ``ralph.api.agents.locate_claude_cli``)."""
         return locate_claude_cli(configured, environ, base_dir)
 
     def preflight(self, context: PreflightContext) -> list[Check]:

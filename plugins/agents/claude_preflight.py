@@ -164,7 +164,7 @@ def _credential_fix(view: AgentView) -> str:
 
 
 def _endpoint_check(base_url: str, view: AgentView) -> Check:
-    from ralph.api import endpoint_answers
+    from ralph.api.agents import endpoint_answers
 
     if view.network == "none":
         return Check(

@@ -30,7 +30,8 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ralph.api import CODEX_CLI, AgentEvent, AgentInvocation, CliAgent, ProcessSpec, hookimpl
+from ralph.api import AgentEvent, AgentInvocation, ProcessSpec, hookimpl
+from ralph.api.agents import CODEX_CLI, CliAgent
 
 from .codex_sandbox import helper_placement
 
@@ -103,7 +104,7 @@ def _git_dirs(project_dir: Path) -> list[str]:
     """The repository's git directories (a worktree has two), for Codex's writable roots."""
     found: list[str] = []
     for flag in ("--git-dir", "--git-common-dir"):
-        from ralph.api import git  # hardened, after the git metadata check
+        from ralph.api.process import git  # hardened, after the git metadata check
 
         result = git(project_dir, "rev-parse", "--path-format=absolute", flag, check=False)
         value = result.stdout.strip()

@@ -27,7 +27,7 @@ def codex_checks(binary: Path, source: str, key_env: str, base_url: str | None, 
     """``codex --version`` runs; ``key_env`` (or ``OPENAI_API_KEY``) is set or a ``codex login`` exists."""
     checks = [_binary_check(binary, source)]
     if base_url:
-        from ralph.api import endpoint_answers
+        from ralph.api.agents import endpoint_answers
 
         problem = endpoint_answers(base_url)
         checks.append(

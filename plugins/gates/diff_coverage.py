@@ -51,7 +51,7 @@ class DiffCoverageGate(Gate):
             result = context.run_command(command, context.hard_timeout)
             code, output, timed_out, where = result.exit_code, result.output, result.timed_out, result.where
         else:
-            from ralph.api import run_shell
+            from ralph.api.process import run_shell
 
             code, output, timed_out = run_shell(command, context.project_dir, context.hard_timeout)
             where = "host"

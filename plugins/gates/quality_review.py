@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ralph.api import Gate, GateContext, GateResult, fence_for, hookimpl
+from ralph.api import Gate, GateContext, GateResult, hookimpl
+from ralph.api.text import fence_for
 
 QUALITY_PROMPT = """You are a code-quality reviewer with a fresh context. Do not change any file.
 Review this diff of story {story} for code quality only (naming, duplication, error handling,
@@ -44,7 +45,7 @@ class QualityReviewGate(Gate):
     def run(self, context: GateContext) -> GateResult:
         started = time.monotonic()
         base = context.checkpoint or "HEAD~1"
-        from ralph.api import git  # hardened, after the git metadata check
+        from ralph.api.process import git  # hardened, after the git metadata check
 
         diff = git(context.project_dir, "diff", base, "--", ".", check=False).stdout
         if not diff.strip():

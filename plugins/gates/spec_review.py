@@ -20,7 +20,8 @@ import re
 import time
 from pathlib import Path
 
-from ralph.api import Gate, GateContext, GateResult, fence_for, fenced, hookimpl, one_line, quote
+from ralph.api import Gate, GateContext, GateResult, hookimpl
+from ralph.api.text import fence_for, fenced, one_line, quote
 
 MAX_DIFF_CHARS = 60_000
 MAX_PRD_CHARS = 8_000
@@ -69,7 +70,7 @@ def prd_constraints(prd_text: str) -> str:
 
 def story_diff(project_dir: Path, base: str | None) -> str:
     """``git diff BASE`` of the working tree (committed and uncommitted), plus new untracked files' names."""
-    from ralph.api import git  # hardened, after the git metadata check
+    from ralph.api.process import git  # hardened, after the git metadata check
 
     ref = base or "HEAD~1"
     diff = git(project_dir, "diff", ref, "--", ".", check=False, binary=True).stdout.decode("utf-8", "replace")

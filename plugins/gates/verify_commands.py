@@ -74,7 +74,7 @@ def _over(seconds: float, limit: float | None) -> bool:
 def _run(command: str, context: GateContext, timeout: float | None) -> CommandResult:
     if context.run_command is not None:
         return context.run_command(command, timeout)
-    from ralph.api import run_shell  # a context built without a runner: the host
+    from ralph.api.process import run_shell  # a context built without a runner: the host
 
     code, output, timed_out = run_shell(command, context.project_dir, timeout)
     return CommandResult(code, output, timed_out, "host")

@@ -36,22 +36,20 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ralph.api import (
-    CONTAINER_CLIS,
-    PRIVILEGE_WRAPPERS,
+from ralph.api import Denial, HookEvent, hookimpl
+from ralph.api.shell import (
     Analysis,
     BudgetExceeded,
+    CONTAINER_CLIS,
     Command,
-    Denial,
     GitView,
-    HookEvent,
+    PRIVILEGE_WRAPPERS,
     WriteTarget,
     analyze_for,
     budget_scope,
     fetches,
     find_roots,
     has_long,
-    hookimpl,
     may_reach_git,
     mount_fields,
     parse_git,
@@ -61,8 +59,8 @@ from ralph.api import (
     resolve_path,
     short_flag,
 )
-from ralph.api import active_budget
-from ralph.api import git_view as view
+from ralph.api.shell import active_budget
+from ralph.api.shell import git_view as view
 
 __all__ = ["FILE_WRITE_TOOLS", "PUSH_REASON", "check_command", "check_file_write", "current_branch", "is_direct", "is_secret_path", "parse_git"]
 
@@ -725,7 +723,7 @@ def current_branch(start: str) -> str | None:
 def _rev_parse(start: str) -> str | None:
     import subprocess
 
-    from ralph.api import git  # hardened, after the git metadata check
+    from ralph.api.process import git  # hardened, after the git metadata check
 
     try:
         out = git(Path(start), "rev-parse", "--abbrev-ref", "HEAD", check=False)

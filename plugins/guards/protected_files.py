@@ -21,17 +21,15 @@ import fnmatch
 import os
 from typing import Any
 
-from ralph.api import (
-    MAX_PATH,
+from ralph.api import Denial, HookEvent, hookimpl
+from ralph.api.shell import (
     BudgetExceeded,
     Command,
-    Denial,
-    HookEvent,
+    MAX_PATH,
     analyze_for,
     budget_scope,
     find_may_act,
     find_roots,
-    hookimpl,
     real_path,
     resolve_path,
 )

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 
-from ralph.api import MAX_PATH, Denial, HookEvent, budget_scope, hookimpl, real_path
+from ralph.api import Denial, HookEvent, hookimpl
+from ralph.api.shell import MAX_PATH, budget_scope, real_path
 
 SESSION_KEY = "files_read"
 RULE = "read-before-edit"

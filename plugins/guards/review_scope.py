@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from ralph.api import MAX_PATH, budget_scope, real_path, Denial, HookEvent, hookimpl
+from ralph.api import Denial, HookEvent, hookimpl
+from ralph.api.shell import MAX_PATH, budget_scope, real_path
 
 RULE = "review-scope"
 EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path", "NotebookEdit": "notebook_path"}

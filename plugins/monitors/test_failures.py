@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ralph.api import HookEvent, fenced, hookimpl
+from ralph.api import HookEvent, hookimpl
+from ralph.api.text import fenced
 
 LOG_NAME = "test-failures.log"
 MAX_LOG_BYTES = 100 * 1024

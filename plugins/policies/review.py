@@ -12,9 +12,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ralph.api import AUTO_APPROVED_PREFIX, IterationMode, Policy, Selection, StoryState, Violation, hookimpl
-from ralph.api.policies import ModeRules, StateChange, Transition, diff_text, fmt, story_line
-from ralph.api import strip_controls
+from ralph.api import IterationMode, Policy, StoryState, Violation, hookimpl
+from ralph.api.policies import (
+    AUTO_APPROVED_PREFIX,
+    ModeRules,
+    Selection,
+    StateChange,
+    Transition,
+    diff_text,
+    fmt,
+    story_line,
+)
+from ralph.api.text import strip_controls
 
 if TYPE_CHECKING:
     from ralph.api import Story, TaskList
@@ -129,7 +138,7 @@ class ReviewPolicy(Policy):
         return self.settings.config.review_cap
 
     def select(self, tasks: TaskList) -> Selection | None:
-        from ralph.api import ready_stories
+        from ralph.api.policies import ready_stories
 
         story = _first(tasks, "changes_requested")
         if story is not None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ralph.api import Policy, Selection, hookimpl
-from ralph.api.policies import ModeRules, Transition, story_line
+from ralph.api import Policy, hookimpl
+from ralph.api.policies import ModeRules, Selection, Transition, story_line
 
 if TYPE_CHECKING:
     from ralph.api import TaskList
@@ -49,7 +49,7 @@ class SkipReviewPolicy(Policy):
     judged_outside_a_loop = False  # the seeds: Check 2.5 is off without review (in a loop TABLE applies)
 
     def select(self, tasks: TaskList) -> Selection | None:
-        from ralph.api import ready_stories
+        from ralph.api.policies import ready_stories
 
         ready = ready_stories(tasks, [s for s in tasks.userStories if not s.passes])
         return Selection("implement", ready[0].id, "highest-priority open story") if ready else None

@@ -11,10 +11,9 @@ import atexit
 import sys
 from typing import Any, TextIO
 
-from ralph.api import (
-    LoopEvent, counted, exit_meaning, hookimpl, one_line, process_ended, quote, render_run_report, render_run_summary,
-    safe_data, strip_controls,
-)
+from ralph.api import LoopEvent, hookimpl
+from ralph.api.reporters import exit_meaning, process_ended, render_run_report, render_run_summary
+from ralph.api.text import counted, one_line, quote, safe_data, strip_controls
 
 from .runstate import RunState, fmt_elapsed
 
@@ -290,7 +289,7 @@ class ConsoleView:
         self.status(f"{data['story']} exhausted the agent's context ({data['times']}x)")
 
     def on_builtin_prompt(self, data: dict[str, Any]) -> None:
-        from ralph.api import BUILTIN_PROMPT_NOTE
+        from ralph.api.reporters import BUILTIN_PROMPT_NOTE
 
         self.status(BUILTIN_PROMPT_NOTE.format(dir=data["ralph_dir"]))
 

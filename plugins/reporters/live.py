@@ -17,7 +17,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from ralph.api import counted
+from ralph.api.text import counted
 
 from .runstate import RunState, fmt_elapsed
 

@@ -23,14 +23,15 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ralph.api import Check, ConfigError, LoopEvent, PreflightContext, Settings, hookimpl, safe_data
+from ralph.api import Check, ConfigError, LoopEvent, PreflightContext, Settings, hookimpl
+from ralph.api.text import safe_data
 
 from .notify_messages import Message, RunView, message_for
 
 if TYPE_CHECKING:
     from .notify_config import NotifyConfig
 
-RALPH_API = "1"
+RALPH_API = "2"
 
 QUEUE_LIMIT = 100
 """Messages waiting to be sent; more are dropped with a warning (an endpoint that cannot keep up)."""

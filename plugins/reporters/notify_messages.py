@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ralph.api import counted, format_elapsed, one_line, quote, strip_controls
+from ralph.api.reporters import format_elapsed
+from ralph.api.text import counted, one_line, quote, strip_controls
 
 __all__ = ["Message", "RunView", "message_for"]
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ralph.api import format_elapsed
+from ralph.api.reporters import format_elapsed
 
 __all__ = ["RunState", "fmt_elapsed"]
 

@@ -8,7 +8,7 @@ Without a sandbox the agent-side guards are the only protection, so
   (``setsid``, ``nohup``, double forks, fork chains) when it ends, before the
   loop reads anything; where no namespace can be made, the leftovers are swept
   after the run, and the pre-flight line (``ralph doctor``, the run's first
-  lines) says so with the fix (``ralph.api.containment``);
+  lines) says so with the fix (``ralph.api.process.containment``);
 - the agent's git cannot push: ``GIT_CONFIG_*`` entries rewrite the push URL of
   every remote and every URL to an unusable path, with no credential helper, no
   terminal prompt and no SSH agent.  An agent that clears its environment (or
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from ralph.api import Availability, CommandResult, ProcessOutcome, ProcessSpec, Runner, hookimpl
-from ralph.api import Check, PreflightContext, containment, descendants, run_process, run_shell
+from ralph.api import Check, PreflightContext
+from ralph.api.process import containment, descendants, run_process, run_shell
 
 
 class DirectRunner(Runner):
@@ -91,7 +92,7 @@ remote's full URL is added as well)."""
 
 def push_block_entries(project_dir: Path) -> list[tuple[str, str]]:
     """``(key, value)`` config entries that send every push of the agent's git nowhere."""
-    from ralph.api import git
+    from ralph.api.process import git
 
     entries = [("credential.helper", ""), ("core.askPass", "")]
     try:

@@ -156,7 +156,7 @@ class DockerSandboxRunner(Runner):
 
     def agent_view(self) -> AgentView:
         """The allowlisted environment, the state dir as home, the project (and ralph's code) as files."""
-        from ralph.api import hook_packages
+        from ralph.api.hooks import hook_packages
 
         cfg = self.config()
         names = list(dict.fromkeys([*cfg.env_allowlist, *cfg.env]))
@@ -349,7 +349,7 @@ class DockerSandboxRunner(Runner):
 
 def tracked_files(project_dir: Path) -> set[str]:
     """The repository's files (project-relative; none when it is not one): what a checkout of it has."""
-    from ralph.api import git
+    from ralph.api.process import git
 
     try:
         listed = git(project_dir, "ls-files", "-z", check=False)

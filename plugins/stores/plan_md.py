@@ -131,7 +131,7 @@ def _fail(source: Path, line: int, field_name: str, message: str) -> TaskListErr
 
 
 def _scan(raw: str, source: Path) -> _Scan:
-    from ralph.api import story_id_problem
+    from ralph.api.stores import story_id_problem
 
     lines = raw.splitlines(keepends=True)
     bodies = [_split_eol(line)[0] for line in lines]
@@ -224,7 +224,7 @@ def _read_comment(text: str, source: Path, n: int) -> dict[str, Any]:
 
 
 def _read_block(block: _Block, bodies: list[str], fenced: list[bool], source: Path) -> None:
-    from ralph.api import story_id_problem
+    from ralph.api.stores import story_id_problem
 
     description: list[str] = []
     notes: list[str] = []
@@ -270,7 +270,7 @@ def _read_block(block: _Block, bodies: list[str], fenced: list[bool], source: Pa
 
 
 def _ids(text: str, source: Path, n: int) -> list[str]:
-    from ralph.api import story_id_problem
+    from ralph.api.stores import story_id_problem
 
     ids = [part for part in re.split(r"[\s,;`*]+", text) if part and part.lower() not in {"none", "-", "and"}]
     for story_id in ids:
@@ -312,7 +312,7 @@ class PlanMdStore(TaskStore):
     filename = "plan.md"
 
     def parse(self, raw: str, source: Path) -> TaskList:
-        from ralph.api import parse_tasks
+        from ralph.api.stores import parse_tasks
 
         scan = _scan(raw, source)
         if not scan.stories:

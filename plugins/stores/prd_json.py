@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ralph.api import JsonScanError, TaskListError, TaskStore, hookimpl, indent_unit, json_line_of, patch_json_text, same_json
+from ralph.api import TaskListError, TaskStore, hookimpl
+from ralph.api.stores import JsonScanError, indent_unit, json_line_of, patch_json_text, same_json
 
 if TYPE_CHECKING:
     from ralph.api import TaskList
@@ -38,7 +39,7 @@ class PrdJsonStore(TaskStore):
     filename = "prd.json"
 
     def parse(self, raw: str, source: Path) -> TaskList:
-        from ralph.api import decode_json, parse_tasks, story_id_problem
+        from ralph.api.stores import decode_json, parse_tasks, story_id_problem
 
         data = decode_json(raw, source)
         if not isinstance(data, dict):

@@ -19,7 +19,7 @@ class TasksJsonStore(TaskStore):
     filename = "tasks.json"
 
     def parse(self, raw: str, source: Path) -> TaskList:
-        from ralph.api import decode_json, parse_tasks
+        from ralph.api.stores import decode_json, parse_tasks
 
         return parse_tasks(decode_json(raw, source), str(source))
 
@@ -34,7 +34,7 @@ class TasksJsonStore(TaskStore):
         if not isinstance(old, dict):
             return json.dumps(new, indent=2, ensure_ascii=False) + "\n"
         merged = _merge(old, new)
-        from ralph.api import JsonScanError, indent_unit, patch_json_text
+        from ralph.api.stores import JsonScanError, indent_unit, patch_json_text
 
         assert previous_raw is not None
         try:

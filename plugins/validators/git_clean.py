@@ -16,7 +16,7 @@ def ralph_validate(context: ValidationContext) -> list[Violation]:
     """One violation listing the uncommitted paths (``git status --porcelain``)."""
     if not context.check_git:
         return []
-    from ralph.api import git  # hardened, after the git metadata check
+    from ralph.api.process import git  # hardened, after the git metadata check
 
     result = git(context.project_dir, "status", "--porcelain", check=False)
     if result.returncode != 0:
@@ -25,7 +25,7 @@ def ralph_validate(context: ValidationContext) -> list[Violation]:
     if not lines:
         return []
     shown = "\n".join(f"  {line}" for line in lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
-    from ralph.api import progress_log
+    from ralph.api.project import progress_log
 
     progress = progress_log(context.tasks_path.parent)
     try:

@@ -8,7 +8,7 @@ from ralph.api import ValidationContext, Violation, hookimpl
 @hookimpl
 def ralph_validate(context: ValidationContext) -> list[Violation]:
     """Schema violations: missing file, bad JSON, missing/mistyped fields, duplicate ids, empty notes."""
-    from ralph.api import structural_problems
+    from ralph.api.stores import structural_problems
 
     if context.raw is None:
         return [Violation("schema", f"{context.tasks_path} does not exist: restore the task list.")]

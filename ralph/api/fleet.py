@@ -10,6 +10,7 @@ serve`` finds a fleet's loops.
 from __future__ import annotations
 
 from ralph.lifecycle.fleetmirror import FleetMirror, NodeRecord
-from ralph.lifecycle.parallel import UNIT_ENV, Unit, write_group_tasks
+from ralph.fleetunit import UNIT_ENV, Unit
+from ralph.lifecycle.parallel import write_group_tasks
 
 __all__ = ["FleetMirror", "NodeRecord", "UNIT_ENV", "Unit", "write_group_tasks"]

@@ -6,6 +6,8 @@ entries.  The loop derives every check of the task list from it; :func:`state_ch
 derivation for the state fields (what the loop and the Stop hook use), :class:`StateChange` what
 :meth:`Policy.describe_changes` words, :class:`StoryHistory` what :meth:`Policy.select_next` sees.
 ``LOOP_FIELDS`` and ``PERSON_FIELDS`` are the story fields no mode may change.
+:class:`Selection` is what :meth:`Policy.select_next` returns, ``ready_stories`` the stories whose
+dependencies have passed, ``AUTO_APPROVED_PREFIX`` the note of a story approved at the review cap.
 """
 
 from __future__ import annotations
@@ -13,17 +15,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ralph.contracts import GateAttempt, ModeRules, StateChange, StoryHistory, Transition
+from ralph.contracts import AUTO_APPROVED_PREFIX, GateAttempt, ModeRules, Selection, StateChange, StoryHistory, Transition
 from ralph.transitions import allowed_by, diff_text, fmt, state_changes, state_violations
 
 if TYPE_CHECKING:
-    from ralph.tasks import LOOP_FIELDS, PERSON_FIELDS, blocked_reason
+    from ralph.tasks import LOOP_FIELDS, PERSON_FIELDS, blocked_reason, ready_stories
 
 __all__ = [
+    "AUTO_APPROVED_PREFIX",
     "GateAttempt",
     "LOOP_FIELDS",
     "ModeRules",
     "PERSON_FIELDS",
+    "Selection",
     "StateChange",
     "StoryHistory",
     "Transition",
@@ -31,12 +35,14 @@ __all__ = [
     "blocked_reason",
     "diff_text",
     "fmt",
+    "ready_stories",
     "state_changes",
     "state_violations",
     "story_line",
 ]
 
-_LAZY = {"LOOP_FIELDS": "ralph.tasks", "PERSON_FIELDS": "ralph.tasks", "blocked_reason": "ralph.tasks"}
+_LAZY = {"LOOP_FIELDS": "ralph.tasks", "PERSON_FIELDS": "ralph.tasks", "blocked_reason": "ralph.tasks",
+         "ready_stories": "ralph.tasks"}
 """Names backed by the pydantic task model, imported on first use (loading a policy stays cheap)."""
 
 

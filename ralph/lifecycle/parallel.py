@@ -34,9 +34,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from ralph.errors import UsageError
+from ralph.fleetunit import BRANCH_PREFIX, UNIT_ENV, Unit
+
+if TYPE_CHECKING:
+    from ralph.contracts import FleetEngine
 
 __all__ = [
     "BRANCH_PREFIX",
@@ -56,12 +60,9 @@ __all__ = [
 ]
 
 WORKTREES_DIR = "ralph-worktrees"
-BRANCH_PREFIX = "ralph/parallel/"
 METADATA_NAME = "ralph-parallel.json"
 """Kept in the worktree's own git directory (``<common>/worktrees/<id>/``): private to the
 worktree, invisible to the agent's working tree, removed with the worktree."""
-UNIT_ENV = "RALPH_PARALLEL_UNIT"
-"""Set in each child's environment (and so in its agent's, with the direct runner)."""
 
 EXIT_INTERRUPTED = 130
 _PRD_NAME = re.compile(r"PRD-([1-9][0-9]{0,5})")
@@ -114,25 +115,6 @@ def _registered_worktrees(project_dir: Path) -> list[dict[str, str]]:
 
 
 # -- planning the units ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One loop of a parallel run."""
-
-    name: str
-    """``PRD-1``, or for a story group ``<ralph dir name>-<first story id>``."""
-    ralph_dir: str
-    """The unit's ralph directory, relative to the project directory (POSIX)."""
-    kind: str = "prd"
-    """``prd`` or ``group``."""
-    stories: tuple[str, ...] = ()
-    """Story ids of a group (empty for a PRD unit)."""
-
-    @property
-    def branch(self) -> str:
-        """The branch the unit's loop works on, brought back to the project (``ralph/parallel/PRD-1``)."""
-        return BRANCH_PREFIX + self.name
 
 
 def story_groups(stories: list[Any]) -> list[list[str]]:
@@ -481,7 +463,7 @@ def _show_plan(out: TextIO, what: str, units: list[Unit], where: Callable[[Unit]
     return 0
 
 
-def _fleet_engine(project_dir: Path, engine: str | None) -> Any:
+def _fleet_engine(project_dir: Path, engine: str | None) -> FleetEngine | None:
     """The fleet engine plugin named ``engine`` (None for the local worktrees)."""
     if engine in (None, "worktrees"):
         return None

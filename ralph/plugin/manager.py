@@ -59,9 +59,11 @@ if TYPE_CHECKING:
     from ralph.plugin.local import LocalPlugin
     from ralph.settings import Settings
 
-API_VERSION = "1.0"
+API_VERSION = "2.0"
 """The plugin API version of this ralph (``major.minor``): a plugin declaring
-``RALPH_API = "1"`` (or ``"1.0"``) loads; one declaring ``"2"`` or ``"1.1"`` does not."""
+``RALPH_API = "2"`` (or ``"2.0"``) loads; one declaring ``"3"``, ``"2.1"`` or ``"1"`` does not.
+The major grows when a public name moves or goes (2: what serves one plugin kind moved from
+``ralph.api`` to its submodules, docs/plugins.md), the minor when one is added."""
 API_ATTRIBUTE = "RALPH_API"
 
 T = TypeVar("T")

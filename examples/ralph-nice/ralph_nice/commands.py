@@ -17,7 +17,8 @@ import click
               show_default="current directory", help="Project root.")
 def nice(project_dir: Path) -> None:
     """Show the niceness `ralph run --runner nice` gives the agent here."""
-    from ralph.api import RalphError, open_session
+    from ralph.api import RalphError
+    from ralph.api.project import open_session
 
     try:
         settings = open_session(project_dir.resolve()).settings

@@ -5,9 +5,10 @@ import shutil
 import threading
 from typing import Any, Callable
 
-from ralph.api import Availability, ProcessOutcome, ProcessSpec, Runner, hookimpl, run_process
+from ralph.api import Availability, ProcessOutcome, ProcessSpec, Runner, hookimpl
+from ralph.api.process import run_process
 
-RALPH_API = "1"
+RALPH_API = "2"
 
 
 class NiceRunner(Runner):
@@ -36,5 +37,4 @@ def ralph_register_runners(register: Callable[[type[Runner]], None]) -> None:
 def ralph_config_sections() -> dict[str, Any]:
     """``[tool.ralph.nice]`` (its pydantic model is imported only when config is read)."""
     from ralph_nice.config import NiceConfig
-
     return {"nice": NiceConfig}

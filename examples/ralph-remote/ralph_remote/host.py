@@ -2,7 +2,7 @@
 
 It shares nothing with the loop's machine but this connection (start it over ``ssh`` for another
 machine).  It keeps the agent's checkout in a private directory of its own, runs the agent and the
-loop's gate commands there with ``ralph.api.run_process`` (each in a pid namespace: nothing they
+loop's gate commands there with ``ralph.api.process.run_process`` (each in a pid namespace: nothing they
 start outlives them), relays the agent's hook calls back over the connection, and runs the workspace
 exchange's side (``ralph.api.workspace``) for the runner.  When the connection ends (the loop is
 done, or gone) it stops the agent and removes everything it made.
@@ -26,7 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ralph.api import ProcessSpec, run_process, run_shell
+from ralph.api import ProcessSpec
+from ralph.api.process import run_process, run_shell
 from ralph.api.hooks import HookRelay, hook_client_path
 from ralph.api.workspace import inside_script
 

@@ -43,7 +43,7 @@ from ralph.api.workspace import AgentCheckout, InsideResult
 
 from .wire import Lost, Wire, pack, unpack
 
-RALPH_API = "1"
+RALPH_API = "2"
 SECTION = "remote"
 GRACE_SECONDS = 60.0
 """How much longer than the agent's timeout the runner waits for the host to say the agent ended."""

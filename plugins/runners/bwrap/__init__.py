@@ -11,7 +11,7 @@ from ralph.api import hookimpl
 
 from .runner import BwrapRunner
 
-RALPH_API = "1"
+RALPH_API = "2"
 
 
 @hookimpl

@@ -6,7 +6,7 @@ project (a virtualenv, ``node_modules``) unless it is one of the runner's ``tool
 the gates run on the agent's checkout.  A ``python3`` found there may also be another interpreter
 than yours (the system's, when your pyenv shim is hidden), without your ``pytest``.
 
-Each command is parsed with ralph's shell model (``ralph.api.analyze``: ``timeout``, ``env`` and
+Each command is parsed with ralph's shell model (``ralph.api.shell.analyze``: ``timeout``, ``env`` and
 other wrappers included, ``bash -c`` code followed); the programs are looked up in one sandbox
 made like a gate's (the project read-only at its path, the toolchain entries, the gates' ``PATH``),
 ``python -m MODULE`` must find its module there too.  A program in the project counts when git
@@ -66,7 +66,7 @@ class Need:
 
 def gate_needs(commands: list[str], project: Path) -> tuple[list[Need], list[str]]:
     """(programs to look up, commands not checked and why)."""
-    from ralph.api import analyze
+    from ralph.api.shell import analyze
 
     needs: list[Need] = []
     unchecked: list[str] = []
@@ -152,7 +152,7 @@ def look_up(argv: list[str], env: dict[str, str], needs: list[Need], timeout: fl
 
 
 def _ignored(project: Path, path: Path) -> bool:
-    from ralph.api import git
+    from ralph.api.process import git
 
     relative = os.path.relpath(path, project)
     try:

@@ -290,7 +290,8 @@ class BwrapRunner(Runner):
 
         :class:`~ralph.api.workspace.WorkspaceRefused` (the project as it was) when what the agent left
         breaks a rule of the workspace check."""
-        from ralph.api import RalphError, run_process
+        from ralph.api import RalphError
+        from ralph.api.process import run_process
         from ralph.api.workspace import WorkspaceError, WorkspaceRefused
 
         from .probe import probe
@@ -339,7 +340,8 @@ class BwrapRunner(Runner):
         """A gate command in a fresh sandbox on the project's state (shipped into the checkout first),
         output merged; a ``cwd`` outside the project (a directory the loop made: the trusted tests' tree)
         is shown read-write at its own path.  Never on the host."""
-        from ralph.api import RalphError, run_process
+        from ralph.api import RalphError
+        from ralph.api.process import run_process
         from ralph.api.workspace import WorkspaceError
 
         from .probe import probe
@@ -373,7 +375,7 @@ class BwrapRunner(Runner):
     def _system_paths(self) -> list[str]:
         """What every sandbox needs to see read-only: this Python (the workspace side and the hook client
         run on it), ralph's packages and this plugin."""
-        from ralph.api import hook_packages
+        from ralph.api.hooks import hook_packages
 
         paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(_python())]
         paths += [str(path) for path in hook_packages().values()]
@@ -419,7 +421,7 @@ class BwrapRunner(Runner):
 
     def _toolchain_of(self, project: Path) -> list[str]:
         """The configured toolchain entries that exist in the project and that git ignores."""
-        from ralph.api import git
+        from ralph.api.process import git
 
         names = []
         for name in self.config().toolchain:

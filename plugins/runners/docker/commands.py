@@ -48,7 +48,9 @@ def build(project_dir: Path | None, base: str | None, offline_base: bool, suite:
     agent CLI and ralph's code are mounted read-only at run time.  An image that
     already matches its recipe or toolchain is reused.
     """
-    from ralph.api import RalphError, find_project, open_session, section_or_default, strip_controls
+    from ralph.api import RalphError, section_or_default
+    from ralph.api.project import find_project, open_session
+    from ralph.api.text import strip_controls
 
     from . import engine, image, projectimage, toolchain
     from .config import SandboxConfig

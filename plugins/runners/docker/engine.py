@@ -21,7 +21,8 @@ import docker.errors
 from docker.types import Mount
 from docker.utils.socket import frames_iter
 
-from ralph.api import ProcessOutcome, ProcessSpec, hook_packages
+from ralph.api import ProcessOutcome, ProcessSpec
+from ralph.api.hooks import hook_packages
 
 from .naming import (
     ASK_SHIM,

@@ -2,7 +2,7 @@
 
 A gate that cannot start in the sandbox (``No module named pytest``, ``exit 127``) fails every
 iteration, each of them paid for.  Before iteration 1 the runner parses every gate command with
-ralph's shell model (``ralph.api.analyze``: wrappers such as ``timeout`` or ``env`` stripped,
+ralph's shell model (``ralph.api.shell.analyze``: wrappers such as ``timeout`` or ``env`` stripped,
 ``bash -c`` code followed), and looks up each program it runs in one throw-away container of the
 sandbox image (no network, read-only, as the agent's user, with the ``PATH`` the gates get);
 ``python3 -m MODULE`` must find the module too.  A program given by a path in the project
@@ -99,7 +99,7 @@ def gate_needs(commands: list[str], project_dir: Path, tracked: set[str]) -> tup
 
     ``tracked`` holds the repository's files (project-relative): a program or a ``python -m`` module
     given by a path in the project is there when it is tracked, and missing otherwise."""
-    from ralph.api import analyze
+    from ralph.api.shell import analyze
 
     needs: list[Need] = []
     missing: list[Missing] = []

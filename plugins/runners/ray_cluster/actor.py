@@ -27,7 +27,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ralph.api import ProcessSpec, run_process
+from ralph.api import ProcessSpec
+from ralph.api.process import run_process
 from ralph.api.hooks import HookRelay
 from ralph.api.workspace import WorkspaceState, apply, capture, init_checkout
 

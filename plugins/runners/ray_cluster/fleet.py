@@ -20,9 +20,10 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ralph.api import Availability, FleetEngine, section_or_default
+from ralph.api.fleet import Unit
 
 EXIT_INTERRUPTED = 130
 EXIT_NODE_LOST = 2
@@ -52,7 +53,7 @@ class FleetLoopActor:
 
     def start(self, state: Any, branch: str, unit: dict[str, Any], run_args: list[str], env: dict[str, str]) -> None:
         """Clone from ``state``, prepare the unit (a story group's task list) and start ``ralph run``."""
-        from ralph.api.fleet import UNIT_ENV, NodeRecord, Unit, write_group_tasks
+        from ralph.api.fleet import UNIT_ENV, NodeRecord, write_group_tasks
         from ralph.api.workspace import apply, init_checkout
 
         self._record = NodeRecord(self.root / "state")
@@ -124,7 +125,7 @@ class FleetLoopActor:
 
 @dataclass
 class _Loop:
-    unit: Any
+    unit: Unit
     actor: Any
     where: dict[str, Any] = field(default_factory=dict)
     pending: Any = None
@@ -156,8 +157,8 @@ class RayFleet(FleetEngine):
 
         return section_or_default(self.settings, "ray", RayConfig)
 
-    def run(self, project_dir: Path, units: list[Any], base_commit: str, run_args: list[str], out: Any,
-            err: Any) -> int:
+    def run(self, project_dir: Path, units: list[Unit], base_commit: str, run_args: list[str], out: TextIO,
+            err: TextIO) -> int:
         import ray
 
         from ralph.api.workspace import capture
