@@ -270,21 +270,86 @@ def test_all_names_resolve_and_star_import_works() -> None:
 
 
 
+LAZY_NAMES = """
+import importlib, json, pkgutil, ralph.api
+found = {}
+for name in ["ralph.api", *(i.name for i in pkgutil.iter_modules(ralph.api.__path__, "ralph.api."))]:
+    module = importlib.import_module(name)
+    found[name] = sorted(set(module.__all__) - set(vars(module)))
+print(json.dumps(found))
+"""
+
+
 def test_type_checkers_see_every_lazily_loaded_name() -> None:
     """Names loaded on first use (PEP 562) are also imported under ``TYPE_CHECKING``: without
     that a plugin author's type checker sees them as ``Any`` (module ``__getattr__``)."""
-    tree = ast.parse((CORE / "api" / "__init__.py").read_text(encoding="utf-8"))
-    typed = {
-        alias.asname or alias.name
-        for node in tree.body
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-        for statement in node.body
-        if isinstance(statement, ast.ImportFrom)
-        for alias in statement.names
-    }
-    lazy = set(ralph.api._LAZY)
-    assert len(lazy) > 30
-    assert sorted(lazy - typed) == []
+    lazy = json.loads(subprocess.run([sys.executable, "-P", "-c", LAZY_NAMES], capture_output=True, text=True,
+                                     check=True).stdout)
+    assert sum(len(names) for names in lazy.values()) > 30
+    untyped = []
+    for module, names in lazy.items():
+        path = CORE / Path(*module.split(".")[1:]) / "__init__.py" if module == "ralph.api" else \
+            CORE / Path(*module.split(".")[1:]).with_suffix(".py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typed = {
+            alias.asname or alias.name
+            for node in tree.body
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+            for statement in node.body
+            if isinstance(statement, ast.ImportFrom)
+            for alias in statement.names
+        }
+        untyped += [f"{module}.{name}" for name in names if name not in typed]
+    assert untyped == []
+
+
+CORE_API_LIMIT = 45
+"""``ralph.api`` holds what every plugin kind needs; what serves one kind goes in a submodule."""
+
+
+def test_ralph_api_stays_small() -> None:
+    assert len(ralph.api.__all__) <= CORE_API_LIMIT, (
+        f"ralph.api exports {len(ralph.api.__all__)} names: put what one plugin kind needs in its submodule")
+    assert len(set(ralph.api.__all__)) == len(ralph.api.__all__)
+
+
+def _submodule_users() -> dict[str, set[str]]:
+    """``ralph.api.<sub>`` -> the names plugins, the examples and the benchmarks import from it."""
+    used: dict[str, set[str]] = {}
+    for path in [*PLUGINS.rglob("*.py"), *(ROOT / "examples").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("ralph.api."):
+                used.setdefault(node.module or "", set()).update(alias.name for alias in node.names)
+    return used
+
+
+def test_every_submodule_name_is_importable_and_used_or_documented() -> None:
+    """A public name earns its place: a plugin or an example uses it, or the docs tell authors of it."""
+    used = _submodule_users()
+    docs = " ".join(path.read_text(encoding="utf-8") for path in [*(ROOT / "docs").glob("*.md"), ROOT / "README.md",
+                                                                   *(ROOT / "examples").glob("*/README.md")])
+    blocks = re.findall(r"```.*?```", docs, re.S)
+    spans = re.findall(r"`[^`\n]+`", re.sub(r"```.*?```", "", docs, flags=re.S))
+    documented = set(re.findall(r"\w+", " ".join(blocks + spans)))
+    idle = []
+    for module in _api_modules()[1:]:
+        assert module.__all__, module.__name__
+        for name in module.__all__:
+            getattr(module, name)
+            if name not in used.get(module.__name__, set()) and name not in documented:
+                idle.append(f"{module.__name__}.{name}")
+    assert idle == [], "public names no plugin or example uses and no doc names (drop or document them):\n" + "\n".join(idle)
+
+
+@pytest.mark.parametrize("module", ["ralph.api", *sorted(info.name for info in pkgutil.iter_modules(
+    ralph.api.__path__, "ralph.api."))])
+def test_importing_an_api_module_alone_makes_no_import_cycle(module: str) -> None:
+    """Each module first in a fresh interpreter, then every name of its ``__all__`` (the lazy ones load
+    their modules then): a cycle would show as a partially initialised module."""
+    code = f"import importlib; m = importlib.import_module({module!r}); [getattr(m, n) for n in m.__all__]"
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
 
 def test_importing_ralph_api_does_not_import_pydantic() -> None:
     code = "import sys, ralph.api; print(sorted(m for m in sys.modules if m.split('.')[0] in {'pydantic', 'click', 'docker'}))"

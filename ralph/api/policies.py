@@ -2,9 +2,9 @@
 
 A policy declares its workflow as data (docs/plugins.md, "Policies"): ``state_fields``,
 ``initial_state`` and ``table``, a :class:`ModeRules` per mode made of :class:`Transition`
-entries.  The loop derives every check of the task list from it; :func:`state_changes` is that
-derivation for the state fields (what the loop and the Stop hook use), :class:`StateChange` what
-:meth:`Policy.describe_changes` words, :class:`StoryHistory` what :meth:`Policy.select_next` sees.
+entries.  The loop derives every check of the task list from it; :class:`StateChange` is what
+:meth:`Policy.describe_changes` words, :class:`StoryHistory` (with its :class:`GateAttempt` entries)
+what :meth:`Policy.select_next` sees, ``diff_text`` and ``fmt`` word values as the loop does.
 ``LOOP_FIELDS`` and ``PERSON_FIELDS`` are the story fields no mode may change.
 :class:`Selection` is what :meth:`Policy.select_next` returns, ``ready_stories`` the stories whose
 dependencies have passed, ``AUTO_APPROVED_PREFIX`` the note of a story approved at the review cap.
@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ralph.contracts import AUTO_APPROVED_PREFIX, GateAttempt, ModeRules, Selection, StateChange, StoryHistory, Transition
-from ralph.transitions import allowed_by, diff_text, fmt, state_changes, state_violations
+from ralph.transitions import diff_text, fmt
 
 if TYPE_CHECKING:
     from ralph.tasks import LOOP_FIELDS, PERSON_FIELDS, blocked_reason, ready_stories
@@ -31,13 +31,10 @@ __all__ = [
     "StateChange",
     "StoryHistory",
     "Transition",
-    "allowed_by",
     "blocked_reason",
     "diff_text",
     "fmt",
     "ready_stories",
-    "state_changes",
-    "state_violations",
     "story_line",
 ]
 

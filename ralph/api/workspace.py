@@ -31,8 +31,7 @@ The lower-level pieces, for runners with their own exchange (``ray``): :func:`ca
 project's state, with a bundle of what a peer that has ``known`` commits lacks), :func:`apply` (make
 a checkout a state the loop sent: the receiving side that trusts it), :func:`mirror` (check and
 apply a state from the agent's side onto the project), :func:`receive_branch` (only its commits,
-as a branch), :func:`encode`/:func:`decode` (the wire format), ``head``, ``init_checkout``,
-``untracked_names`` and ``git`` (hardened git, as the loop runs it).
+as a branch), ``head``, ``init_checkout`` and ``git`` (hardened git, as the loop runs it).
 """
 
 from __future__ import annotations
@@ -47,22 +46,16 @@ from ralph.workspace import (
     WorkspaceState,
     capture,
     check,
-    decode,
-    encode,
-    escapes,
     git,
     head,
     init_checkout,
     inside_script,
-    is_git_name,
     mirror,
     receive_branch,
-    untracked_names,
 )
 from ralph.workspace_inside import apply
 
 __all__ = [
     "AgentCheckout", "Checked", "InsideResult", "RunInside", "WorkspaceError", "WorkspaceRefused", "WorkspaceState",
-    "apply", "capture", "check", "decode", "encode", "escapes", "git", "head", "init_checkout", "inside_script",
-    "is_git_name", "mirror", "receive_branch", "untracked_names",
+    "apply", "capture", "check", "git", "head", "init_checkout", "inside_script", "mirror", "receive_branch",
 ]

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from ralph.testing.project import story
-from ralph.testing.scripting import commit_command, set_fields_command
+from ralph.scripted.scripting import commit_command, set_fields_command
+from ralph.scripted.stories import story
 
 GREET_BUGGY = 'def greet(name):\n    return "Hello " + name\n'
 GREET_FIXED = 'def greet(name: str) -> str:\n    """Greet someone by name."""\n    return f"Hello, {name}!"\n'
@@ -136,8 +136,8 @@ def _scripted_server(
 ) -> Any:
     """Start a scripted model server acting out ``steps`` and point the agent CLI at it
     (``env_of(url, home)`` into this process's environment, with a fresh ``home``)."""
-    from ralph.testing.model_server import IterationScript
-    from ralph.testing.scripting import bash_turns
+    from ralph.scripted.model_server import IterationScript
+    from ralph.scripted.scripting import bash_turns
 
     server = server_class(IterationScript({n: bash_turns(cmds, say) for n, (cmds, say) in steps.items()})).start()
     home.mkdir()
@@ -181,7 +181,7 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
     steps = demo_steps()
     server: Any = None
     if agent == "claude":
-        from ralph.testing.model_server import ScriptedModelServer, claude_env
+        from ralph.scripted.model_server import ScriptedModelServer, claude_env
 
         server = _scripted_server(ScriptedModelServer, claude_env, work / "claude-home", steps)
         echo(f"ralph demo: the real Claude Code CLI ({binary}, found via {source}) talks to a SCRIPTED local "
@@ -193,7 +193,7 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
         from ralph.settings import Settings
 
         from ralph.errors import UnavailableError
-        from ralph.testing.responses_server import ScriptedResponsesServer, codex_env
+        from ralph.scripted.responses_server import ScriptedResponsesServer, codex_env
 
         # the codex agent plugin finds its CLI (config, RALPH_CODEX_BINARY, PATH, the wheel)
         codex_agent = PluginHost().agents.get("codex")(Settings(project_dir=project, config=RalphConfig()))
@@ -205,7 +205,7 @@ def run_demo(directory: Path | None, agent: str, echo: Any) -> int:
              f"Responses API server at {server.url}: the model's moves are scripted, everything else is real "
              "(Codex reports tokens, not cost). Nothing is billed.")
     else:
-        from ralph.testing.scripting import replay_actions
+        from ralph.scripted.scripting import replay_actions
 
         script_path = work / "replay-script.json"
         script_path.write_text(

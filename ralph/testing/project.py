@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ralph.scripted.stories import story
+
 __all__ = ["GIT_IDENTITY", "RalphProject", "make_project", "process_alive", "ralph_command", "settings_for", "story",
            "wait_for"]
 
@@ -21,25 +23,6 @@ GIT_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "test@example.invalid",
 }
 """A git author and committer for test commits (``{**os.environ, **GIT_IDENTITY}``): no global git config needed."""
-
-
-def story(story_id: str, title: str | None = None, **fields: Any) -> dict[str, Any]:
-    """A seed §8 story dict with valid defaults; override any field."""
-    base: dict[str, Any] = {
-        "id": story_id,
-        "title": title or f"Story {story_id}",
-        "description": "",
-        "acceptanceCriteria": [f"{story_id} works"],
-        "priority": 1,
-        "passes": False,
-        "reviewStatus": None,
-        "reviewCount": 0,
-        "reviewFeedback": "",
-        "notes": "",
-        "dependsOn": [],
-    }
-    base.update(fields)
-    return base
 
 
 def wait_for(condition: Any, timeout: float = 20) -> None:
