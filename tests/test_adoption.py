@@ -82,13 +82,9 @@ def snark(tmp_path: Path) -> RalphProject:
     }, tmp_path / "state")
 
 
-def run(project: RalphProject, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return project.run("run", "--runner", "direct", "--agent", "replay", *args, env=env)
-
-
 def test_the_migration_guides_first_command_works_end_to_end(snark: RalphProject, tmp_path: Path) -> None:
     env = {**replay_env(tmp_path / "script.json", {1: AS_THEIR_PROMPT_SAYS}), "RALPH_DISABLE_PLUGINS": "spec-gate"}
-    dry = run(snark, env, "--ralph-dir", "scripts/ralph", "--dry-run")
+    dry = snark.run_replay("--ralph-dir", "scripts/ralph", "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr
     assert "policy:  skip-review" in dry.stdout
     warning = next(line for line in dry.stderr.splitlines() if "tells the agent to set passes: true" in line)
@@ -97,7 +93,7 @@ def test_the_migration_guides_first_command_works_end_to_end(snark: RalphProject
     prompt = dry.stdout.split("--- prompt (iteration 1) ---")[1]
     assert "do NOT set passes" not in prompt and "never set `passes: true`" not in prompt  # nothing contradicts it
 
-    result = run(snark, env, "--ralph-dir", "scripts/ralph")
+    result = snark.run_replay("--ralph-dir", "scripts/ralph", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "this run uses policy skip-review" in result.stderr
     data = json.loads((snark.path / "scripts" / "ralph" / "prd.json").read_text())
@@ -112,7 +108,7 @@ def test_a_policy_the_person_chose_is_refused_with_the_lines(snark: RalphProject
         if not flags:
             (snark.path / "ralph.toml").write_text('ralph_dir = "scripts/ralph"\npolicy = "review"\n')
             snark.commit_all("the person chose review")
-        result = run(snark, env, *(["--ralph-dir", "scripts/ralph"] if flags else []), *flags)
+        result = snark.run_replay(*(["--ralph-dir", "scripts/ralph"] if flags else []), *flags, env=env)
         assert result.returncode == 2, result.stdout + result.stderr
         assert "scripts/ralph/prompt.md tells the agent to set passes: true itself" in result.stderr
         assert "every iteration would be undone" in result.stderr
@@ -120,7 +116,7 @@ def test_a_policy_the_person_chose_is_refused_with_the_lines(snark: RalphProject
         assert "--skip-review runs these instructions as written" in result.stderr
         assert "`ralph init --ralph-dir scripts/ralph` adds ralph's prompt.md" in result.stderr
         assert snark.run_dirs() == []
-        dry = run(snark, env, *(["--ralph-dir", "scripts/ralph"] if flags else []), *flags, "--dry-run")
+        dry = snark.run_replay(*(["--ralph-dir", "scripts/ralph"] if flags else []), *flags, "--dry-run", env=env)
         assert dry.returncode == 2 and "every iteration would be undone" in dry.stderr
         doctor = snark.run("doctor", "--runner", "direct", "--agent", "replay",
                            *(["-d", str(snark.path)]), env={**env, **({"RALPH_POLICY": "review", "RALPH_RALPH_DIR": "scripts/ralph"} if flags else {})})
@@ -134,7 +130,7 @@ def test_snarktanks_claude_md_is_read_by_claude_code_so_it_counts_too(tmp_path: 
         "scripts/ralph/progress.txt": "# Ralph Progress Log\n",
     }, tmp_path / "state")
     env = {**replay_env(tmp_path / "script.json", {1: AS_THEIR_PROMPT_SAYS}), "RALPH_DISABLE_PLUGINS": "spec-gate"}
-    dry = run(project, env, "--ralph-dir", "scripts/ralph", "--dry-run")
+    dry = project.run_replay("--ralph-dir", "scripts/ralph", "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr
     assert "policy:  skip-review" in dry.stdout and "scripts/ralph/CLAUDE.md line 12" in dry.stderr
     init = project.run("init", "--ralph-dir", "scripts/ralph")
@@ -142,9 +138,9 @@ def test_snarktanks_claude_md_is_read_by_claude_code_so_it_counts_too(tmp_path: 
     assert "kept scripts/ralph/CLAUDE.md: Claude Code reads it whenever the agent works in this folder" in init.stdout
     assert (project.path / "scripts" / "ralph" / "CLAUDE.md").read_text() == SNARK_PROMPT
     project.commit_all("adopted")
-    refused = run(project, env, "--ralph-dir", "scripts/ralph", "--policy", "review")
+    refused = project.run_replay("--ralph-dir", "scripts/ralph", "--policy", "review", env=env)
     assert refused.returncode == 2 and "move scripts/ralph/CLAUDE.md out of scripts/ralph" in refused.stderr
-    result = run(project, env, "--ralph-dir", "scripts/ralph")
+    result = project.run_replay("--ralph-dir", "scripts/ralph", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -161,12 +157,12 @@ def test_prompts_that_do_not_contradict_are_left_alone(snark: RalphProject, tmp_
     for text in own:
         (rdir / "prompt.md").write_text(text)
         snark.commit_all("prompt")
-        dry = run(snark, env, "--ralph-dir", "scripts/ralph", "--dry-run")
+        dry = snark.run_replay("--ralph-dir", "scripts/ralph", "--dry-run", env=env)
         assert dry.returncode == 0, dry.stderr
         assert "policy:  review" in dry.stdout and "tells the agent" not in dry.stderr, (text, dry.stderr)
     (rdir / "prompt.md").write_text(SNARK_PROMPT)
     snark.commit_all("theirs again")
-    skip = run(snark, env, "--ralph-dir", "scripts/ralph", "--skip-review", "--dry-run")
+    skip = snark.run_replay("--ralph-dir", "scripts/ralph", "--skip-review", "--dry-run", env=env)
     assert skip.returncode == 0 and "tells the agent" not in skip.stderr  # chosen, and nothing contradicts it
 
 

@@ -24,10 +24,6 @@ def replay(tmp_path: Path, iterations: dict[int, list[dict[str, Any]]]) -> dict[
     return replay_env(tmp_path / "script.json", iterations)
 
 
-def run(project: RalphProject, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return project.run("run", "--runner", "direct", "--agent", "replay", *args, env=env)
-
-
 def ralph_in(cwd: Path, state: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``ralph ARGS`` as a process in ``cwd`` (any directory, not only a RalphProject)."""
     return subprocess.run(
@@ -69,19 +65,19 @@ def test_item9_docker_sdk_is_a_regular_dependency_imported_lazily() -> None:
 
 
 def test_item12_run_after_iterations_ran_out_just_continues(project: RalphProject, tmp_path: Path) -> None:
-    first = run(project, replay(tmp_path, {1: IMPLEMENT}), "-n", "1")
+    first = project.run_replay("-n", "1", env=replay(tmp_path, {1: IMPLEMENT}))
     assert first.returncode == 1, first.stderr
     assert "max iterations (1) reached" in first.stdout
     # the next run continues (no --resume/--fresh question) and completes the story
-    second = run(project, replay(tmp_path, {1: APPROVE}))
+    second = project.run_replay(env=replay(tmp_path, {1: APPROVE}))
     assert second.returncode == 0, second.stderr
     assert "continuing with the story state the previous run left for 1 story" in second.stderr
 
 
 def test_item12_changed_task_list_after_a_run_still_asks(project: RalphProject, tmp_path: Path) -> None:
-    assert run(project, replay(tmp_path, {1: IMPLEMENT}), "-n", "1").returncode == 1
+    assert project.run_replay("-n", "1", env=replay(tmp_path, {1: IMPLEMENT})).returncode == 1
     project.write_stories([story("US-001"), story("US-002")])
-    again = run(project, replay(tmp_path, {1: APPROVE}))
+    again = project.run_replay(env=replay(tmp_path, {1: APPROVE}))
     assert again.returncode == 2
     assert "the task list changed since that run ended" in again.stderr
     assert "--resume" in again.stderr and "--fresh" in again.stderr
@@ -90,12 +86,12 @@ def test_item12_changed_task_list_after_a_run_still_asks(project: RalphProject, 
 def test_item12_new_repository_at_the_same_path_starts_clean(project: RalphProject, tmp_path: Path) -> None:
     import shutil
 
-    assert run(project, replay(tmp_path, {1: IMPLEMENT}), "-n", "1").returncode == 1
+    assert project.run_replay("-n", "1", env=replay(tmp_path, {1: IMPLEMENT})).returncode == 1
     # a crash leaves state without an end marker: make it look like one, then replace the repository
     shutil.rmtree(project.path / ".git")
     subprocess.run(["git", "init", "-q", "-b", "main"], cwd=project.path, check=True)
     project.write_stories([story("US-001")])  # commits: a new root commit
-    result = run(project, replay(tmp_path, {1: IMPLEMENT, 2: APPROVE}))
+    result = project.run_replay(env=replay(tmp_path, {1: IMPLEMENT, 2: APPROVE}))
     assert result.returncode == 0, result.stderr
     assert "continuing" not in result.stderr
     assert len(project.run_dirs()) == 1  # the old project's runs are not this repository's
@@ -139,7 +135,7 @@ def test_item13_bad_state_dir_is_a_clear_error(project, tmp_path, where) -> None
         state.chmod(0o500)
     else:
         state = Path("/proc/self/no-such-state-dir")
-    result = run(project, {**replay(tmp_path, {1: IMPLEMENT}), "RALPH_STATE_DIR": str(state)})
+    result = project.run_replay(env={**replay(tmp_path, {1: IMPLEMENT}), "RALPH_STATE_DIR": str(state)})
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert f"cannot use {state} as ralph's state directory ($RALPH_STATE_DIR)" in result.stderr
@@ -150,7 +146,7 @@ def test_item13_status_looks_for_runs_where_the_configs_state_dir_put_them(proje
     project.path.joinpath("ralph.toml").write_text(f'state_dir = "{state}"\n', encoding="utf-8")
     project.commit_all("state_dir in ralph.toml")
     no_env = {"RALPH_STATE_DIR": ""}  # the config file decides, as for a user without the variable
-    assert run(project, {**replay(tmp_path, {1: IMPLEMENT, 2: APPROVE}), **no_env}).returncode == 0
+    assert project.run_replay(env={**replay(tmp_path, {1: IMPLEMENT, 2: APPROVE}), **no_env}).returncode == 0
     runs = sorted(state.glob("projects/*/runs/*"))
     assert len(runs) == 1  # ralph run put its record under the configured state_dir
     status = project.run("status", "--json", env=no_env)
@@ -206,9 +202,9 @@ def test_item3_dry_run_warns_about_an_uncommitted_tree(project: RalphProject, tm
 
 def test_item3_run_works_on_the_branch_init_named(project: RalphProject, tmp_path: Path) -> None:
     assert project.tasks()["branchName"] == "ralph/demo"
-    dry = run(project, replay(tmp_path, {}), "--dry-run")
+    dry = project.run_replay("--dry-run", env=replay(tmp_path, {}))
     assert "branch:  ralph/demo (`ralph run` starts by creating the task list's branch ralph/demo from main" in dry.stdout
-    result = run(project, replay(tmp_path, {1: IMPLEMENT, 2: APPROVE}))
+    result = project.run_replay(env=replay(tmp_path, {1: IMPLEMENT, 2: APPROVE}))
     assert result.returncode == 0, result.stderr
     assert "creating the task list's branch ralph/demo from main and switching to it" in result.stderr
     assert project.git("symbolic-ref", "--short", "HEAD").strip() == "ralph/demo"
@@ -217,7 +213,7 @@ def test_item3_run_works_on_the_branch_init_named(project: RalphProject, tmp_pat
 
 
 def test_item3_report_html_default_goes_outside_the_project(project: RalphProject, tmp_path: Path) -> None:
-    assert run(project, replay(tmp_path, {1: IMPLEMENT, 2: APPROVE})).returncode == 0
+    assert project.run_replay(env=replay(tmp_path, {1: IMPLEMENT, 2: APPROVE})).returncode == 0
     result = project.run("report", "--html")
     assert result.returncode == 0, result.stderr
     written = Path(result.stdout.strip().splitlines()[-1].removeprefix("wrote ").strip())
@@ -246,7 +242,7 @@ def test_item3_report_html_default_goes_outside_the_project(project: RalphProjec
 )
 def test_item5_graph_errors_exit_2_naming_the_stories(ralph_project, tmp_path, stories, expected, dry) -> None:
     ralph_project.write_stories(stories)
-    result = run(ralph_project, replay(tmp_path, {1: IMPLEMENT}), *(["--dry-run"] if dry else []))
+    result = ralph_project.run_replay(*(["--dry-run"] if dry else []), env=replay(tmp_path, {1: IMPLEMENT}))
     assert result.returncode == 2, result.stdout + result.stderr
     for needle in expected:
         assert needle in result.stderr
@@ -260,19 +256,19 @@ def test_item6_passes_without_approval_says_why(ralph_project: RalphProject, tmp
     ralph_project.write_stories(
         [story("US-001", passes=True, notes="done"), story("US-002", passes=True, notes="done")]
     )
-    result = run(ralph_project, replay(tmp_path, {}))
+    result = ralph_project.run_replay(env=replay(tmp_path, {}))
     assert result.returncode == 1
     line = next(l for l in result.stdout.splitlines() if "no story can be selected:" in l)
     assert not line.rstrip().endswith(":")
     assert "US-001, US-002 have passes=true but no approval (reviewStatus null)" in line
     assert "--skip-review" in line
-    dry = run(ralph_project, replay(tmp_path, {}), "--dry-run")
+    dry = ralph_project.run_replay("--dry-run", env=replay(tmp_path, {}))
     assert "nothing to run: no story can be selected: US-001, US-002 have passes=true" in dry.stdout
 
 
 def test_item6_empty_notes_on_a_done_story_is_named(ralph_project: RalphProject, tmp_path: Path) -> None:
     ralph_project.write_stories([story("US-001", passes=True, notes="")])
-    result = run(ralph_project, replay(tmp_path, {}))
+    result = ralph_project.run_replay(env=replay(tmp_path, {}))
     assert result.returncode == 2
     assert "US-001 has passes=true but empty notes" in result.stderr
 
@@ -284,7 +280,7 @@ def test_story_runs_one_story_alone(ralph_project: RalphProject, tmp_path: Path)
     ralph_project.write_stories([story("US-001"), story("US-002", priority=2)])
     impl2 = [{**a, "set": {**a["set"], "story": "US-002"}} if "set" in a else a for a in IMPLEMENT]
     appr2 = [{**a, "set": {**a["set"], "story": "US-002"}} if "set" in a else a for a in APPROVE]
-    result = run(ralph_project, replay(tmp_path, {1: impl2, 2: appr2}), "--story", "US-002")
+    result = ralph_project.run_replay("--story", "US-002", env=replay(tmp_path, {1: impl2, 2: appr2}))
     assert result.returncode == 0, result.stderr
     assert ralph_project.story("US-002")["passes"] is True
     assert ralph_project.story("US-001")["passes"] is False  # never selected
@@ -294,10 +290,10 @@ def test_story_runs_one_story_alone(ralph_project: RalphProject, tmp_path: Path)
 def test_story_with_open_dependencies_is_exit_2_naming_them(ralph_project: RalphProject, tmp_path: Path) -> None:
     ralph_project.write_stories([story("US-001"), story("US-002", dependsOn=["US-001"])])
     for extra in (["--dry-run"], []):
-        result = run(ralph_project, replay(tmp_path, {1: IMPLEMENT}), "--story", "US-002", *extra)
+        result = ralph_project.run_replay("--story", "US-002", *extra, env=replay(tmp_path, {1: IMPLEMENT}))
         assert result.returncode == 2
         assert "--story US-002: it depends on US-001, not done yet" in result.stderr
-    unknown = run(ralph_project, replay(tmp_path, {}), "--story", "US-999")
+    unknown = ralph_project.run_replay("--story", "US-999", env=replay(tmp_path, {}))
     assert unknown.returncode == 2 and "no such story" in unknown.stderr and "US-001, US-002" in unknown.stderr
     assert ralph_project.run_dirs() == []
 
@@ -437,17 +433,17 @@ def snark(tmp_path: Path) -> RalphProject:
 def test_item10_run_works_on_snarktanks_layout_as_it_is(snark: RalphProject, tmp_path: Path) -> None:
     implement = [{**a, "write": a["write"]} if "write" in a else a for a in IMPLEMENT]
     env = replay(tmp_path, {1: implement, 2: APPROVE})
-    dry = run(snark, env, "--ralph-dir", "scripts/ralph", "--dry-run")
+    dry = snark.run_replay("--ralph-dir", "scripts/ralph", "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr
     assert "note:    no prompt.md in scripts/ralph: using ralph's built-in prompt" in dry.stdout
     assert "`scripts/ralph/prd.json`" in dry.stdout  # the prompt names the task list it really is
-    result = run(snark, env, "--ralph-dir", "scripts/ralph")
+    result = snark.run_replay("--ralph-dir", "scripts/ralph", env=env)
     assert result.returncode == 0, result.stderr
     assert "no prompt.md in scripts/ralph: using ralph's built-in prompt" in result.stderr
     data = json.loads((snark.path / "scripts" / "ralph" / "prd.json").read_text())
     assert data["userStories"][0]["passes"] is True and data["userStories"][0]["estimate"] == "S"
     assert not (snark.path / "scripts" / "ralph" / "tasks.json").exists()
-    plain = run(snark, env)
+    plain = snark.run_replay(env=env)
     assert plain.returncode == 2 and "pass --ralph-dir scripts/ralph" in plain.stderr
 
 
@@ -505,7 +501,7 @@ def test_item11_seed_001_tokens_are_filled(ralph_project: RalphProject, tmp_path
         "Plan: {{PLAN_PATH}}\nProgress: {{PROGRESS_PATH}}\nPRD: {{PRD_NUMBER}}\nStory: {{STORY_ID}} {{STORY_TITLE}}\n"
     )
     ralph_project.commit_all("seed 001 prompt")
-    result = run(ralph_project, replay(tmp_path, {}), "--dry-run")
+    result = ralph_project.run_replay("--dry-run", env=replay(tmp_path, {}))
     assert result.returncode == 0, result.stderr
     assert f"Plan: {ralph_project.tasks_path}\n" in result.stdout
     assert f"Progress: {ralph_project.ralph_dir / 'progress.txt'}\n" in result.stdout
@@ -528,9 +524,9 @@ def test_item11_sigterm_exits_143_and_sigint_130(project: RalphProject, tmp_path
 
 
 def test_item11_timed_out_and_failed_iterations_reach_the_progress_file(project: RalphProject, tmp_path: Path) -> None:
-    timed = run(project, replay(tmp_path, {1: [{"sleep": 30}]}), "-n", "1", "--timeout", "2")
+    timed = project.run_replay("-n", "1", "--timeout", "2", env=replay(tmp_path, {1: [{"sleep": 30}]}))
     assert timed.returncode == 1, timed.stderr
-    failed = run(project, replay(tmp_path, {1: [{"say": "oops"}, {"exit": 3}]}), "-n", "1")
+    failed = project.run_replay("-n", "1", env=replay(tmp_path, {1: [{"say": "oops"}, {"exit": 3}]}))
     assert failed.returncode == 1, failed.stderr
     progress = (project.ralph_dir / "progress.txt").read_text()
     assert "iteration 1 (implement US-001): timed out after 2s; the loop stopped the agent" in progress
@@ -553,7 +549,7 @@ def test_item11_a_rerun_archives_earlier_failure_branches_and_item14_report_lead
             {"set": {"story": "US-001", "fields": {"reviewStatus": "needs_review"}}},
             {"commit": "feat: [US-001] - attempt"}, {"say": "done"}]
     env = {**replay(tmp_path, {1: impl, 2: impl}), "RALPH_MAX_ATTEMPTS": "2"}
-    first = run(ralph_project, env)
+    first = ralph_project.run_replay(env=env)
     assert first.returncode == 3, first.stderr
     branch = ralph_project.git("branch", "--list", "wip/ralph-fail-US-001-*").split()[-1]
 
@@ -575,7 +571,7 @@ def test_item11_a_rerun_archives_earlier_failure_branches_and_item14_report_lead
     assert "Needs a person" in page and branch in page
     assert "No reviews in this report, so no review chart." in page and 'class="histogram"' not in page
 
-    again = run(ralph_project, env)
+    again = ralph_project.run_replay(env=env)
     assert again.returncode == 3, again.stderr
     assert "archived the failure branches of earlier runs (nothing deleted)" in again.stderr
     assert ralph_project.git("branch", "--list", "wip/ralph-fail-*").strip() == ""

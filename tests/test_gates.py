@@ -137,16 +137,12 @@ def gated(ralph_project: RalphProject) -> RalphProject:
     return ralph_project
 
 
-def run(project: RalphProject, env: dict[str, str], *args: str):
-    return project.run("run", "--runner", "direct", "--agent", "replay", *args, env=env)
-
-
 def test_same_error_three_times_escalates_then_stops_branches_resets_and_moves_on(gated, tmp_path) -> None:
     start = gated.git("rev-parse", "HEAD").strip()
     iterations = {n: implement("US-001", "greet.txt", "helo") for n in range(1, 6)}
     iterations[6] = implement("US-002", "second.txt", "2")
     iterations[7] = approve("US-002")
-    result = run(gated, replay_env(tmp_path, iterations))
+    result = gated.run_replay(env=replay_env(tmp_path, iterations))
 
     assert result.returncode == 3, result.stderr
     escalations = [(e["attempts"], e["tier"]) for e in gated.events("escalation")]
@@ -192,7 +188,7 @@ def test_an_error_that_changes_each_time_is_not_stuck(ralph_project, tmp_path) -
     ralph_project.write_stories([story("US-001")], verifyCommands=["python3 check.py"])
     iterations = {n: implement("US-001", "work.txt", str(n)) for n in range(1, 5)}
     iterations[5] = approve("US-001")
-    result = run(ralph_project, replay_env(tmp_path, iterations))
+    result = ralph_project.run_replay(env=replay_env(tmp_path, iterations))
     assert result.returncode == 0, result.stderr
     assert ralph_project.events("escalation") == []
     assert [e["attempts"] for e in ralph_project.events("attempt_failed")] == [1, 2, 3]
@@ -205,7 +201,7 @@ def test_quality_warning_is_logged_but_does_not_block(gated, tmp_path) -> None:
     iterations = {1: implement("US-001", "greet.txt", "hello"), 2: approve("US-001"),
                   3: implement("US-002", "second.txt", "2"), 4: approve("US-002")}
     env = replay_env(tmp_path, iterations, quality={"default": [{"say": "WARNING: greet.txt lacks a trailing newline"}]})
-    result = run(gated, env)
+    result = gated.run_replay(env=env)
     assert result.returncode == 0, result.stderr
     warnings = gated.events("quality_warning")
     assert [w["story"] for w in warnings] == ["US-001", "US-002"]
@@ -223,7 +219,7 @@ def test_rollback_removes_created_files_and_keeps_stashed_user_work(gated, tmp_p
                                    + [{"write": {"path": "stray.txt", "content": "y"}}] + implement("US-001", "greet.txt", "helo")}),
            "RALPH_DIRTY_START": "stash", "RALPH_ON_GATE_FAILURE": "rollback"}
     checkpoint = gated.git("rev-parse", "HEAD").strip()
-    result = run(gated, env, "-n", "1")
+    result = gated.run_replay("-n", "1", env=env)
     assert result.returncode == 1, result.stderr
     assert [e["to"] for e in gated.events("rollback")] == [checkpoint]
     assert gated.git("rev-parse", "HEAD").strip() == checkpoint
@@ -239,7 +235,7 @@ def test_rollback_removes_created_files_and_keeps_stashed_user_work(gated, tmp_p
 
 def test_uncommitted_work_is_refused_by_default(gated, tmp_path) -> None:
     (gated.path / "mine.txt").write_text("precious")
-    result = run(gated, replay_env(tmp_path, {1: implement("US-001", "greet.txt", "hello")}))
+    result = gated.run_replay(env=replay_env(tmp_path, {1: implement("US-001", "greet.txt", "hello")}))
     assert result.returncode == 2
     assert "uncommitted changes" in result.stderr and "mine.txt" in result.stderr
     assert (gated.path / "mine.txt").read_text() == "precious"
@@ -248,7 +244,7 @@ def test_uncommitted_work_is_refused_by_default(gated, tmp_path) -> None:
 
 def test_global_hard_timeout_stops_cleanly_with_the_report(gated, tmp_path) -> None:
     env = {**replay_env(tmp_path, {1: [{"sleep": 30}]}), "RALPH_GLOBAL_HARD_TIMEOUT": "2"}
-    result = run(gated, env)
+    result = gated.run_replay(env=env)
     assert result.returncode == 4, result.stderr
     summary = gated.summary()
     assert summary["reason"].startswith("global hard timeout")
@@ -262,16 +258,16 @@ def test_global_hard_timeout_stops_cleanly_with_the_report(gated, tmp_path) -> N
 
 def test_rerun_asks_and_fresh_archives_the_old_state(gated, tmp_path) -> None:
     env = replay_env(tmp_path, {1: implement("US-001", "greet.txt", "helo")})
-    assert run(gated, env, "-n", "1").returncode == 1
+    assert gated.run_replay("-n", "1", env=env).returncode == 1
     # a run that ended normally is simply continued (issue 12 item 12); a changed task list asks
     data = gated.tasks()
     data["description"] = "changed by hand after the run"
     gated.tasks_path.write_text(json.dumps(data, indent=2) + "\n")
     gated.commit_all("edit the task list")
-    refused = run(gated, env, "-n", "1")
+    refused = gated.run_replay("-n", "1", env=env)
     assert refused.returncode == 2 and "--resume" in refused.stderr and "--fresh" in refused.stderr
     assert "the task list changed since that run ended" in refused.stderr
-    fresh = run(gated, env, "-n", "1", "--fresh")
+    fresh = gated.run_replay("-n", "1", "--fresh", env=env)
     assert fresh.returncode == 1, fresh.stderr
     archived = list((gated.state_dir / "projects").glob("*/stories-archive/*/US-001.json"))
     assert len(archived) == 1

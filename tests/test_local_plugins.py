@@ -60,10 +60,6 @@ def configure(project: RalphProject, *names: str, source: str | None = None) -> 
     project.commit_all("the person's local plugin")
 
 
-def run(project: RalphProject, env: dict[str, str], *args: str, iterations: str = "2") -> subprocess.CompletedProcess[str]:
-    return project.run("run", "--runner", "direct", "--agent", "replay", "--skip-review", "-n", iterations, *args, env=env)
-
-
 def replay(tmp_path: Path, *iterations: list[Any], name: str = "script.json") -> dict[str, str]:
     built = ReplayScript().extra_call("spec", None, say('```json\n{"verdict": "met", "unmet": [], "extra": []}\n```'))
     for number, actions in enumerate(iterations, 1):
@@ -96,7 +92,7 @@ DONE_2 = [set_fields("US-002", passes=True, notes="done"), commit("feat: [US-002
 
 def test_a_local_plugin_runs_in_the_loop(project: RalphProject, tmp_path: Path) -> None:
     configure(project, "ralph_local.py")
-    result = run(project, replay(tmp_path, DONE_1, DONE_2))
+    result = project.run_replay("--skip-review", "-n", "2", env=replay(tmp_path, DONE_1, DONE_2))
     assert result.returncode == 0, result.stderr
     assert canary(tmp_path) == ["v1 imported", "v1 run_started", "v1 iteration_started", "v1 iteration_started",
                                 "v1 run_finished"]
@@ -115,7 +111,7 @@ def test_what_the_agent_writes_mid_run_is_not_loaded_and_is_undone(project: Ralp
         write_file("pyproject.toml", pyproject.replace('plugins = ["ralph_local.py"]', 'plugins = ["ralph_local.py", "evil.py"]')),
         *DONE_1,
     ]
-    result = run(project, replay(tmp_path, attack, DONE_2))
+    result = project.run_replay("--skip-review", "-n", "2", env=replay(tmp_path, attack, DONE_2))
     assert result.returncode == 0, result.stderr
     # the run executed what it read at its start, in both iterations; nothing of the agent's
     assert not [line for line in canary(tmp_path) if "EVIL" in line], canary(tmp_path)
@@ -126,7 +122,7 @@ def test_what_the_agent_writes_mid_run_is_not_loaded_and_is_undone(project: Ralp
     restored = {(e["iteration"], e["path"], e.get("part", "")) for e in project.events("protected_file_restored")}
     assert {(1, "ralph_local.py", ""), (1, "pyproject.toml", "[tool.ralph]")} <= restored, restored
     # the next run loads the person's version again
-    again = run(project, replay(tmp_path, DONE_1, name="again.json"), "--fresh", iterations="1")
+    again = project.run_replay("--skip-review", "-n", "1", "--fresh", env=replay(tmp_path, DONE_1, name="again.json"))
     assert again.returncode in (0, 1), again.stderr
     assert not [line for line in canary(tmp_path) if "EVIL" in line], canary(tmp_path)
     assert canary(tmp_path).count("v1 run_started") == 2
@@ -134,7 +130,7 @@ def test_what_the_agent_writes_mid_run_is_not_loaded_and_is_undone(project: Ralp
 
 def test_a_plugin_file_that_fails_stops_the_run_with_one_line(project: RalphProject, tmp_path: Path) -> None:
     configure(project, "ralph_local.py", source="def broken(:\n")
-    result = run(project, replay(tmp_path, DONE_1))
+    result = project.run_replay("--skip-review", "-n", "2", env=replay(tmp_path, DONE_1))
     assert result.returncode == 2
     line = one_line_error(result)
     assert "plugin 'ralph_local.py' (local, pyproject.toml) failed to load: SyntaxError" in line
@@ -142,7 +138,7 @@ def test_a_plugin_file_that_fails_stops_the_run_with_one_line(project: RalphProj
     assert project.run_dirs() == []
     doctor = project.run("doctor")
     assert "[FAIL] local plugin ralph_local.py: SyntaxError" in doctor.stdout, doctor.stdout
-    going_on = run(project, {**replay(tmp_path, DONE_1, DONE_2), "RALPH_DISABLE_PLUGINS": "ralph_local.py"})
+    going_on = project.run_replay("--skip-review", "-n", "2", env={**replay(tmp_path, DONE_1, DONE_2), "RALPH_DISABLE_PLUGINS": "ralph_local.py"})
     assert going_on.returncode == 0, going_on.stderr
 
 
@@ -153,7 +149,7 @@ def test_a_plugin_file_that_fails_stops_the_run_with_one_line(project: RalphProj
 def test_a_local_plugin_cannot_add_what_other_commands_need(project: RalphProject, tmp_path: Path, hook: str, what: str) -> None:
     argument = "register" if hook.startswith("ralph_register") else ""
     configure(project, "ralph_local.py", source=f"from ralph.api import hookimpl\n\n@hookimpl\ndef {hook}({argument}):\n    pass\n")
-    result = run(project, replay(tmp_path, DONE_1))
+    result = project.run_replay("--skip-review", "-n", "2", env=replay(tmp_path, DONE_1))
     assert result.returncode == 2
     assert f"adds {what}, which only an installed plugin may" in one_line_error(result)
 
@@ -161,7 +157,7 @@ def test_a_local_plugin_cannot_add_what_other_commands_need(project: RalphProjec
 @pytest.mark.parametrize("entry", ["../outside.py", "/etc/outside.py", "notes.txt", "~/x.py"])
 def test_a_plugin_path_outside_the_project_is_refused(project: RalphProject, tmp_path: Path, entry: str) -> None:
     configure(project, entry)
-    result = run(project, replay(tmp_path, DONE_1))
+    result = project.run_replay("--skip-review", "-n", "2", env=replay(tmp_path, DONE_1))
     assert result.returncode == 2
     line = one_line_error(result)
     assert "tool.ralph.plugins" in line and "must be a .py file inside the project" in line
@@ -174,7 +170,7 @@ def test_a_symlinked_plugin_file_is_refused_not_followed(project: RalphProject, 
     configure(project, "linked.py")
     (project.path / "linked.py").symlink_to(outside)
     project.commit_all("a link")
-    result = run(project, replay(tmp_path, DONE_1))
+    result = project.run_replay("--skip-review", "-n", "2", env=replay(tmp_path, DONE_1))
     assert result.returncode == 2
     assert "local plugin 'linked.py' cannot be read safely" in one_line_error(result)
     assert canary(tmp_path) == []
@@ -195,13 +191,13 @@ def test_dry_run_while_a_run_is_active_does_not_load_local_plugins(project: Ralp
     lock = ProjectLock(git_dir(project.path))
     lock.acquire()  # as a run in another terminal holds it (its agent may be writing the file)
     try:
-        result = run(project, replay(tmp_path, DONE_1), "--dry-run")
+        result = project.run_replay("--skip-review", "-n", "2", "--dry-run", env=replay(tmp_path, DONE_1))
     finally:
         lock.release()
     assert result.returncode == 2
     assert "another `ralph run` is active in this project" in one_line_error(result)
     assert canary(tmp_path) == []
-    dry = run(project, replay(tmp_path, DONE_1), "--dry-run")
+    dry = project.run_replay("--skip-review", "-n", "2", "--dry-run", env=replay(tmp_path, DONE_1))
     assert dry.returncode == 0, dry.stderr
     assert canary(tmp_path) == ["v1 imported"]
 

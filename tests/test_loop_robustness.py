@@ -23,10 +23,6 @@ def replay(project: RalphProject, iterations: dict[int, list[dict[str, Any]]], t
     return replay_env(tmp_path / "script.json", iterations)
 
 
-def run(project: RalphProject, env: dict[str, str], *args: str) -> Any:
-    return project.run("run", "--runner", "direct", "--agent", "replay", *args, env=env)
-
-
 # one story through implement and review, as the replay agent acts it out (test_first_hour uses them too)
 IMPLEMENT = [write_file("a.txt", "a"), set_fields("US-001", reviewStatus="needs_review"), commit("feat: [US-001] - a"),
              say("implemented")]
@@ -43,7 +39,7 @@ def project(ralph_project: RalphProject) -> RalphProject:
 def test_malformed_tasks_json_exits_2_and_leaves_file_untouched(project, tmp_path) -> None:
     broken = b'{"project": "x", "userStories": [ {"id": "US-001",, } ]\n'
     project.tasks_path.write_bytes(broken)
-    result = run(project, replay(project, {}, tmp_path))
+    result = project.run_replay(env=replay(project, {}, tmp_path))
     assert result.returncode == 2
     assert "tasks.json: not valid JSON at line 1" in result.stderr
     assert project.tasks_path.read_bytes() == broken
@@ -54,7 +50,7 @@ def test_schema_error_names_story_and_field(project, tmp_path) -> None:
     data["userStories"][0]["acceptanceCriteria"] = []
     raw = json.dumps(data, indent=2).encode()
     project.tasks_path.write_bytes(raw)
-    result = run(project, replay(project, {}, tmp_path))
+    result = project.run_replay(env=replay(project, {}, tmp_path))
     assert result.returncode == 2
     assert "userStories[0] (US-001).acceptanceCriteria: must not be empty" in result.stderr
     assert project.tasks_path.read_bytes() == raw
@@ -93,7 +89,7 @@ def test_unknown_plugins_and_runaway_iterations_are_refused(project, args, messa
 
 def test_iteration_limit_can_be_raised_explicitly(project, tmp_path) -> None:
     env = replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path)
-    result = run(project, env, "-n", "150", "--iteration-limit", "150")
+    result = project.run_replay("-n", "150", "--iteration-limit", "150", env=env)
     assert result.returncode == 0, result.stderr
 
 
@@ -112,7 +108,7 @@ def test_bad_config_names_toml_path(project) -> None:
 
 def test_dry_run_shows_mode_story_and_prompt_and_runs_nothing(project, tmp_path) -> None:
     env = replay(project, {1: IMPLEMENT}, tmp_path)
-    result = run(project, env, "--dry-run")
+    result = project.run_replay("--dry-run", env=env)
     assert result.returncode == 0, result.stderr
     assert "mode:    implement" in result.stdout
     assert "story:   US-001" in result.stdout
@@ -126,7 +122,7 @@ def test_second_run_is_refused_by_the_lock(project, tmp_path) -> None:
     first = project.start("run", "--runner", "direct", "--agent", "replay", env=env)
     try:
         wait_for(lambda: (project.path / ".ralph-active").exists())
-        second = run(project, env)
+        second = project.run_replay(env=env)
         assert second.returncode == 2
         assert f"another `ralph run` is active in this project (pid {first.pid}" in second.stderr
     finally:
@@ -147,7 +143,7 @@ def test_sigint_stops_agent_releases_lock_removes_marker(project, tmp_path) -> N
     assert not (project.path / ".ralph-active").exists()
     assert not process_alive(agent_pid)
     # the lock is free again: a new run starts (and completes), resuming the interrupted run's state
-    result = run(project, replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path), "--resume")
+    result = project.run_replay("--resume", env=replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path))
     assert result.returncode == 0, result.stderr
 
 
@@ -165,7 +161,7 @@ def test_sigterm_also_cleans_up(project, tmp_path) -> None:
 def test_timeout_stops_a_hanging_agent_and_the_loop_goes_on(project, tmp_path) -> None:
     env = replay(project, {1: [{"sleep": 60}], 2: IMPLEMENT, 3: APPROVE}, tmp_path)
     started = time.monotonic()
-    result = run(project, env, "--timeout", "2")
+    result = project.run_replay("--timeout", "2", env=env)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 50
     assert [e["iteration"] for e in project.events("iteration_timeout")] == [1]
@@ -174,7 +170,7 @@ def test_timeout_stops_a_hanging_agent_and_the_loop_goes_on(project, tmp_path) -
 
 def test_empty_responses_are_retried_with_a_cap(project, tmp_path) -> None:
     env = replay(project, {1: []}, tmp_path)
-    result = run(project, env, "-n", "1")
+    result = project.run_replay("-n", "1", env=env)
     assert result.returncode == 1
     retries = [e["retry"] for e in project.events("empty_response")]
     assert retries == [1, 2, None]
@@ -184,7 +180,7 @@ def test_unparseable_task_list_after_iteration_is_restored(project, tmp_path) ->
     before = project.tasks_path.read_text()
     breaking = [{"write": {"path": "ralph/tasks.json", "content": "{ oops"}}, {"say": "oops"}]
     env = replay(project, {1: breaking, 2: IMPLEMENT, 3: APPROVE}, tmp_path)
-    result = run(project, env)
+    result = project.run_replay(env=env)
     assert result.returncode == 0, result.stderr
     restored = project.events("tasks_restored")
     assert [e["iteration"] for e in restored] == [1]
@@ -196,7 +192,7 @@ def test_unparseable_task_list_after_iteration_is_restored(project, tmp_path) ->
 def test_dirty_tree_after_iteration_is_reported_to_the_next(project, tmp_path) -> None:
     sloppy = [{"write": {"path": "loose.txt", "content": "x"}}, {"say": "forgot to commit"}]
     env = replay(project, {1: sloppy, 2: IMPLEMENT, 3: APPROVE}, tmp_path)
-    result = run(project, env)
+    result = project.run_replay(env=env)
     assert result.returncode == 0, result.stderr
     checks = [e["check"] for e in project.events("violation") if e["iteration"] == 1]
     assert checks == ["git-clean"]
@@ -206,7 +202,7 @@ def test_dirty_tree_after_iteration_is_reported_to_the_next(project, tmp_path) -
 
 def test_unknown_dependency_is_a_task_list_error_before_any_agent(ralph_project, tmp_path) -> None:
     ralph_project.write_stories([story("US-001", dependsOn=["US-404"])])
-    result = run(ralph_project, replay(ralph_project, {}, tmp_path))
+    result = ralph_project.run_replay(env=replay(ralph_project, {}, tmp_path))
     assert result.returncode == 2  # issue 12 item 5: was "no story can be selected", exit 1
     assert "US-001 depends on 'US-404', which is not a story in this task list" in result.stderr
     assert ralph_project.run_dirs() == []
@@ -214,7 +210,7 @@ def test_unknown_dependency_is_a_task_list_error_before_any_agent(ralph_project,
 
 def test_status_reads_the_last_run(project, tmp_path) -> None:
     env = replay(project, {1: IMPLEMENT, 2: APPROVE}, tmp_path)
-    assert run(project, env).returncode == 0
+    assert project.run_replay(env=env).returncode == 0
     status = project.run("status")
     assert status.returncode == 0
     assert "state: finished" in status.stdout

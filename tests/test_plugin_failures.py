@@ -50,10 +50,6 @@ def project(ralph_project: RalphProject) -> RalphProject:
     return ralph_project
 
 
-def run(project: RalphProject, env: dict[str, str], *args: str) -> Any:
-    return project.run("run", "--runner", "direct", "--agent", "replay", "--skip-review", "-n", "3", *args, env=env)
-
-
 def one_line_error(result: Any) -> str:
     errors = [line for line in result.stderr.splitlines() if line.startswith("ralph: error:")]
     assert len(errors) == 1, result.stderr
@@ -63,7 +59,7 @@ def one_line_error(result: Any) -> str:
 
 def test_a_plugin_that_fails_to_import_stops_the_run_before_iteration_1(project: RalphProject, tmp_path: Path) -> None:
     env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_import", "raise ImportError('no module named shellparse')")}
-    result = run(project, env)
+    result = project.run_replay("--skip-review", "-n", "3", env=env)
     assert result.returncode == 2
     line = one_line_error(result)
     assert f"plugin 'brk' ({DIST} 1.0) failed to load: ImportError: no module named shellparse" in line
@@ -74,7 +70,7 @@ def test_a_plugin_that_fails_to_import_stops_the_run_before_iteration_1(project:
     listing = project.run("plugins", env=env)
     assert listing.returncode == 1 and "FAILED: ImportError" in listing.stdout
     assert project.run("--help", env=env).returncode == 0
-    going_on = run(project, {**env, "RALPH_DISABLE_PLUGINS": "brk"})
+    going_on = project.run_replay("--skip-review", "-n", "3", env={**env, "RALPH_DISABLE_PLUGINS": "brk"})
     assert going_on.returncode == 0, going_on.stderr
 
 
@@ -93,7 +89,7 @@ def test_a_plugin_needing_a_newer_api_is_reported_and_not_loaded(project: RalphP
     assert listing.returncode == 1
     row = next(line for line in listing.stdout.splitlines() if line.startswith("brk "))
     assert "INCOMPATIBLE: needs ralph plugin API 3, this ralph provides 2.0: upgrade ralph" in row
-    result = run(project, {**env, **script(project, tmp_path, IMPLEMENT)})
+    result = project.run_replay("--skip-review", "-n", "3", env={**env, **script(project, tmp_path, IMPLEMENT)})
     assert result.returncode == 2 and "is incompatible" in one_line_error(result)
 
 
@@ -110,7 +106,7 @@ VALIDATOR = """
 
 def test_a_validator_that_raises_before_iteration_1_stops_with_one_line(project: RalphProject, tmp_path: Path) -> None:
     env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_validator", VALIDATOR.format(when="True"))}
-    result = run(project, env)
+    result = project.run_replay("--skip-review", "-n", "3", env=env)
     assert result.returncode == 2
     line = one_line_error(result)
     assert f"validator plugin 'brk' ({DIST} 1.0) raised ValueError: validator exploded" in line
@@ -120,7 +116,7 @@ def test_a_validator_that_raises_before_iteration_1_stops_with_one_line(project:
 
 def test_a_validator_that_raises_mid_run_stops_it_and_status_says_why(project: RalphProject, tmp_path: Path) -> None:
     env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_validator", VALIDATOR.format(when="context.mode is not None"))}
-    result = run(project, env)
+    result = project.run_replay("--skip-review", "-n", "3", env=env)
     assert result.returncode == 2
     assert f"validator plugin 'brk' ({DIST} 1.0) raised ValueError" in one_line_error(result)
     summary = project.summary()
@@ -130,7 +126,7 @@ def test_a_validator_that_raises_mid_run_stops_it_and_status_says_why(project: R
     assert "killed" not in status.stdout
     assert "stopped (exit 2): stopped: validator plugin 'brk'" in status.stdout
     assert not (project.path / ".ralph-active").exists()
-    again = run(project, script(project, tmp_path, IMPLEMENT), "--resume")  # the lock is free
+    again = project.run_replay("--skip-review", "-n", "3", "--resume", env=script(project, tmp_path, IMPLEMENT))  # the lock is free
     assert again.returncode == 0, again.stderr
 
 
@@ -149,7 +145,7 @@ def test_a_gate_that_raises_stops_the_run(project: RalphProject, tmp_path: Path)
             register(BrokenGate)
     """
     env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_gate", source)}
-    result = run(project, env)
+    result = project.run_replay("--skip-review", "-n", "3", env=env)
     assert result.returncode == 2
     assert f"gate plugin 'brk' ({DIST} 1.0) raised RuntimeError: gate exploded" in one_line_error(result)
     assert project.summary()["exit_code"] == 2
@@ -173,7 +169,7 @@ def test_a_gate_that_fails_to_construct_stops_before_iteration_1(project: RalphP
         def ralph_register_gates(register):
             register(BrokenGate)
     """
-    result = run(project, {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_gate2", source)})
+    result = project.run_replay("--skip-review", "-n", "3", env={**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_gate2", source)})
     assert result.returncode == 2
     assert f"gate plugin 'brk' ({DIST} 1.0) raised KeyError" in one_line_error(result)
     assert project.run_dirs() == []
@@ -203,7 +199,7 @@ def test_a_guard_that_raises_denies_the_call_and_stops_the_run(project: RalphPro
     """))
     built = ReplayScript().extra_call("spec", None, MET).iteration(1, run_step(f"{sys.executable} {caller}"), *IMPLEMENT)
     env["RALPH_REPLAY_SCRIPT"] = str(built.write(tmp_path / "guard-script.json"))
-    result = run(project, env)
+    result = project.run_replay("--skip-review", "-n", "3", env=env)
     assert result.returncode == 2
     assert f"guard plugin 'brk' ({DIST} 1.0) raised RuntimeError: guard exploded" in one_line_error(result)
     # the loop records its answer (the agent itself is stopped at once, maybe before it reads it)
@@ -221,7 +217,7 @@ def test_a_reporter_that_raises_is_disabled_and_the_run_goes_on(project: RalphPr
             if event.kind == "iteration_started":
                 raise RuntimeError("reporter exploded")
     """
-    result = run(project, {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_reporter", source)})
+    result = project.run_replay("--skip-review", "-n", "3", env={**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_reporter", source)})
     assert result.returncode == 0, result.stderr
     warnings = [line for line in result.stderr.splitlines() if "reporter exploded" in line]
     assert len(warnings) == 1
@@ -242,7 +238,7 @@ def test_status_follow_warns_once_about_a_reporter_that_did_not_load(project: Ra
             print("never", event.kind)
     """
     env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_follow", source)}
-    finished = run(project, {**env, "RALPH_DISABLE_PLUGINS": "brk"})
+    finished = project.run_replay("--skip-review", "-n", "3", env={**env, "RALPH_DISABLE_PLUGINS": "brk"})
     assert finished.returncode == 0, finished.stderr
     followed = project.run("status", "--follow", "--no-live", env=env)
     assert followed.returncode == 0, followed.stderr
@@ -258,7 +254,7 @@ def test_status_follow_warns_once_about_a_reporter_that_did_not_load(project: Ra
 
 
 def test_a_disabled_plugin_is_named_as_disabled(project: RalphProject, tmp_path: Path) -> None:
-    result = run(project, {"RALPH_DISABLE_PLUGINS": "direct"})
+    result = project.run_replay("--skip-review", "-n", "3", env={"RALPH_DISABLE_PLUGINS": "direct"})
     assert result.returncode == 2
     line = one_line_error(result)
     assert "runner 'direct' is not available: plugin 'direct' is disabled (RALPH_DISABLE_PLUGINS)" in line
@@ -286,7 +282,7 @@ def test_a_plugin_whose_registration_raises_is_a_load_failure(project: RalphProj
             raise RuntimeError("registration exploded")
     """
     env = {**script(project, tmp_path, IMPLEMENT), **install(tmp_path, "brk_reg", source)}
-    result = run(project, env)
+    result = project.run_replay("--skip-review", "-n", "3", env=env)
     assert result.returncode == 2
     line = one_line_error(result)
     assert f"plugin 'brk' ({DIST} 1.0) failed to load: {hook} raised RuntimeError: registration exploded" in line
@@ -306,7 +302,7 @@ def test_a_plugin_whose_registration_raises_is_a_load_failure(project: RalphProj
     # named once, by the FAIL check that carries the fix: not again as open_session's warning
     assert (doctor.stdout + doctor.stderr).count(f"plugin 'brk' ({DIST} 1.0)") == 1, doctor.stdout + doctor.stderr
     assert "warning" not in doctor.stderr
-    going_on = run(project, {**env, "RALPH_DISABLE_PLUGINS": "brk"})
+    going_on = project.run_replay("--skip-review", "-n", "3", env={**env, "RALPH_DISABLE_PLUGINS": "brk"})
     assert going_on.returncode == 0, going_on.stderr
     # the commands reading that run load the plugins too (--follow's reporters), the broken one included
     for command in (["status"], ["status", "--follow", "--no-live"]):
@@ -342,7 +338,7 @@ def test_what_a_plugin_registered_before_its_hook_raised_is_not_kept(project: Ra
     row = next(line for line in listing.stdout.splitlines() if line.startswith("brk "))
     assert "runner half" not in row and "FAILED: ralph_register_gates raised RuntimeError: second hook exploded" in row
     # the runner of a plugin that did not load is not available, and says why
-    result = run(project, env, "--runner", "half")
+    result = project.run_replay("--skip-review", "-n", "3", "--runner", "half", env=env)
     assert result.returncode == 2
     assert "second hook exploded" in one_line_error(result)
 
@@ -363,5 +359,5 @@ def test_a_plugin_registering_a_wrong_class_is_a_load_failure(project: RalphProj
     assert listing.returncode == 1
     row = next(line for line in listing.stdout.splitlines() if line.startswith("brk "))
     assert "FAILED: ralph_register_gates raised PluginError:" in row and "which is not a Gate" in row
-    result = run(project, env)
+    result = project.run_replay("--skip-review", "-n", "3", env=env)
     assert result.returncode == 2 and "which is not a Gate" in one_line_error(result)

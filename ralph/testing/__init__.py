@@ -6,7 +6,8 @@ Enable the fixtures yourself (ralph no longer loads into every pytest run)::
     pytest_plugins = ["ralph.testing"]
 
 or ``pytest -p ralph.testing``.  Fixtures (``ralph.testing.pytest_plugin``): ``ralph_project`` (a
-git project with ``ralph init`` done, :class:`RalphProject`), ``ralph_cli`` (the CLI in-process),
+git project with ``ralph init`` done, :class:`RalphProject`, whose ``run`` returns a :class:`RunResult`
+with assertions such as ``assert_complete()``), ``ralph_cli`` (the CLI in-process),
 ``scripted_model``, ``claude_agent_env`` and ``claude_binary`` (the real Claude Code CLI against a
 scripted local model), ``scripted_responses``, ``codex_agent_env`` and ``codex_binary`` (the same
 for the Codex CLI).
@@ -26,7 +27,7 @@ from __future__ import annotations
 import sys
 
 from ralph.testing.hooks import MemorySession, make_event
-from ralph.testing.project import RalphProject, make_project, process_alive, settings_for, story, wait_for
+from ralph.testing.project import RalphProject, RunResult, make_project, process_alive, settings_for, story, wait_for
 from ralph.testing.replay import (
     ReplayScript,
     append_file,
@@ -45,6 +46,7 @@ __all__ = [
     "MemorySession",
     "RalphProject",
     "ReplayScript",
+    "RunResult",
     "append_file",
     "commit",
     "cost",

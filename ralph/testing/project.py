@@ -9,12 +9,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ralph.scripted.stories import story
 
-__all__ = ["GIT_IDENTITY", "RalphProject", "make_project", "process_alive", "ralph_command", "settings_for", "story",
-           "wait_for"]
+__all__ = ["GIT_IDENTITY", "RalphProject", "RunResult", "make_project", "process_alive", "ralph_command", "settings_for",
+           "story", "wait_for"]
 
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "Test User",
@@ -61,6 +61,58 @@ def ralph_command() -> list[str]:
     """How to start the ralph CLI of this interpreter as a real process."""
     # -P: the project has a ralph/ directory that would shadow the package from the cwd
     return [sys.executable, "-P", "-m", "ralph.cli.main"]
+
+
+class RunResult(subprocess.CompletedProcess[str]):
+    """``ralph ARGS`` as it ran in a :class:`RalphProject` (what :meth:`RalphProject.run` returns): a
+    ``CompletedProcess`` (``returncode``, ``stdout``, ``stderr``) with assertions on what the run did.
+
+    Each assertion returns the result, so they chain
+    (``project.run_replay().assert_complete().assert_story("US-001", passes=True)``); a failed one
+    raises ``AssertionError`` with the exit code and the end of both outputs.
+    """
+
+    def __init__(self, done: subprocess.CompletedProcess[str], project: RalphProject) -> None:
+        super().__init__(done.args, done.returncode, done.stdout, done.stderr)
+        self.project = project
+
+    def assert_exit(self, code: int) -> RunResult:
+        """The process exited with ``code`` (``ralph run``'s exit codes: docs/usage.md)."""
+        if self.returncode != code:
+            self._fail(f"expected exit code {code}")
+        return self
+
+    def assert_complete(self) -> RunResult:
+        """The loop ended complete: exit code 0 and its ``summary.json`` says why (``complete: ...``)."""
+        self.assert_exit(0)
+        summary = self.project.summary() if self.project.run_dirs() else {}
+        if not str(summary.get("reason", "")).startswith("complete"):
+            self._fail(f"expected a complete run, its summary says {summary.get('reason')!r}")
+        return self
+
+    def assert_story(self, story_id: str, **fields: Any) -> RunResult:
+        """The story ``story_id`` of the task list on disk has these values
+        (``passes=True, reviewStatus="approved"``)."""
+        try:
+            story_now = self.project.story(story_id)
+        except StopIteration:
+            self._fail(f"the task list has no story {story_id!r}")
+        wrong = {name: story_now.get(name) for name, value in fields.items() if story_now.get(name) != value}
+        if wrong:
+            self._fail(f"story {story_id}: expected {fields}, has {wrong}")
+        return self
+
+    def assert_event(self, kind: str, **data: Any) -> dict[str, Any]:
+        """The last run emitted an event of ``kind`` whose fields include ``data``; the first such event."""
+        for event in self.project.events(kind):
+            if all(event.get(name) == value for name, value in data.items()):
+                return event
+        seen = [{name: event.get(name) for name in data} for event in self.project.events(kind)]
+        self._fail(f"no {kind!r} event with {data}" + (f" (the {kind} events have {seen})" if seen else ""))
+
+    def _fail(self, expected: str) -> NoReturn:
+        raise AssertionError(f"ralph {' '.join(map(str, self.args[4:]))}: {expected}; it exited {self.returncode}\n"
+                             f"--- stdout (end)\n{self.stdout[-3000:]}\n--- stderr (end)\n{self.stderr[-3000:]}")
 
 
 @dataclass
@@ -121,9 +173,9 @@ class RalphProject:
         self.git("add", "-A")
         self.git("commit", "-q", "--allow-empty", "-m", message)
 
-    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run ``ralph ARGS`` as a real process in the project."""
-        return subprocess.run(
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> RunResult:
+        """Run ``ralph ARGS`` as a real process in the project: a :class:`RunResult`."""
+        done = subprocess.run(
             [*ralph_command(), *args],
             cwd=self.path,
             env=self.process_env(env),
@@ -131,6 +183,12 @@ class RalphProject:
             text=True,
             timeout=timeout,
         )
+        return RunResult(done, self)
+
+    def run_replay(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> RunResult:
+        """``ralph run --runner direct --agent replay ARGS``: the loop with the replay agent acting out the
+        script that ``env`` names (``RALPH_REPLAY_SCRIPT``, see :func:`replay_env`)."""
+        return self.run("run", "--runner", "direct", "--agent", "replay", *args, env=env, timeout=timeout)
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Start ``ralph ARGS`` in the background (for signal and lock tests)."""
