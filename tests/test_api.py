@@ -153,6 +153,21 @@ def test_a_plugin_author_type_checks_against_ralph_api_with_mypy_strict(tmp_path
 CORE_MAY_IMPORT_PLUGINS: set[str] = set()
 
 
+def test_no_command_imports_ralph_testing() -> None:
+    """``ralph.testing`` is for tests (its pytest plugin, its fixtures): ``ralph demo`` and every other
+    command reach the scripted models through the core package ``ralph.scripted``."""
+    offending = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in sorted([*CORE.rglob("*.py"), *PLUGINS.rglob("*.py")])
+        if "testing" not in path.relative_to(CORE if path.is_relative_to(CORE) else PLUGINS).parts
+        for line, module in _imports(path)
+        if module == "ralph.testing" or module.startswith("ralph.testing.")
+    ]
+    assert offending == []
+    code = "import sys, ralph.lifecycle.demo; print(sorted(m for m in sys.modules if m.startswith('ralph.testing')))"
+    assert subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
 def test_core_imports_no_default_plugin() -> None:
     offending = [
         f"{path.relative_to(ROOT)}:{line}: {module}"

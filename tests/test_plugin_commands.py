@@ -51,7 +51,7 @@ GREETER_COMMANDS = {
 }
 
 
-def add_greeter(fake_dists: FakeDists, api: str = "1", cli_source: str = GREETER_CLI, **commands: str) -> None:
+def add_greeter(fake_dists: FakeDists, api: str = "2", cli_source: str = GREETER_CLI, **commands: str) -> None:
     """A plugin ``greeter`` (a runner, ``RALPH_API = api``) declaring ``ralph hello`` (and ``run``, a clash)."""
     fake_dists.add(
         {"greeter": "ralph_fake_greeter"},
