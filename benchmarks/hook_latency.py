@@ -134,11 +134,10 @@ def main(argv: list[str]) -> None:
                 tasks = loop.preflight()
             finally:
                 sys.stdout, sys.stderr = saved
-        run_dir = loop.run_dir = new_run_dir(project, str(root / "state"))
+        run_dir = loop.context.run_dir = new_run_dir(project, str(root / "state"))
         selection = loop.policy.select(tasks)
         assert selection is not None
-        bridge = HookBridge(loop.settings, loop.host, loop.runner, run_dir, loop.state.marker,
-                            emit=loop.emit, cancel=loop.cancel, stop_checks=loop.stop_checks)
+        bridge = HookBridge(loop.context, run_dir, loop.state.marker)
         bridge.current = (selection, tasks, None)
         loop.state.write(run_dir, IterationRecord(1, selection.mode, selection.story_id), selection, tasks.snapshot())
         bridge.start()

@@ -18,6 +18,7 @@ from ralph.settings import Settings
 if TYPE_CHECKING:
     from ralph.errors import PluginError
     from ralph.loop.engine import Loop
+    from ralph.loop.runcontext import RunOptions
 
 
 @dataclass
@@ -27,14 +28,15 @@ class Session:
     host: PluginHost
     settings: Settings
 
-    def build_loop(self) -> Loop:
-        """The loop of ``ralph run``.  Refuses when a plugin failed to load: it may be a
-        validator, gate or guard, and a check is never skipped silently."""
+    def build_loop(self, options: RunOptions | None = None) -> Loop:
+        """The loop of ``ralph run`` (with ``options``: ``--story``, ``--resume`` / ``--fresh``).  Refuses
+        when a plugin failed to load: it may be a validator, gate or guard, and a check is never skipped
+        silently."""
         from ralph.loop.engine import build_loop
 
         self.host.require_all_loaded()
         config = self.settings.config
-        return build_loop(self.settings, self.host, config.runner, config.agent, config.policy)
+        return build_loop(self.settings, self.host, config.runner, config.agent, config.policy, options)
 
 
 def open_session(

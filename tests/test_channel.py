@@ -225,9 +225,14 @@ def test_the_loop_adds_only_the_channel_to_an_agents_spec(ralph_project: Any, tm
             return channel(tmp_path, tasks_file=tasks_file)
 
     settings = Settings(ralph_project.path, RalphConfig(), {})
-    agents = LoopAgents(settings, object(), _OldRunner(settings), NewAgent(settings), OldAgent(settings),  # type: ignore[arg-type]
-                        tasks_path=ralph_project.ralph_dir / "tasks.json", cancel=threading.Event(),
-                        emit=lambda *a, **k: None, iteration_timeout=lambda: 10.0)
+    from types import SimpleNamespace
+
+    runner = _OldRunner(settings)
+    context = SimpleNamespace(settings=settings, config=settings.config, host=object(), runner=runner,
+                              tasks_path=ralph_project.ralph_dir / "tasks.json", cancel=threading.Event(),
+                              emit=lambda *a, **k: None, clock=SimpleNamespace(iteration_timeout=lambda: 10.0),
+                              meter=None)
+    agents = LoopAgents(context, NewAgent(settings), OldAgent(settings))  # type: ignore[arg-type]
     agents.channel = Bridge()  # type: ignore[assignment]
     invocation = agents._invocation(agents.agent, None, None, prompt="p", iteration=1)
     spec = agents._process(agents.agent, invocation)

@@ -119,10 +119,15 @@ def test_calls_the_guards_deny_are_not_failing_commands(
 
 def limits(max_failures: int = 3) -> tuple[RunLimits, list[tuple[str, dict[str, Any]]]]:
     import threading
+    from types import SimpleNamespace
+
+    from ralph.loop.limits import RunClock
 
     events: list[tuple[str, dict[str, Any]]] = []
     config = RalphConfig(max_agent_failures=max_failures)
-    return RunLimits(config, lambda kind, **data: events.append((kind, data)), threading.Event(), lambda *a: None), events
+    context = SimpleNamespace(config=config, clock=RunClock(config), emit=lambda kind, **data: events.append((kind, data)),
+                              cancel=threading.Event(), persist_tasks=lambda *a: None)
+    return RunLimits(context), events  # type: ignore[arg-type]
 
 
 def record(number: int, *, calls: int = 0, errors: int = 0, failed: bool = False, error: str | None = None) -> IterationRecord:

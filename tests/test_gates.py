@@ -327,6 +327,13 @@ def test_gate_modules_do_not_import_the_engine() -> None:
     assert "GateLoop" in vars(gates)
 
 
+class NoSessions:
+    """A gate of this project asks no agent."""
+
+    def ask(self, request: Any, prompt: str) -> tuple[str, str]:
+        raise AssertionError(f"no gate of this project asks an agent ({request})")
+
+
 class ProtocolOnlyLoop:
     """Exactly the members :class:`ralph.loop.gates.GateLoop` names; the keeper may set nothing on it."""
 
@@ -334,12 +341,14 @@ class ProtocolOnlyLoop:
     taskfile: Any
     runner: Any
     policy: Any
+    clock: Any
+    sessions: NoSessions
     events: list[tuple[str, dict[str, Any]]]
     persisted: list[str]
 
-    def __init__(self, run_dir: Path, taskfile: Any, runner: Any, policy: Any) -> None:
-        fields = {"run_dir": run_dir, "taskfile": taskfile, "runner": runner, "policy": policy,
-                  "events": [], "persisted": []}
+    def __init__(self, run_dir: Path, taskfile: Any, runner: Any, policy: Any, clock: Any) -> None:
+        fields = {"run_dir": run_dir, "taskfile": taskfile, "runner": runner, "policy": policy, "clock": clock,
+                  "sessions": NoSessions(), "events": [], "persisted": []}
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
@@ -352,19 +361,6 @@ class ProtocolOnlyLoop:
     def persist_tasks(self, tasks: Any, record: Any, message: str) -> None:
         self.taskfile.persist(tasks)
         self.persisted.append(message)
-
-    def ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
-        raise AssertionError("no gate of this project asks an agent")
-
-    def ask_reviewer(self, prompt: str, label: str, timeout: float | None, agent_name: str | None,
-                     model: str | None) -> tuple[str, str]:
-        raise AssertionError("no gate of this project asks a reviewer")
-
-    def iteration_timeout(self) -> float:
-        return 60.0
-
-    def global_remaining(self) -> float | None:
-        return None
 
 
 def test_gate_keeper_runs_the_real_tests_gate_through_the_protocol_alone(gated: RalphProject, tmp_path: Path) -> None:
@@ -382,7 +378,9 @@ def test_gate_keeper_runs_the_real_tests_gate_through_the_protocol_alone(gated: 
     policy = host.policies.get("review")(settings)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    loop = ProtocolOnlyLoop(run_dir, taskfile, runner, policy)
+    from ralph.loop.limits import RunClock
+
+    loop = ProtocolOnlyLoop(run_dir, taskfile, runner, policy, RunClock(settings.config))
     typed: GateLoop = loop  # `mypy tests/test_gates.py` checks the fake against the protocol
     keeper = GateKeeper(typed, host, settings)
     checkpoint = gated.git("rev-parse", "HEAD").strip()

@@ -284,7 +284,8 @@ def test_stop_checks_build_the_snapshot_once_and_hand_each_check_its_own_copy(pr
         return found
 
     monkeypatch.setattr(loop.host, "validate", validate_then_spoil)
-    answers = [[(v.check, v.message) for v in loop.stop_checks(selection, before)] for _ in range(2)]
+    answers = [[(v.check, v.message) for v in loop.context.checks.stop_checks(selection, before)] for _ in range(2)]
     assert seen == [before.snapshot()] * 2 and seen[0]
     assert answers[0] == answers[1] and any(check == "transitions" for check, _ in answers[0])
-    assert loop._snapshot_of is not None and loop._snapshot_of[1] == before.snapshot()
+    cached = loop.context.checks.snapshot_of
+    assert cached is not None and cached[1] == before.snapshot()

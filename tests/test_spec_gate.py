@@ -96,6 +96,20 @@ def test_met_lets_the_story_through(skip_review_project, scripted_responses, cod
     assert "greet.txt says bonjour" in prompt and "+hello bonjour" in prompt and "US-001" in prompt
     report = (skip_review_project.run_dirs()[-1] / "report.md").read_text()
     assert "Spec verdicts" in report and "met" in report
+    # the reviewer's session: its raw output beside the iteration's, its cost under the iteration's label
+    assert (skip_review_project.run_dirs()[-1] / "iteration-001.spec.agent.jsonl").is_file()
+    assert [e["label"] for e in skip_review_project.events("extra_session_cost")] == ["001.spec"]
+
+
+def test_an_extra_session_names_its_files_and_events_from_its_iteration_and_purpose() -> None:
+    import dataclasses
+
+    from ralph.loop.runcontext import ExtraSession
+
+    session = ExtraSession(7, "spec", timeout=30.0)
+    assert (session.label, session.file_stem, session.meter_name) == ("007.spec", "iteration-007.spec", "iteration 007.spec")
+    reviewer = dataclasses.replace(session, reviewer=True, agent="codex", model=None)
+    assert reviewer.file_stem == session.file_stem and reviewer.timeout == 30.0
 
 
 @pytest.mark.real_codex

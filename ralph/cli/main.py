@@ -444,9 +444,10 @@ def run(
     if story is not None and parallel:
         raise UsageError("--story runs one story; it does not go with --parallel")
     session = open_session(project_dir.resolve(), overrides, strict=True, local_plugins=True)
-    loop = _build_loop(session, {"runner": runner or sandbox, "agent": agent, "policy": policy})
-    loop.rerun = rerun
-    loop.only_story = story
+    from ralph.loop.runcontext import RunOptions
+
+    options = RunOptions(rerun=rerun, only_story=story)
+    loop = _build_loop(session, {"runner": runner or sandbox, "agent": agent, "policy": policy}, options)
     if dry_run:
         _print_dry_run(loop)
         return
@@ -454,13 +455,13 @@ def run(
     sys.exit(result.exit_code)
 
 
-def _build_loop(session: Any, from_cli: dict[str, str | None]) -> Any:
-    """``session.build_loop()``; an unknown plugin name says where it was set (flag, env var, file)."""
+def _build_loop(session: Any, from_cli: dict[str, str | None], options: Any) -> Any:
+    """``session.build_loop(options)``; an unknown plugin name says where it was set (flag, env var, file)."""
     from ralph.errors import PluginError
     from ralph.session import where_named
 
     try:
-        return session.build_loop()
+        return session.build_loop(options)
     except PluginError as exc:
         raise where_named(exc, session.settings, from_cli) from None
 
@@ -483,8 +484,8 @@ def _print_dry_run(loop: Any) -> None:
     plan = work_branch_plan(loop.project_dir, tasks.branchName)
     if plan is not None:
         echo(f"branch:  {tasks.branchName} (`ralph run` starts by {plan[1]})")
-    if loop.only_story:
-        echo(f"only:    {loop.only_story} (--story)")
+    if loop.options.only_story:
+        echo(f"only:    {loop.options.only_story} (--story)")
     if loop.prompt is not None and loop.prompt.builtin:
         from ralph.loop.prompt import relative_dir
 
@@ -494,7 +495,7 @@ def _print_dry_run(loop: Any) -> None:
         echo(f"ralph: warning: {dirty.what} (or set dirty_start = \"stash\")", err=True)
     if selection is None:
         if loop.is_complete(tasks):
-            state = f"{loop.only_story} is complete" if loop.only_story else "complete"
+            state = f"{loop.options.only_story} is complete" if loop.options.only_story else "complete"
         else:
             state = "no story can be selected: " + unselectable_reason(tasks, loop.policy)
         echo(f"nothing to run: {state}")

@@ -11,58 +11,42 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ralph.contracts import Agent, AgentEvent, AgentInvocation, ProcessSpec
 from ralph.loop.agenthome import ConfigHomes
 from ralph.loop.gateoutput import exit_meaning
-from ralph.loop.metering import LoopMeter, apply_usage
+from ralph.loop.metering import apply_usage
 from ralph.loop.records import IterationRecord, add_usage, reported_cost
 
 if TYPE_CHECKING:
-    from ralph.contracts import Runner
     from ralph.loop.hookbridge import HookBridge
-    from ralph.plugin.manager import PluginHost
-    from ralph.settings import Settings
+    from ralph.loop.runcontext import ExtraSession, RunContext
 
 
 class LoopAgents:
     """The implement and review agents of a run (and any a gate names), and their sessions."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        host: PluginHost,
-        runner: Runner,
-        agent: Agent,
-        review_agent: Agent,
-        *,
-        tasks_path: Path,
-        cancel: threading.Event,
-        emit: Callable[..., None],
-        iteration_timeout: Callable[[], float],
-    ) -> None:
-        self.settings = settings
-        self.config = settings.config
-        self.host = host
-        self.runner = runner
+    def __init__(self, context: RunContext, agent: Agent, review_agent: Agent) -> None:
+        self.settings = context.settings
+        self.config = context.config
+        self.host = context.host
+        self.runner = context.runner
         self.agent = agent
         self.review_agent = review_agent
         """The agent of review iterations (``review_agent`` in config; the same agent by default)."""
-        self.tasks_path = tasks_path
-        self.cancel = cancel
-        self.emit = emit
-        self.iteration_timeout = iteration_timeout
+        self.tasks_path = context.tasks_path
+        self.cancel = context.cancel
+        self.emit = context.emit
+        self.iteration_timeout = context.clock.iteration_timeout
+        self.meter = context.meter
+        """The run's model meter (started when a metered agent first runs)."""
         self.channel: HookBridge | None = None
         """The way back to the loop (run directory, hook socket, token); set when the run starts."""
         self.cost = 0.0
         """What the run's agent sessions cost so far (USD: metered, else as the agents report it); never decreases."""
-        self.meter = LoopMeter(self.config, runner, emit)
-        """The run's model meter (started when a metered agent first runs)."""
-        self.homes = ConfigHomes(runner)
+        self.homes = ConfigHomes(self.runner)
         """The run-owned config homes of the agents' CLIs (one per process)."""
         self._extra_agents: dict[str, Agent] = {}
 
@@ -230,15 +214,19 @@ class LoopAgents:
             text = str(event.data.get("content") or "").strip()
             record.tool_error = text[:1000] or "a tool call failed with no output"
 
-    # -- a gate's sessions ---------------------------------------------------------------------------
+    # -- a gate's sessions (:class:`ralph.loop.runcontext.AgentSessions`) ----------------------------
 
-    def ask_reviewer(
-        self, prompt: str, label: str, timeout: float | None, agent_name: str | None, model: str | None
-    ) -> tuple[str, str]:
-        """A fresh, read-only session of ``agent_name`` (default: the review agent) for a gate.
+    def ask(self, request: ExtraSession, prompt: str) -> tuple[str, str]:
+        """One extra session for a gate: a fresh read-only review session (``request.reviewer``) or one of
+        the main agent.  Returns (answer text, "agent" or "agent/model")."""
+        if request.reviewer:
+            return self._ask_reviewer(request, prompt)
+        model = self.config.model
+        return self._session(request, prompt, self.agent, model), self.agent.name + (f"/{model}" if model else "")
 
-        Returns (answer text, "agent" or "agent/model").
-        """
+    def _ask_reviewer(self, request: ExtraSession, prompt: str) -> tuple[str, str]:
+        """A fresh, read-only session of ``request.agent`` (default: the review agent)."""
+        agent_name = request.agent
         if agent_name is None or agent_name == self.review_agent.name:
             agent = self.review_agent
         elif agent_name == self.agent.name:
@@ -250,41 +238,33 @@ class LoopAgents:
             if not available.ok:
                 from ralph.errors import UnavailableError
 
-                raise UnavailableError(f"agent {agent.name!r} (the {label.split('.', 1)[-1]} gate's) cannot run: {available.reason}")
-        chosen = model or self.model_for("review", agent, explicit_only=True)
-        answer = self.ask_agent(prompt, label, timeout, agent=agent, model=chosen, read_only=True)
+                raise UnavailableError(f"agent {agent.name!r} (the {request.purpose} gate's) cannot run: {available.reason}")
+        chosen = request.model or self.model_for("review", agent, explicit_only=True)
+        answer = self._session(request, prompt, agent, chosen, read_only=True)
         shown = chosen or self.model_for("review", agent)
         return answer, agent.name + (f"/{shown}" if shown else "")
 
-    def ask_agent(
-        self,
-        prompt: str,
-        label: str,
-        timeout: float | None,
-        agent: Agent | None = None,
-        model: str | None = None,
-        read_only: bool = False,
+    def _session(
+        self, request: ExtraSession, prompt: str, agent: Agent, model: str | None, read_only: bool = False
     ) -> str:
         """One extra agent call (a gate's review); its raw output goes to the run directory."""
         channel = self._channel()
-        agent = agent or self.agent
-        iteration = int(label.split(".")[0])
-        session = self.meter.open(agent, f"iteration {label}", iteration)
-        home = self.homes.open(agent, channel.run_dir, f"iteration-{label}")
+        session = self.meter.open(agent, request.meter_name, request.iteration)
+        home = self.homes.open(agent, channel.run_dir, request.file_stem)
         invocation = self._invocation(
             agent,
             session.url if session is not None else None,
             home,
             prompt=prompt,
-            iteration=iteration,
-            model=model if model is not None else (self.config.model if agent is self.agent else None),
-            purpose=label.split(".", 1)[-1],
+            iteration=request.iteration,
+            model=model,
+            purpose=request.purpose,
             read_only=read_only,
         )
         texts: list[str] = []
         reported = 0.0
         try:
-            with (channel.run_dir / f"iteration-{label}.agent.jsonl").open("a", encoding="utf-8") as raw_out:
+            with (channel.run_dir / f"{request.file_stem}.agent.jsonl").open("a", encoding="utf-8") as raw_out:
 
                 def on_line(line: str) -> None:
                     nonlocal reported
@@ -295,7 +275,8 @@ class LoopAgents:
                         elif event.kind == "result":
                             reported += reported_cost(event.data.get("total_cost_usd"))
 
-                self.runner.run(self._process(agent, invocation), on_line, timeout or self.iteration_timeout(), self.cancel)
+                timeout = request.timeout or self.iteration_timeout()
+                self.runner.run(self._process(agent, invocation), on_line, timeout, self.cancel)
         finally:
             self.homes.close(home)
             cost, tokens = reported, {}
@@ -303,8 +284,8 @@ class LoopAgents:
                 usage = self.meter.close(session)
                 cost, tokens = max(0.0, usage.cost), dict(usage.usage)
             self.cost += cost
-            self.emit("extra_session_cost", label=label, cost=round(cost, 6), usage=tokens, metered=session is not None,
-                      reported_cost=round(reported, 6), cost_so_far=round(self.cost, 6))
+            self.emit("extra_session_cost", label=request.label, cost=round(cost, 6), usage=tokens,
+                      metered=session is not None, reported_cost=round(reported, 6), cost_so_far=round(self.cost, 6))
         return "\n".join(texts)
 
     # -- the channel ---------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ written for visibility only.
 job: :mod:`~ralph.loop.opening` (the repository before iteration 1),
 :mod:`~ralph.loop.agents` (agent sessions), :mod:`~ralph.loop.hookbridge` (hook calls),
 :mod:`~ralph.loop.repairs` and :mod:`~ralph.loop.trustedcopy` (after an iteration),
-:mod:`~ralph.loop.gates`, :mod:`~ralph.loop.limits`, :mod:`~ralph.loop.finish`.
+:mod:`~ralph.loop.gates`, :mod:`~ralph.loop.limits`, :mod:`~ralph.loop.finish`.  The parts share one
+:class:`~ralph.loop.runcontext.RunContext` (settings, run directory, clock, events, notes, meter, the
+agents' sessions) instead of callbacks into the loop.
 """
 
 from __future__ import annotations
@@ -18,18 +20,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from ralph.contracts import (
-    Agent, Check, LoopEvent, Policy, Runner, Selection, Snapshot, TaskStore, ValidationContext, Violation,
-)
+from ralph.contracts import Agent, Check, Policy, Runner, Selection, TaskStore
 from ralph.errors import RalphError, TaskListError, UsageError
 from ralph.gitutil import git_dir, head, tree_status, untracked_files
 from ralph.loop.activestate import ActiveState
-from ralph.loop.agents import LoopAgents, refuse_unwired
+from ralph.loop.agents import refuse_unwired
 from ralph.loop.finish import finish_run, unselectable_end
 from ralph.loop.gates import GateKeeper
 from ralph.loop.hookbridge import HookBridge
@@ -39,7 +38,6 @@ from ralph.loop.loopfiles import LoopFiles
 from ralph.loop.opening import Opening, announce, prepare_repository
 from ralph.loop.personchanges import PersonChanges
 from ralph.loop.personchanges import describe as describe_person_changes
-from ralph.loop.progressnotes import ProgressNotes
 from ralph.loop.prompt import iteration_feedback, relative_dir, render_iteration
 from ralph.loop.sessionslog import log_incomplete
 from ralph.loop.records import (
@@ -56,6 +54,7 @@ from ralph.loop.records import (
 )
 from ralph.loop.repairs import TaskListRepairs
 from ralph.loop.rundir import new_run_dir
+from ralph.loop.runcontext import RunContext, RunOptions
 from ralph.loop.signals import install_stop_handlers, restore_handlers
 from ralph.loop.storechoice import choose_store
 from ralph.loop.taskfile import TaskFile
@@ -82,6 +81,8 @@ class Loop:
         policy: Policy,
         store: TaskStore,
         review_agent: Agent | None = None,
+        options: RunOptions | None = None,
+        policy_note: Check | None = None,
     ) -> None:
         self.settings = settings
         self.host = host
@@ -91,68 +92,65 @@ class Loop:
         """The agent of review iterations (``review_agent`` in config; the same agent by default)."""
         self.policy = policy
         self.store = store
+        self.options = options or RunOptions()
+        """``--story``, and what to do with an earlier run's state (``--resume`` / ``--fresh``)."""
+        self.policy_note = policy_note
+        """Why the run uses another policy than the default (a prompt written for a loop without review)."""
         self.config = settings.config
         self.project_dir = settings.project_dir
         self.ralph_dir = settings.ralph_dir
         self.tasks_path = store.path(self.ralph_dir)
-        self.cancel = threading.Event()
-        self.run_dir: Path | None = None
         self.records: list[IterationRecord] = []
-        self.rerun: str | None = None
-        """``resume`` or ``fresh`` when state of an earlier run exists (None: ask, or refuse)."""
-        self.only_story: str | None = None
-        """``ralph run --story ID``: the loop works on this story alone."""
         self.prompt: Any = None
         """The run's prompt template (a :class:`ralph.loop.start.PromptSource`), read once in preflight."""
         self.checks: list[Check] = []
         """The pre-flight checks of this run (warnings among them are reported at the start)."""
-        self.policy_note: Check | None = None
-        """Why the run uses another policy than the default (a prompt written for a loop without review)."""
         self.warnings: list[Check] = []
         """What :meth:`preflight` found in the person's files that does not stop the run (a misspelt
         task-list key ...): reported at the start, by ``--dry-run`` and by ``ralph doctor``."""
         self.interrupt_signal: int | None = None
         self._unpriced_seen: set[str] = set()
         """Models already reported as having no price (``unpriced_model``, once per model)."""
-        self._snapshot_of: tuple[TaskList, Snapshot] | None = None
         self._stories_shown: list[dict[str, Any]] | None = None
         """The stories of the last ``story_states`` event."""
-        """The current iteration's pre-iteration list and its snapshot (built on the first check, not on every Stop)."""
         self.opening = Opening()
         self.taskfile = TaskFile(store, self.tasks_path, root_for(self.tasks_path, self.project_dir))
         """The task file: reads, the loop's writes, the last good text, the trusted non-story fields."""
-        self.limits = RunLimits(self.config, self.emit, self.cancel, self.persist_tasks)
-        self.agents = LoopAgents(
-            settings, host, runner, agent, self.review_agent, tasks_path=self.tasks_path, cancel=self.cancel,
-            emit=self.emit, iteration_timeout=self.limits.iteration_timeout,
-        )
-        self.notes = ProgressNotes(settings, self.tasks_path, self.emit)
+        self.context = context = RunContext(settings, host, runner, policy, self.taskfile, agent=agent,
+                                            review_agent=self.review_agent)
+        """What the parts below share (the run directory, the clock, events, notes, the meter, the agents)."""
+        self.emit = context.emit
+        self.cancel = context.cancel
+        self.agents = context.agents
+        self.notes = context.notes
+        self.limits = RunLimits(context)
         self.state = ActiveState(settings, runner, policy, store, self.tasks_path)
-        self.trusted = TrustedCopy(settings, self.taskfile, self.notes, self.emit)
-        self.loopfiles = LoopFiles(self.project_dir, self.taskfile, self.notes, self.state, self.emit)
+        self.trusted = TrustedCopy(settings, self.taskfile, self.notes, context.emit)
+        self.loopfiles = LoopFiles(self.project_dir, self.taskfile, self.notes, self.state, context.emit)
         """The loop's own files in the project, put back as regular files after each session."""
-        self.repairs = TaskListRepairs(self.taskfile, self.validate, self.notes, self.emit, policy)
-        self.keeper = GateKeeper(self, host, settings)
+        self.repairs = TaskListRepairs(context)
+        self.keeper = GateKeeper(context, host, settings)
         from ralph.loop.personrefs import RefGuard, mirror_path
 
-        self.refs = RefGuard(self.project_dir, mirror_path(self.project_dir, self.config.state_dir), self.emit)
+        self.refs = RefGuard(self.project_dir, mirror_path(self.project_dir, self.config.state_dir), context.emit)
         """HEAD on the run's branch, the person's other refs where they were (a mirror outside the project)."""
         from ralph.loop.reviewtree import ReviewFreeze
 
-        self.freeze = ReviewFreeze(self.project_dir, self.taskfile, self.notes, self.emit, policy)
+        self.freeze = ReviewFreeze(self.project_dir, self.taskfile, self.notes, context.emit, policy)
         """A review changes no code: its tree compared, code changes and the verdict undone."""
         from ralph.loop.parking import Parking
 
-        self.parking = Parking(self.project_dir, self.config.state_dir, self.taskfile, self.notes, self.emit)
-        self.gap = PersonChanges(self.project_dir, self._loop_inputs, lambda: [progress_log(self.ralph_dir)])
+        self.parking = Parking(self.project_dir, self.config.state_dir, self.taskfile, self.notes, context.emit)
         """The agent's questions to a person and the stories they park (``ralph ask`` / ``ralph answer``)."""
+        self.gap = PersonChanges(self.project_dir, self.trusted.loop_inputs, lambda: [progress_log(self.ralph_dir)])
+        """What a person changed between two iterations (the run then stops)."""
         self.bridge: HookBridge | None = None
         """The hook server and the running iteration (from the run's start)."""
 
-    def emit(self, kind: str, **data: Any) -> None:
-        """Emit a loop event (with the seconds since the run started)."""
-        data.setdefault("elapsed", round(self.limits.elapsed(), 3))
-        self.host.emit(LoopEvent(kind, data, self.run_dir))
+    @property
+    def run_dir(self) -> Path | None:
+        """The run directory (None until the run has started)."""
+        return self.context.run_dir
 
     # -- before the lock ---------------------------------------------------------------------
 
@@ -194,7 +192,7 @@ class Loop:
         if tasks is None:
             raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
         self.loopfiles.refuse_unsafe()
-        problems = [v for v in self.validate(raw, tasks, None, None, check_git=False) if v.check == "schema"]
+        problems = [v for v in self.context.checks.validate(raw, tasks, None, None, check_git=False) if v.check == "schema"]
         if problems:
             lines = "\n".join(f"{self.tasks_path}: {v.message}" for v in problems)
             raise TaskListError(f"{lines}\n(the file was left untouched; fix it and run again)")
@@ -202,8 +200,8 @@ class Loop:
         if graph:
             lines = "\n".join(f"{self.tasks_path}: {line}" for line in graph)
             raise TaskListError(f"{lines}\n(no agent was started; fix the task list and run again)")
-        if self.only_story is not None:
-            check_only_story(tasks, self.only_story, self.tasks_path)
+        if self.options.only_story is not None:
+            check_only_story(tasks, self.options.only_story, self.tasks_path)
         from ralph.loop.taskfile import unsafe_ids
 
         bad_ids = unsafe_ids(tasks)
@@ -217,7 +215,7 @@ class Loop:
 
                 raise UnavailableError(f"agent {agent.name!r} cannot run: {unavailable.reason}")
             refuse_unwired(agent)
-            unmetered = self.agents.meter.enabled_for(agent) if self.config.max_quota else None
+            unmetered = self.context.meter.enabled_for(agent) if self.config.max_quota else None
             if unmetered is not None:
                 raise UsageError(f"--max-quota needs the loop's meter of the model traffic, and agent {agent.name!r} "
                                  f"is not metered ({unmetered}): use --max-cost, or run a metered agent")
@@ -235,50 +233,6 @@ class Loop:
         self.warnings = [self.policy_note] if self.policy_note else []
         self.warnings += input_warnings(tasks, self.tasks_path, self.project_dir, self.policy)
         return tasks
-
-    def validate(
-        self,
-        raw: str | None,
-        tasks: TaskList | None,
-        mode: str | None,
-        before: TaskList | None,
-        check_git: bool = True,
-        parse_error: str | None = None,
-        story_id: str | None = None,
-    ) -> list[Violation]:
-        """The validators' violations, and with the pre-iteration list (``before``) the policy's whitelist's."""
-        context = ValidationContext(
-            project_dir=self.project_dir,
-            tasks_path=self.tasks_path,
-            raw=raw,
-            tasks=tasks,
-            parse_error=parse_error,
-            policy=self.policy,
-            mode=mode,  # type: ignore[arg-type]
-            snapshot=self._snapshot(before) if before is not None else None,
-            review_cap=self.config.review_cap,
-            check_git=check_git and not self.cancel.is_set(),  # stopped by the person: not the agent's to commit
-            story_id=story_id,
-            before=before,
-        )
-        violations = self.host.validate(context)
-        if before is not None and tasks is not None and mode is not None:
-            from ralph.loop.listcheck import check_list
-
-            listed = check_list(before, tasks, story_id, self.taskfile.trusted, policy=self.policy, mode=mode)
-            violations += listed.violations
-        return violations
-
-    def _snapshot(self, before: TaskList) -> Snapshot:
-        """The policy's snapshot of ``before`` (:meth:`Policy.snapshot`), built once per iteration (its pre-iteration list is never mutated) rather than per Stop.
-
-        Each call gets its own shallow copy of the cached dict, so a validator that changes its
-        snapshot changes no other call's; the values (:class:`StoryState`) are frozen.
-        """
-        cached = self._snapshot_of  # one read: hook threads and the loop thread may both replace it
-        if cached is None or cached[0] is not before:
-            cached = self._snapshot_of = (before, self.policy.snapshot(before))
-        return dict(cached[1])
 
     def preflight_checks(self) -> list[Check]:
         """The runner's, the agent's and the plugins' pre-flight checks (none when turned off)."""
@@ -332,22 +286,19 @@ class Loop:
         lock.acquire()
         previous_handlers = install_stop_handlers(self._on_stop_signal)
         try:
-            self.opening = prepare_repository(self.project_dir, self.config, self.taskfile, self.keeper, self.rerun)
+            self.opening = prepare_repository(self.project_dir, self.config, self.taskfile, self.keeper,
+                                               self.options.rerun)
             # read again: stashing the user's work may have changed the task list on disk
             raw, tasks, error = self.taskfile.read()
             if tasks is None:
                 raise TaskListError(f"{error}\n(the file was left untouched; fix it and run again)")
             self.taskfile.accept(raw)
-            self.limits.restart_clock()
-            self.run_dir = run_dir = new_run_dir(self.project_dir, self.config.state_dir)
+            self.context.clock.restart()
+            self.context.run_dir = run_dir = new_run_dir(self.project_dir, self.config.state_dir)
             self.opening.keep_saved_work(run_dir)
             self.refs.start(run_dir)
             self.trusted.take(run_dir, tasks)
-            self.bridge = bridge = HookBridge(
-                self.settings, self.host, self.runner, run_dir, self.state.marker,
-                emit=self.emit, cancel=self.cancel, stop_checks=self.stop_checks,
-            ).start()
-            bridge.on_ask = self.parking.ask
+            self.bridge = bridge = HookBridge(self.context, run_dir, self.state.marker, on_ask=self.parking.ask).start()
             self.parking.start(run_dir)
         except BaseException:  # nothing started yet: the lock and the signal handlers go back
             restore_handlers(previous_handlers)
@@ -386,7 +337,7 @@ class Loop:
             try:
                 self.runner.cleanup()
             finally:
-                self.agents.meter.stop()
+                self.context.meter.stop()
                 bridge.stop()
                 self.parking.stop()
                 self.state.remove_marker()
@@ -403,7 +354,8 @@ class Loop:
         if self.is_complete(tasks):
             tasks = self._final_check_at_start(tasks)  # "complete" only when the tree passes, also with no iteration
         if self.is_complete(tasks):
-            what = f"{self.only_story} was already complete" if self.only_story else "all stories were already complete"
+            only = self.options.only_story
+            what = f"{only} was already complete" if only else "all stories were already complete"
             return self._finish(EXIT_COMPLETE, what, tasks)
         feedback: list[str] = []
         iteration = 0
@@ -458,7 +410,7 @@ class Loop:
             failing = self.limits.agent_failing(record)
             if failing is not None:
                 return self._finish(EXIT_AGENT_FAILING, failing, tasks)
-            feedback = iteration_feedback(record, self.limits.iteration_timeout())
+            feedback = iteration_feedback(record, self.context.clock.iteration_timeout())
             tasks, limit_feedback = self.limits.story_limits(record, selection, tasks)
             self._story_states(tasks)
             feedback += limit_feedback + self.host.prompt_context(self.run_dir, iteration + 1, iteration_started)
@@ -485,10 +437,9 @@ class Loop:
         """State file, prompt, the agent's session; then the loop's own reading (and repair) of what it left."""
         assert self.run_dir is not None and self.bridge is not None
         before, before_raw = tasks, self.taskfile.last_good  # never mutated: the post-iteration state is a fresh parse
-        # built anew each iteration (``tasks`` may be the last one's list, changed in place since); the marker shows it too
-        self._snapshot_of = (before, self.policy.snapshot(before))
+        snapshot = self.context.checks.begin(before)  # the marker shows it too
         self.bridge.start_iteration((selection, before, checkpoint), record.number)
-        self.state.write(self.run_dir, record, selection, self._snapshot_of[1])
+        self.state.write(self.run_dir, record, selection, snapshot)
         prompt = self.render(record.number, selection, tasks, feedback)
         (self.run_dir / f"iteration-{record.number:03d}.prompt.md").write_text(prompt, encoding="utf-8")
         self.emit(
@@ -515,7 +466,7 @@ class Loop:
         violations = moved + frozen + secured + violations
         violations += self.trusted.restore(record)
         record.violations = [v.message for v in violations if v.is_error]
-        self.notes.unfinished(record, self.run_dir, self.limits.iteration_timeout(), self.cancel.is_set())
+        self.notes.unfinished(record, self.run_dir, self.context.clock.iteration_timeout(), self.cancel.is_set())
         for violation in violations:
             self.emit(
                 "violation", iteration=record.number, check=violation.check, story=violation.story_id,
@@ -541,14 +492,14 @@ class Loop:
         from ralph.loop.parking import parked_view
         from ralph.loop.start import only_story_scope
 
-        scope = parked_view(only_story_scope(tasks, self.only_story))  # a policy that does not know `waiting` skips them too
+        scope = parked_view(only_story_scope(tasks, self.options.only_story))  # a policy that does not know `waiting` skips them too
         return self.policy.select_next(scope, StoryHistories(self.records, self.keeper))
 
     def is_complete(self, tasks: TaskList) -> bool:
         """Every story done (``--story``: that story done), as the policy defines done."""
         from ralph.loop.start import only_story_scope
 
-        return self.policy.is_complete(only_story_scope(tasks, self.only_story))
+        return self.policy.is_complete(only_story_scope(tasks, self.options.only_story))
 
     def render(self, iteration: int, selection: Selection, tasks: TaskList, feedback: list[str]) -> str:
         """The prompt of ``iteration``: the run's template with its tokens, and the loop's section."""
@@ -594,7 +545,7 @@ class Loop:
         final check): a failure sends the last done story back, and the run goes on with iterations."""
         from ralph.loop.start import only_story_scope
 
-        done = [story for story in only_story_scope(tasks, self.only_story).userStories if story.passes]
+        done = [story for story in only_story_scope(tasks, self.options.only_story).userStories if story.passes]
         if not done:
             return tasks
         return self.keeper.final_check(IterationRecord(0, self.policy.reopen_mode, done[-1].id), tasks)
@@ -647,19 +598,14 @@ class Loop:
         limits = self.config.max_quota
         if not limits:
             return None
-        over = self.agents.meter.quota_over(limits)
+        over = self.context.meter.quota_over(limits)
         if over is not None:
             return over
-        if record.metered and record.answered and not self.agents.meter.quota.readings:
+        if record.metered and record.answered and not self.context.meter.quota.readings:
             return ("quota budget cannot be kept: the API reported no subscription quota for this run's model calls "
                     "(they are billed per token, as with an API key); --max-quota needs a subscription login, "
                     "--max-cost limits a run billed in USD")
         return None
-
-    def stop_checks(self, selection: Selection, before: TaskList) -> list[Violation]:
-        """A Stop hook's checks: the task list on disk now against the iteration's snapshot."""
-        raw, tasks, error = self.taskfile.read()
-        return self.validate(raw, tasks, selection.mode, before, parse_error=error, story_id=selection.story_id)
 
     def _current_tasks(self, fallback: TaskList) -> TaskList:
         """The task list on disk, or ``fallback`` when it does not parse (for the summary of a stop)."""
@@ -671,31 +617,6 @@ class Loop:
         self.interrupt_signal = self.interrupt_signal or signum
         self.cancel.set()
         self.emit("interrupt", signal=signal.Signals(signum).name)
-
-    # -- what the gate keeper uses (:class:`ralph.loop.gates.GateLoop`) ---------------------------
-
-    def persist_tasks(self, tasks: TaskList, record: IterationRecord, message: str) -> None:
-        """Write a task list the loop changed (gates, limits), note it in the progress log and commit it."""
-        self.taskfile.persist(tasks)
-        self.notes.note(record, message, subject=message.split(";")[0][:72])
-
-    def ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
-        """One extra session of the main agent for a gate (see :meth:`LoopAgents.ask_agent`)."""
-        return self.agents.ask_agent(prompt, label, timeout)
-
-    def ask_reviewer(
-        self, prompt: str, label: str, timeout: float | None, agent_name: str | None, model: str | None
-    ) -> tuple[str, str]:
-        """A fresh read-only review session for a gate (see :meth:`LoopAgents.ask_reviewer`)."""
-        return self.agents.ask_reviewer(prompt, label, timeout, agent_name, model)
-
-    def iteration_timeout(self) -> float:
-        """The agent's time limit for one iteration (cut to what the global limit leaves)."""
-        return self.limits.iteration_timeout()
-
-    def global_remaining(self) -> float | None:
-        """Seconds left before the global hard timeout (None: no global limit)."""
-        return self.limits.global_remaining()
 
     # -- the two ends ----------------------------------------------------------------------------
 
@@ -723,21 +644,16 @@ class Loop:
             self._stories_shown = stories
             self.emit("story_states", stories=stories, done=_done(tasks))
 
-    def _loop_inputs(self) -> list[Path]:
-        """The files the loop reads and checks that a person may change, ignored by git or not."""
-        protected = self.trusted.files.paths if self.trusted.files is not None else []
-        return [self.tasks_path, *protected, self.project_dir / "pyproject.toml"]
-
     def _finish(self, exit_code: int, reason: str, tasks: TaskList) -> RunResult:
         """End the run: summary, report and end marker written, ``run_finished`` emitted."""
         from ralph.loop.runreport import ralph_dir_arg
 
         return finish_run(
-            exit_code, reason, tasks, records=self.records, cost=self.agents.cost, elapsed=self.limits.elapsed(),
+            exit_code, reason, tasks, records=self.records, cost=self.agents.cost, elapsed=self.context.clock.elapsed(),
             max_iterations=self.config.max_iterations, run_dir=self.run_dir, keeper=self.keeper,
             taskfile=self.taskfile, dir_arg=ralph_dir_arg(self.ralph_dir, self.project_dir),
             stash_message=self.opening.stash_message, interrupt_signal=self.interrupt_signal, emit=self.emit,
-            quota_used=self.agents.meter.quota_summary(),
+            quota_used=self.context.meter.quota_summary(),
             project_dir=self.project_dir,
         )
 
@@ -758,8 +674,11 @@ def _done(tasks: TaskList) -> int:
     return sum(1 for story in tasks.userStories if story.passes)
 
 
-def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_name: str, policy_name: str) -> Loop:
-    """Instantiate the named plugins (errors name what is unknown and what exists)."""
+def build_loop(
+    settings: Settings, host: PluginHost, runner_name: str, agent_name: str, policy_name: str,
+    options: RunOptions | None = None,
+) -> Loop:
+    """Instantiate the named plugins (errors name what is unknown and what exists) and the loop that runs them."""
     chosen = host.runners.get(runner_name)
     agent = host.agents.get(agent_name)(settings)
     review_name = settings.config.review_agent
@@ -776,9 +695,8 @@ def build_loop(settings: Settings, host: PluginHost, runner_name: str, agent_nam
 
     policy_name, note = settle_policy(settings, host, policy_name)
     policy = host.policies.get(policy_name)(settings)
-    loop = Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store, review_agent=review_agent)
-    loop.policy_note = note
-    return loop
+    return Loop(settings, host, runner=runner, agent=agent, policy=policy, store=store, review_agent=review_agent,
+                options=options, policy_note=note)
 
 
 def gate_commands(store: Any, settings: Settings) -> list[str]:

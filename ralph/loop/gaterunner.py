@@ -8,11 +8,13 @@ for the end-of-run report.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ralph.contracts import Gate, GateContext, GateResult, Selection
+from ralph.loop.runcontext import ExtraSession
 from ralph.loop.storystate import truncate
 from ralph.plugin.manager import PluginFailure
 
@@ -69,7 +71,7 @@ class GateRunner:
         """The failure of an iteration the loop stopped at its time limit (no gate runs then)."""
         return GateResult(
             "iteration", False, f"TIMEOUT: the {mode} iteration was stopped after "
-            f"{self.loop.iteration_timeout():g}s", timed_out=True,
+            f"{self.loop.clock.iteration_timeout():g}s", timed_out=True,
         )
 
     def run(
@@ -109,7 +111,7 @@ class GateRunner:
         """What ``gate`` is given: the project, the trusted task list, its time limits, agent sessions, a shell."""
         loop = self.loop
         soft, hard = self._timeouts(gate)
-        label = f"{record.number:03d}.{gate.name}"
+        session = ExtraSession(record.number, gate.name, timeout=hard)
         return GateContext(
             project_dir=self.project_dir,
             run_dir=loop.run_dir,  # type: ignore[arg-type]
@@ -119,11 +121,11 @@ class GateRunner:
             iteration=record.number,
             soft_timeout=soft,
             hard_timeout=hard,
-            ask_agent=functools.partial(self._ask_agent, label=label, timeout=hard),
+            ask_agent=functools.partial(self._ask_agent, session),
             checkpoint=checkpoint,
             story_start=story_start,
             prd_path=self.ralph_dir / "prd.md",
-            ask_reviewer=functools.partial(self._ask_reviewer, label=label, timeout=hard),
+            ask_reviewer=functools.partial(self._ask_reviewer, session),
             run_command=lambda command, timeout: loop.runner.run_command(command, self.project_dir, timeout),
             where="sandbox" if loop.runner.isolates else "host",
             run_command_in=loop.runner.run_command,
@@ -203,13 +205,13 @@ class GateRunner:
             result.data.setdefault("violations", []).append(message)
         return result, bool(changes)
 
-    def _ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
-        return self.loop.ask_agent(prompt, label, timeout)
+    def _ask_agent(self, session: ExtraSession, prompt: str) -> str:
+        """``GateContext.ask_agent``: a session of the main agent."""
+        return self.loop.sessions.ask(session, prompt)[0]
 
-    def _ask_reviewer(
-        self, prompt: str, agent: str | None, model: str | None, label: str, timeout: float | None
-    ) -> tuple[str, str]:
-        return self.loop.ask_reviewer(prompt, label, timeout, agent, model)
+    def _ask_reviewer(self, session: ExtraSession, prompt: str, agent: str | None, model: str | None) -> tuple[str, str]:
+        """``GateContext.ask_reviewer``: a fresh read-only review session of ``agent`` (and ``model``)."""
+        return self.loop.sessions.ask(dataclasses.replace(session, reviewer=True, agent=agent, model=model), prompt)
 
     def _timeouts(self, gate: Gate) -> tuple[float | None, float | None]:
         """The gate's soft and hard limits: configured or its defaults, times the multiplier, cut to the global limit."""
@@ -218,7 +220,7 @@ class GateRunner:
         if configured is not None:
             soft, hard = configured
         factor = self.config.timeout_multiplier
-        remaining = self.loop.global_remaining()
+        remaining = self.loop.clock.global_remaining()
         hard = None if hard is None else hard * factor
         if remaining is not None:
             hard = remaining if hard is None else min(hard, remaining)

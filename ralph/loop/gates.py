@@ -23,6 +23,8 @@ from ralph.loop.storyledger import StoryLedger
 
 if TYPE_CHECKING:
     from ralph.contracts import GateResult, Policy, Runner, Selection
+    from ralph.loop.limits import RunClock
+    from ralph.loop.runcontext import AgentSessions
     from ralph.loop.storystate import StoryAttempts
     from ralph.loop.taskfile import TaskFile
     from ralph.plugin.manager import PluginHost
@@ -36,9 +38,10 @@ __all__ = ["GATED_MODES", "FailedStory", "GateKeeper", "GateLoop"]
 
 
 class GateLoop(Protocol):
-    """What the gate keeper uses of the loop that runs it, and nothing more.
+    """What the gate keeper uses of the run (:class:`ralph.loop.runcontext.RunContext`), and nothing more.
 
-    The keeper reads these and calls the methods; it never sets anything on the loop.
+    The keeper reads these and calls the methods; it never sets anything on them.  Gates reach the
+    agents through :attr:`sessions` alone.
     """
 
     @property
@@ -57,25 +60,19 @@ class GateLoop(Protocol):
     def policy(self) -> Policy:
         """The review policy (a failed gate sends a story back as the policy's fields say)."""
 
+    @property
+    def clock(self) -> RunClock:
+        """The run's clock: the iteration's time limit, what the global limit leaves (the gates' timeouts)."""
+
+    @property
+    def sessions(self) -> AgentSessions:
+        """A gate's extra agent sessions (its reviews)."""
+
     def emit(self, kind: str, **data: Any) -> None:
         """Emit a loop event."""
 
     def persist_tasks(self, tasks: TaskList, record: IterationRecord, message: str) -> None:
         """Write a task list the keeper changed, note it in the progress log and commit it."""
-
-    def ask_agent(self, prompt: str, label: str, timeout: float | None) -> str:
-        """One extra session of the main agent for a gate; returns its text."""
-
-    def ask_reviewer(
-        self, prompt: str, label: str, timeout: float | None, agent_name: str | None, model: str | None
-    ) -> tuple[str, str]:
-        """A fresh read-only review session for a gate: (answer text, "agent" or "agent/model")."""
-
-    def iteration_timeout(self) -> float:
-        """The agent's time limit for one iteration (already cut to the global limit)."""
-
-    def global_remaining(self) -> float | None:
-        """Seconds left before the global hard timeout (None: no global limit)."""
 
 
 class GateKeeper:

@@ -8,7 +8,6 @@ trusted state (the running iteration, the plugins), never from files the agent c
 from __future__ import annotations
 
 import secrets
-import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -18,10 +17,9 @@ from ralph.plugin.manager import PluginFailure
 
 if TYPE_CHECKING:
     from ralph.hooks.wiring import CompiledClient
-    from ralph.contracts import AgentChannel, LoopView, Runner, Selection, Violation
+    from ralph.contracts import AgentChannel, LoopView, Selection, Violation
     from ralph.hooks.server import HookServer
-    from ralph.plugin.manager import PluginHost
-    from ralph.settings import Settings
+    from ralph.loop.runcontext import RunContext
     from ralph.tasks import TaskList
 
 RECENT_TOOLS = 5
@@ -36,32 +34,23 @@ class WorkNotBack(Exception):
 
 Running = tuple["Selection", "TaskList", "str | None"]
 """(selection, pre-iteration tasks, checkpoint commit) of the running iteration."""
+AskHandler = Callable[[Any, "Running | None", "int | None", list[str]], dict[str, Any]]
+"""Records an agent's question (``ralph ask``): the loop's :meth:`ralph.loop.parking.Parking.ask`."""
 
 
 class HookBridge:
     """Serves the agent's hook calls for one run and knows which iteration is running."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        host: PluginHost,
-        runner: Runner,
-        run_dir: Path,
-        marker: Path,
-        *,
-        emit: Callable[..., None],
-        cancel: threading.Event,
-        stop_checks: Callable[[Selection, TaskList], list[Violation]],
-    ) -> None:
-        self.host = host
-        self.project_dir = settings.project_dir
-        self.ralph_dir = settings.ralph_dir
-        self.runner = runner
+    def __init__(self, context: RunContext, run_dir: Path, marker: Path, on_ask: AskHandler | None = None) -> None:
+        self.host = context.host
+        self.project_dir = context.project_dir
+        self.ralph_dir = context.settings.ralph_dir
+        self.runner = context.runner
         self.run_dir = run_dir
         self.marker = marker
-        self.emit = emit
-        self.cancel = cancel
-        self.stop_checks = stop_checks
+        self.emit = context.emit
+        self.cancel = context.cancel
+        self.stop_checks = context.checks.stop_checks
         """The checks a Stop hook runs: the task list on disk against the iteration's snapshot."""
         self.token = secrets.token_urlsafe(32)
         self.server: HookServer | None = None
@@ -70,7 +59,7 @@ class HookBridge:
         """The running iteration; None between iterations (hooks arriving then see no iteration)."""
         self.iteration: int | None = None
         """The running iteration's number (set with :attr:`current`)."""
-        self.on_ask: Callable[[Any, Running | None, int | None, list[str]], dict[str, Any]] | None = None
+        self.on_ask = on_ask
         """Records an agent's question (``ralph ask``): the loop's :meth:`ralph.loop.parking.Parking.ask`."""
         self.recent: deque[str] = deque(maxlen=RECENT_TOOLS)
         """The running iteration's last tool calls, one line each (the context of a question)."""

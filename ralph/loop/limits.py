@@ -7,9 +7,7 @@ failing, and each story's cost cap and context exhaustion.
 from __future__ import annotations
 
 import re
-import threading
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 from ralph.wording import counted
 
@@ -17,37 +15,18 @@ if TYPE_CHECKING:
     from ralph.config import RalphConfig
     from ralph.contracts import Selection
     from ralph.loop.records import IterationRecord
+    from ralph.loop.runcontext import RunContext
     from ralph.tasks import TaskList
 
 
-class RunLimits:
-    """Keeps the run's clock and the streaks behind its limits; waits out usage and rate limits."""
+class RunClock:
+    """The run's clock and the time limits it sets: the global limits, each iteration's."""
 
-    def __init__(
-        self,
-        config: RalphConfig,
-        emit: Callable[..., None],
-        cancel: threading.Event,
-        persist: Callable[[TaskList, IterationRecord, str], None],
-    ) -> None:
+    def __init__(self, config: RalphConfig) -> None:
         self.config = config
-        self.emit = emit
-        self.cancel = cancel
-        self.persist = persist
-        """Writes, notes and commits a task list the limits changed (a flagged story)."""
         self.started = time.monotonic()
-        self.story_cost: dict[str, float] = {}
-        self.context_overflows: dict[str, int] = {}
-        self._soft_warned = False
-        self._failure_streak: tuple[str, int] = ("", 0)
-        self._commands_streak: list[str] = []
-        """The first error of each iteration in a row whose commands all failed, changing nothing."""
-        self._rate_limit_streak = 0
-        self._rate_limit_waited = 0.0
 
-    # -- time ---------------------------------------------------------------------------
-
-    def restart_clock(self) -> None:
+    def restart(self) -> None:
         """The run proper starts now (after the lock and the repository's preparation)."""
         self.started = time.monotonic()
 
@@ -68,13 +47,35 @@ class RunLimits:
         remaining = self.global_remaining()
         return timeout if remaining is None else max(0.1, min(timeout, remaining))
 
+
+class RunLimits:
+    """Keeps the streaks behind the run's limits (on the run's clock); waits out usage and rate limits."""
+
+    def __init__(self, context: RunContext) -> None:
+        self.config = context.config
+        self.clock = context.clock
+        self.emit = context.emit
+        self.cancel = context.cancel
+        self.persist = context.persist_tasks
+        """Writes, notes and commits a task list the limits changed (a flagged story)."""
+        self.story_cost: dict[str, float] = {}
+        self.context_overflows: dict[str, int] = {}
+        self._soft_warned = False
+        self._failure_streak: tuple[str, int] = ("", 0)
+        self._commands_streak: list[str] = []
+        """The first error of each iteration in a row whose commands all failed, changing nothing."""
+        self._rate_limit_streak = 0
+        self._rate_limit_waited = 0.0
+
+    # -- time ---------------------------------------------------------------------------
+
     def global_time_up(self) -> bool:
         """Warn once at the soft limit; True when the hard limit is reached."""
         soft = self.config.global_soft_timeout
-        if soft is not None and not self._soft_warned and self.elapsed() >= soft * self.config.timeout_multiplier:
+        if soft is not None and not self._soft_warned and self.clock.elapsed() >= soft * self.config.timeout_multiplier:
             self._soft_warned = True
             self.emit("global_soft_timeout", limit=soft * self.config.timeout_multiplier)
-        remaining = self.global_remaining()
+        remaining = self.clock.global_remaining()
         return remaining is not None and remaining <= 0
 
     # -- rejected iterations: usage and rate limits -------------------------------------------

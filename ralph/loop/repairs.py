@@ -9,7 +9,6 @@ are undone), noting each repair in the progress log.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,26 +16,19 @@ from ralph.contracts import Selection, Violation
 from ralph.tasks import TaskList
 
 if TYPE_CHECKING:
-    from ralph.contracts import Policy
-    from ralph.loop.progressnotes import ProgressNotes
     from ralph.loop.records import IterationRecord
-    from ralph.loop.taskfile import TaskFile
-
-Validate = Callable[..., list[Violation]]
-"""The loop's validation: ``(raw, tasks, mode, before, *, parse_error, story_id)`` to violations."""
+    from ralph.loop.runcontext import RunContext
 
 
 class TaskListRepairs:
     """Reads the task list after an iteration and repairs it; accepts it when nothing needs undoing."""
 
-    def __init__(
-        self, taskfile: TaskFile, validate: Validate, notes: ProgressNotes, emit: Callable[..., None], policy: Policy
-    ) -> None:
-        self.taskfile = taskfile
-        self.validate = validate
-        self.notes = notes
-        self.emit = emit
-        self.policy = policy
+    def __init__(self, context: RunContext) -> None:
+        self.taskfile = context.taskfile
+        self.validate = context.checks.validate
+        self.notes = context.notes
+        self.emit = context.emit
+        self.policy = context.policy
 
     def read_back(
         self, record: IterationRecord, selection: Selection, before: TaskList, before_raw: str | None, run_dir: Path

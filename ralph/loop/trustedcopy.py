@@ -42,6 +42,11 @@ class TrustedCopy:
         self.tracked: set[Path] = set()
         """The protected files git tracked as the run started (restoring them is committed)."""
 
+    def loop_inputs(self) -> list[Path]:
+        """The files the loop reads and checks that a person may change, ignored by git or not."""
+        protected = self.files.paths if self.files is not None else []
+        return [self.taskfile.path, *protected, self.project_dir / "pyproject.toml"]
+
     def take(self, run_dir: Path, tasks: TaskList) -> None:
         """Read the run's trusted inputs once (in process and in the run directory); warn about weak settings."""
         from ralph.hooks.wiring import weakening_settings
