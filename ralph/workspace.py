@@ -19,7 +19,10 @@ What comes back is the agent's: :func:`check` reads it as bytes before anything 
   ``.`` or ``..`` component, and no symlink that leads out of the tree or into ``.git`` (resolved
   through the tree's other symlinks) unless the project's own ``HEAD`` has the very same link;
 - untracked files are regular files, symlinks (checked the same way) or directories, each once, on
-  no tracked path, under no symlink, and not in the way of a symlinked directory on this machine.
+  no tracked path, under no symlink, and not in the way of a symlinked directory on this machine;
+- no path the project does not track now (a tracked one, or an untracked file) lands on or under
+  what git ignores in the project (the person's ``.env``, the ``.venv`` a sandbox shows read-only):
+  git's checkout would overwrite an ignored file, and the agent never had it.
 
 Only then is the project changed, by git's own checkout (which never writes through a symlink) and
 by :mod:`ralph.safeio`; a refusal is :class:`WorkspaceRefused`, naming the entry, with the project
@@ -159,6 +162,7 @@ def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None)
             _check_entries(tracked, "the uncommitted changes")
         checked.members, untracked_links = _check_untracked(repo, state.untracked, tracked)
         _check_links(repo, committed if same else committed + tracked, untracked_links, base, env)
+        _check_ignored_here(repo, committed if same else committed + tracked, checked.members)
         state.untracked_names = [member.name for member in checked.members if not member.isdir()]
         return checked
     except BaseException:
@@ -428,6 +432,28 @@ def _check_host_parents(repo: Path, names: Iterable[str]) -> None:
                                        f"{'a ' if found in ('symlink', 'file') else ''}{found} here (ignored by git); "
                                        "nothing was applied")
             break
+
+
+def _check_ignored_here(repo: Path, tracked: list[Entry], members: list[tarfile.TarInfo]) -> None:
+    """Nothing the mirror would write lands on or under what git ignores in the project now (the person's
+    ``.env``, a virtualenv the sandbox shows read-only): ignored files never travel, so the agent never had
+    them, and a tracked or untracked path of its own there would replace the person's file (git's checkout
+    overwrites an ignored file) or add to the person's directory (a ``.pth`` in ``.venv``)."""
+    here = set(git(repo, "ls-files", "-z").stdout.decode("utf-8", "surrogateescape").split("\0"))
+    wanted = {path for _mode, _sha, path in tracked if path not in here} | {member.name for member in members}
+    if not wanted:
+        return
+    out = git(repo, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory").stdout
+    ignored = {name.rstrip("/") for name in out.decode("utf-8", "surrogateescape").split("\0") if name}
+    if not ignored:
+        return
+    for name in sorted(wanted):
+        for key in [name, *(str(parent) for parent in PurePosixPath(name).parents if str(parent) != ".")]:
+            if key in ignored:
+                where = "over" if key == name else "into"
+                raise WorkspaceRefused(f"{_shown(name)} would be written {where} {_shown(key)}, which git ignores "
+                                       "in the project (ignored files never travel: it is this machine's own); "
+                                       "nothing was applied")
 
 
 def _shown(text: str) -> str:
