@@ -20,13 +20,17 @@ from typing import Any
 
 import pytest
 
-from ralph.testing.model_server import IterationScript
+from ralph.testing.model_server import IterationScript, Turn, text
 from ralph.testing.project import RalphProject, story
 
-from test_bwrap_claude import bash, done, run_bwrap, said, write  # noqa: F401  (the fixture)
+import test_bwrap_claude as _bwrap_claude
+from test_bwrap_claude import bash, said, write
 from test_loop_claude import approve, set_fields
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
+
+run_bwrap = _bwrap_claude.run_bwrap
+"""The fixture: ``result, server = run_bwrap(script, *args)`` (``ralph run --runner bwrap`` with the real CLI)."""
 
 CALC_TEST = (
     "import unittest\n\nfrom calc import add\n\n\n"
@@ -78,7 +82,7 @@ def test_a_tracked_path_cannot_replace_the_toolchain_the_gates_run(run_bwrap: An
             write(project.path / "fake-python", FAKE_PYTHON),
             bash(_forge_tracked(".venv/bin/python", "fake-python")),
             bash(set_fields("US-001", reviewStatus="needs_review") + " && git add -A && git commit -qm 'feat: add'"),
-            done()],
+            Turn([text("Done.")])],
         2: approve("US-001", 1),
         3: approve("US-001", 1),
     })
@@ -109,7 +113,7 @@ def test_a_tracked_path_cannot_overwrite_an_ignored_file_of_the_person(run_bwrap
         1: [write(project.path / "mine", "API_TOKEN=attacker\n"),
             bash(_forge_tracked(".env", "mine")),
             bash("git commit -qm 'add .env' && echo committed"),
-            done()],
+            Turn([text("Done.")])],
     })
     result, server = run_bwrap(script, "-n", "1")
 
@@ -184,7 +188,7 @@ def test_the_open_proxy_does_not_reach_this_machines_loopback_through_an_ipv4_ma
     try:
         target = f"{spelling}:{service.port}"
         script = IterationScript({1: [write(project.path / "probe.py", PROXY_PROBE),
-                                      bash(f"python3 probe.py {shlex.quote(target)}"), done()]})
+                                      bash(f"python3 probe.py {shlex.quote(target)}"), Turn([text("Done.")])]})
         result, server = run_bwrap(script, "-n", "1")
     finally:
         service.close()
@@ -195,3 +199,64 @@ def test_the_open_proxy_does_not_reach_this_machines_loopback_through_an_ipv4_ma
     assert said(server, "403")
     assert json.dumps(result.returncode) == "1", result.stdout + result.stderr  # one iteration, nothing approved
 
+
+
+# -- the trusted tests' tree links the project's dependency directories --------------------------------------
+
+
+RUN_TESTS = (
+    "import os, sys\n"
+    "# the person's runner: the tests in the tox environment they made on this machine\n"
+    "python = os.path.join('.tox', 'py', 'bin', 'python')\n"
+    "os.execv(python, [python, '-m', 'unittest', 'discover', '-s', 'tests'])\n"
+)
+
+
+PLANT = (
+    "import os\n"
+    "os.makedirs('.tox/py/bin', exist_ok=True)\n"
+    "path = '.tox/py/bin/python'\n"
+    "if os.path.lexists(path):\n"
+    "    os.remove(path)\n"
+    "open(path, 'w').write({fake!r})\n"
+    "os.chmod(path, 0o755)\n"
+    "os.remove('plant.py')\n"
+)
+
+
+def test_the_trusted_tests_run_with_the_projects_dependency_directories_not_the_agents(
+        run_bwrap: Any, ralph_project: RalphProject) -> None:
+    """The test-integrity gate's trusted tree links the project's ignored ``.tox`` (``[tool.ralph.test-integrity]
+    link``); in the sandbox the project's path shows the agent's checkout, whose ``.tox`` is the agent's own
+    (ignored: it never travels, so nothing on this machine looks at it). An interpreter the agent plants there
+    must not be what the trusted run of the person's tests uses on the final tree."""
+    project = ralph_project
+    (project.path / "calc.py").write_text("def add(a, b):\n    raise NotImplementedError\n")
+    (project.path / "tests").mkdir()
+    (project.path / "tests" / "test_calc.py").write_text(CALC_TEST)
+    (project.path / "run_tests.py").write_text(RUN_TESTS)
+    with (project.path / ".gitignore").open("a") as ignore:
+        ignore.write(".tox/\n__pycache__/\n")
+    tox_bin = project.path / ".tox" / "py" / "bin"
+    tox_bin.mkdir(parents=True)
+    (tox_bin / "python").symlink_to(os.path.realpath(sys.executable))
+    project.write_stories([story("US-001", "Add numbers", acceptanceCriteria=["add(a, b) returns the sum"])],
+                          verifyCommands=["python3 run_tests.py"])
+    script = IterationScript({
+        1: [bash("printf 'def add(a, b):\\n    return a - b\\n' > calc.py && mkdir -p .tox/py/bin && echo wrong-code"),
+            write(project.path / "plant.py", PLANT.format(fake=FAKE_PYTHON)),
+            bash("python3 plant.py && git status --short; echo planted"),
+            bash(set_fields("US-001", reviewStatus="needs_review") + " && git add -A && git commit -qm 'feat: add'"),
+            Turn([text("Done.")])],
+        2: approve("US-001", 1),
+        3: approve("US-001", 1),
+        4: approve("US-001", 1),
+    })
+    result, server = run_bwrap(script, "-n", "4")
+
+    assert said(server, "planted")
+    final = project.story("US-001")
+    finals = [(e["iteration"], e["gate"], e["passed"]) for e in project.events("final_gate")]
+    assert "return a - b" in (project.path / "calc.py").read_text() or not final["passes"]
+    assert not (result.returncode == 0 and final["passes"]), (finals, result.stdout[-1500:])
+    assert any(gate == "test-integrity" and not passed for _i, gate, passed in finals), finals
