@@ -260,3 +260,27 @@ def test_the_trusted_tests_run_with_the_projects_dependency_directories_not_the_
     assert "return a - b" in (project.path / "calc.py").read_text() or not final["passes"]
     assert not (result.returncode == 0 and final["passes"]), (finals, result.stdout[-1500:])
     assert any(gate == "test-integrity" and not passed for _i, gate, passed in finals), finals
+
+
+def test_un_ignoring_a_file_of_the_person_does_not_ship_it_into_the_sandbox(run_bwrap: Any,
+                                                                          ralph_project: RalphProject) -> None:
+    """Ignored files never travel. The agent commits a ``.gitignore`` that no longer ignores ``.env``: on this
+    machine the person's ``.env`` is then an untracked file git does not ignore, which the next ship-in would
+    carry into the agent's checkout (and the bring-back after it would let the agent replace)."""
+    project = ralph_project
+    with (project.path / ".gitignore").open("a") as ignore:
+        ignore.write(".env\n")
+    project.write_stories([story("US-001")])
+    secret = project.path / ".env"
+    secret.write_text("API_TOKEN=the-persons-secret-4711\n")
+    unignore = ("python3 -c \"import sys; p='.gitignore'; t=open(p).read().replace('.env\\n', ''); open(p,'w').write(t)\""
+                " && git add .gitignore && git commit -qm 'tidy the ignore file' && echo unignored")
+    script = IterationScript({
+        1: [bash(unignore), Turn([text("Done.")])],
+        2: [bash("cat .env 2>&1; echo 'API_TOKEN=attacker' > .env; echo looked"), Turn([text("Done.")])],
+    })
+    result, server = run_bwrap(script, "-n", "2")
+
+    assert said(server, "unignored") and said(server, "looked")
+    assert not said(server, "the-persons-secret-4711"), "the person's ignored .env reached the sandbox"
+    assert secret.read_text() == "API_TOKEN=the-persons-secret-4711\n"
