@@ -19,7 +19,10 @@ What comes back is the agent's: :func:`check` reads it as bytes before anything 
   ``.`` or ``..`` component, and no symlink that leads out of the tree or into ``.git`` (resolved
   through the tree's other symlinks) unless the project's own ``HEAD`` has the very same link;
 - untracked files are regular files, symlinks (checked the same way) or directories, each once, on
-  no tracked path, under no symlink, and not in the way of a symlinked directory on this machine.
+  no tracked path, under no symlink, and not in the way of a symlinked directory on this machine;
+- no path the project does not track now (a tracked one, or an untracked file) lands on or under
+  what git ignores in the project (the person's ``.env``, the ``.venv`` a sandbox shows read-only):
+  git's checkout would overwrite an ignored file, and the agent never had it.
 
 Only then is the project changed, by git's own checkout (which never writes through a symlink) and
 by :mod:`ralph.safeio`; a refusal is :class:`WorkspaceRefused`, naming the entry, with the project
@@ -46,6 +49,7 @@ from typing import Callable, Iterable, Sequence
 from ralph.errors import RalphError
 from ralph.workspace_inside import WorkspaceError, WorkspaceState, decode, encode
 from ralph.workspace_inside import capture as _capture
+from ralph.workspace_inside import under_any
 from ralph.workspace_inside import untracked_names as _untracked_names
 
 MAX_STATE_BYTES = 2 << 30
@@ -86,10 +90,16 @@ def untracked_names(repo: Path) -> list[str]:
     return _untracked_names(repo, git)
 
 
-def capture(repo: Path, known: Iterable[str] = ()) -> WorkspaceState:
+def capture(repo: Path, known: Iterable[str] = (), skip: Iterable[str] = ()) -> WorkspaceState:
     """The state of ``repo`` (a checkout of this machine's that the loop trusts), with a bundle of
-    what a receiver that has the ``known`` commits lacks."""
-    return _capture(repo, known, git)
+    what a receiver that has the ``known`` commits lacks; untracked files at or under ``skip`` left out."""
+    return _capture(repo, known, git, skip)
+
+
+def ignored_entries(repo: Path) -> frozenset[str]:
+    """What git ignores in ``repo`` now: files, and directories ignored as a whole (relative paths)."""
+    out = git(repo, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory").stdout
+    return frozenset(name.rstrip("/") for name in out.decode("utf-8", "surrogateescape").split("\0") if name)
 
 
 def init_checkout(repo: Path) -> None:
@@ -125,9 +135,12 @@ class Checked:
         shutil.rmtree(self.quarantine, ignore_errors=True)
 
 
-def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None) -> Checked:
+def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None,
+          ignored: frozenset[str] = frozenset()) -> Checked:
     """Check ``state`` (from a checkout the agent controlled) against ``repo`` without changing ``repo``.
 
+    ``ignored``: what git ignored in ``repo`` when the run started (:func:`ignored_entries`), the person's
+    even after the agent's ``.gitignore`` stopped ignoring it.
     Returns the :class:`Checked` state (call :meth:`Checked.discard` when not applying it);
     :class:`WorkspaceRefused` names what broke a rule (see the module's docstring).
     """
@@ -159,6 +172,7 @@ def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None)
             _check_entries(tracked, "the uncommitted changes")
         checked.members, untracked_links = _check_untracked(repo, state.untracked, tracked)
         _check_links(repo, committed if same else committed + tracked, untracked_links, base, env)
+        _check_ignored_here(repo, committed if same else committed + tracked, checked.members, ignored)
         state.untracked_names = [member.name for member in checked.members if not member.isdir()]
         return checked
     except BaseException:
@@ -430,6 +444,28 @@ def _check_host_parents(repo: Path, names: Iterable[str]) -> None:
             break
 
 
+def _check_ignored_here(repo: Path, tracked: list[Entry], members: list[tarfile.TarInfo],
+                        also: frozenset[str] = frozenset()) -> None:
+    """Nothing the mirror would write lands on or under what git ignores in the project now (the person's
+    ``.env``, a virtualenv the sandbox shows read-only): ignored files never travel, so the agent never had
+    them, and a tracked or untracked path of its own there would replace the person's file (git's checkout
+    overwrites an ignored file) or add to the person's directory (a ``.pth`` in ``.venv``)."""
+    here = set(git(repo, "ls-files", "-z").stdout.decode("utf-8", "surrogateescape").split("\0"))
+    wanted = {path for _mode, _sha, path in tracked if path not in here} | {member.name for member in members}
+    if not wanted:
+        return
+    ignored = ignored_entries(repo) | also
+    if not ignored:
+        return
+    for name in sorted(wanted):
+        for key in [name, *(str(parent) for parent in PurePosixPath(name).parents if str(parent) != ".")]:
+            if key in ignored:
+                where = "over" if key == name else "into"
+                raise WorkspaceRefused(f"{_shown(name)} would be written {where} {_shown(key)}, which git ignores "
+                                       "in the project (ignored files never travel: it is this machine's own); "
+                                       "nothing was applied")
+
+
 def _shown(text: str) -> str:
     from ralph.agenttext import name
 
@@ -445,16 +481,18 @@ def _one_line(text: str) -> str:
 # -- applying a checked state ------------------------------------------------------------------
 
 
-def mirror(repo: Path, state: WorkspaceState, *, branch: str | None = None, must_descend: str | None = None) -> None:
-    """Make ``repo`` exactly ``state``: ``HEAD`` (on ``branch``), tracked changes and untracked files.
+def mirror(repo: Path, state: WorkspaceState, *, branch: str | None = None, must_descend: str | None = None,
+           ignored: frozenset[str] = frozenset()) -> None:
+    """Make ``repo`` exactly ``state``: ``HEAD`` (on ``branch``), tracked changes and untracked files;
+    nothing at or under ``ignored`` (what git ignored when the run started) is written or removed.
 
     Everything is checked before anything changes (:func:`check`): on a refusal
     :class:`WorkspaceRefused` (a :class:`WorkspaceError`) is raised and ``repo`` is as it was.
     """
-    checked = check(repo, state, must_descend=must_descend)
+    checked = check(repo, state, must_descend=must_descend, ignored=ignored)
     try:
         _keep_objects(repo, checked)
-        _apply(repo, checked, branch)
+        _apply(repo, checked, branch, ignored)
     finally:
         checked.discard()
 
@@ -476,7 +514,7 @@ def _keep_objects(repo: Path, checked: Checked) -> None:
                 shutil.copyfile(path, target)
 
 
-def _apply(repo: Path, checked: Checked, branch: str | None) -> None:
+def _apply(repo: Path, checked: Checked, branch: str | None, ignored: frozenset[str] = frozenset()) -> None:
     from ralph import safeio
 
     state = checked.state
@@ -499,7 +537,8 @@ def _apply(repo: Path, checked: Checked, branch: str | None) -> None:
             git(repo, "checkout-index", "-f", "-z", "--stdin", input=b"\0".join(written) + b"\0", env=tree_index)
     wanted = {member.name for member in checked.members}
     added = set(_added_paths(repo, state.head, checked))
-    stale = [name for name in untracked_names(repo) if name not in wanted and name not in added]
+    stale = [name for name in untracked_names(repo)
+             if name not in wanted and name not in added and not under_any(name, ignored)]  # the person's stay
     for name in sorted(stale, reverse=True):
         safeio.remove(name, repo)
     _prune(repo, stale)
@@ -606,6 +645,9 @@ class AgentCheckout:
         self.branch: str | None = None
         """The project's branch as last shipped in (the checkout's ``HEAD`` is on it)."""
         self.shipped_bytes = 0
+        self.ignored: frozenset[str] | None = None
+        """What git ignored in the project at the first ship-in: the person's, never shipped either way
+        (not even once the agent's ``.gitignore`` stops ignoring it)."""
         self._lock = threading.RLock()
 
     def ship_in_request(self, fresh: bool = False) -> tuple[list[str], bytes]:
@@ -614,7 +656,9 @@ class AgentCheckout:
         with self._lock:
             if fresh:
                 self.known.clear()
-            state = capture(self.project, self.known)
+            if self.ignored is None:
+                self.ignored = ignored_entries(self.project)
+            state = capture(self.project, self.known, skip=self.ignored)
             branch = _branch(self.project)
             self.base, self.branch = state.head, branch
             self.shipped_bytes = state.size
@@ -669,7 +713,8 @@ class AgentCheckout:
                     state, _ = decode(result.stdout)
                 except WorkspaceError as exc:
                     raise WorkspaceRefused(str(exc)) from None
-                mirror(self.project, state, branch=self.branch, must_descend=self.base)
+                mirror(self.project, state, branch=self.branch, must_descend=self.base,
+                       ignored=self.ignored or frozenset())
             except WorkspaceRefused as exc:
                 if keep is not None:
                     exc.args = (f"{exc.args[0]} (kept as {_keep(keep, result.stdout)})",)
@@ -693,6 +738,7 @@ def _keep(directory: Path, data: bytes) -> Path:
 
 __all__ = [
     "AgentCheckout", "Checked", "InsideResult", "RunInside", "WorkspaceError", "WorkspaceRefused", "WorkspaceState",
-    "capture", "check", "decode", "encode", "escapes", "head", "init_checkout", "inside_script", "is_git_name",
+    "capture", "check", "decode", "encode", "escapes", "head", "ignored_entries", "init_checkout", "inside_script",
+    "is_git_name",
     "mirror", "receive_branch", "untracked_names",
 ]

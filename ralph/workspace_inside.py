@@ -193,19 +193,21 @@ def untracked_names(repo: Path, git: GitRunner = run_git) -> list[str]:
     return [name for name in out.decode("utf-8", "surrogateescape").split("\0") if name]
 
 
-def capture(repo: Path, known: Iterable[str] = (), git: GitRunner = run_git) -> WorkspaceState:
+def capture(repo: Path, known: Iterable[str] = (), git: GitRunner = run_git, skip: Iterable[str] = ()) -> WorkspaceState:
     """The state of ``repo``, with a bundle of what a receiver that has the ``known`` commits lacks.
 
     Untracked files travel as what they are: regular files (their bytes and executable bit) and
     symlinks (their target text); fifos, sockets and devices do not travel.  Nothing is written into
-    ``repo`` (no ref, no index refresh): a checkout whose agent still runs can be captured.
+    ``repo`` (no ref, no index refresh): a checkout whose agent still runs can be captured.  Untracked
+    files at or under a path of ``skip`` (what git ignored there when the run started) do not travel.
     """
     current = head(repo, git)
     wanted = [sha for sha in known if sha]
     bundle = None if current in wanted else _bundle(repo, current, wanted, git)
     diff = git(repo, "diff", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames",
                "HEAD").stdout
-    names = untracked_names(repo, git)
+    skipped = frozenset(skip)
+    names = [name for name in untracked_names(repo, git) if not under_any(name, skipped)]
     tar, shipped = _tar(repo, names)
     return WorkspaceState(current, bundle, diff, tar, shipped)
 
@@ -240,6 +242,14 @@ def capture_isolated(repo: Path, known: Iterable[str] = ()) -> WorkspaceState:
             return run_git(where, *args, **{**kw, "env": {**env, **(kw.get("env") or {})}})
 
         return capture(repo, known, isolated)
+
+
+def under_any(name: str, entries: "frozenset[str] | set[str]") -> bool:
+    """Whether the relative path ``name`` is one of ``entries`` or lies under one."""
+    if not entries:
+        return False
+    parts = name.split("/")
+    return any("/".join(parts[:end]) in entries for end in range(1, len(parts) + 1))
 
 
 def _bundle(repo: Path, current: str, known: list[str], git: GitRunner) -> bytes | None:

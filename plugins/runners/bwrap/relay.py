@@ -10,8 +10,9 @@ sockets it serves from threads of the loop's process, and the sandbox's first pr
   loopback when the agent is not metered.
 - ``proxy.sock`` is an HTTP proxy (``CONNECT host:port``, or a plain request with an absolute URL)
   that connects only to the hosts of the allowlist (``*``: any host), from this machine, and answers
-  403 to the rest, and to every name that resolves to a loopback, link-local or unspecified address:
-  a listed name cannot be pointed at a service on this machine's loopback.
+  403 to the rest, and to every name that resolves to a loopback, link-local or unspecified address
+  (also spelled as an IPv4-mapped or -compatible IPv6 one): a listed name cannot be pointed at a
+  service on this machine's loopback, and the addresses checked are the ones connected to.
 
 What decides is here, outside the sandbox: nothing the agent runs inside can widen it.  Every
 decision of the proxy is kept in :attr:`Relay.decisions` (``allow host:port`` / ``deny host:port``).
@@ -58,19 +59,65 @@ def allowed(rules: list[tuple[str, int | None]], host: str, port: int) -> bool:
 
 
 def own_address(host: str, port: int) -> str | None:
-    """The first address ``host`` resolves to that is loopback, link-local or unspecified, or None; a
+    """The first address ``host`` resolves to that is this machine's (:func:`is_own`), or None; a
     name that does not resolve is None (the connection fails by itself)."""
-    import ipaddress
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError:
         return None
     for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%")[0])
-        if address.is_loopback or address.is_link_local or address.is_unspecified:
-            return str(address)
+        if is_own(str(info[4][0])):
+            return str(info[4][0]).split("%")[0]
     return None
+
+
+def is_own(text: str) -> bool:
+    """Whether the address ``text`` reaches this machine or its link: loopback, link-local, unspecified or
+    ``0.0.0.0/8``, in every spelling the kernel connects to (an IPv4-mapped ``::ffff:127.0.0.1``, an
+    IPv4-compatible ``::127.0.0.1``); an address that does not parse counts as this machine's."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(text.split("%")[0])
+    except ValueError:
+        return True
+    candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [address]
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            candidates.append(address.ipv4_mapped)
+        if int(address) >> 32 == 0:  # ::a.b.c.d (IPv4-compatible; :: and ::1 included)
+            candidates.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    for each in candidates:
+        if each.is_loopback or each.is_link_local or each.is_unspecified:
+            return True
+        if isinstance(each, ipaddress.IPv4Address) and each in ipaddress.IPv4Network("0.0.0.0/8"):
+            return True
+    return False
+
+
+def _connect(host: str, port: int) -> tuple[socket.socket | None, str | None, str]:
+    """(a connection to ``host:port``, None, "") or (None, this machine's address it resolves to, "") or
+    (None, None, why it failed). The name is resolved once: the addresses checked are the addresses
+    connected to (a name cannot resolve elsewhere in between)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return None, None, str(exc)
+    for info in infos:
+        if is_own(str(info[4][0])):
+            return None, str(info[4][0]).split("%")[0], ""
+    error = "no address"
+    for family, kind, proto, _name, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(CONNECT_TIMEOUT)
+            sock.connect(address)
+            sock.settimeout(None)
+            return sock, None, ""
+        except OSError as exc:
+            sock.close()
+            error = str(exc)
+    return None, None, error
 
 
 def _pump(source: socket.socket, target: socket.socket) -> None:
@@ -190,19 +237,16 @@ class Relay:
             self.decisions.append(f"deny {host}:{port}")
             _answer(client, 403, f"ralph sandbox proxy: {host}:{port} is not in the network allowlist")
             return
-        mine = own_address(host, port)
+        upstream, mine, why = _connect(host, port)
         if mine is not None:
             self.decisions.append(f"deny {host}:{port}")
             _answer(client, 403, f"ralph sandbox proxy: {host}:{port} is this machine ({mine}), which the sandbox "
                                  "does not reach")
             return
         self.decisions.append(f"allow {host}:{port}")
-        try:
-            upstream = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
-        except OSError as exc:
-            _answer(client, 502, f"ralph sandbox proxy: cannot reach {host}:{port}: {exc}")
+        if upstream is None:
+            _answer(client, 502, f"ralph sandbox proxy: cannot reach {host}:{port}: {why}")
             return
-        upstream.settimeout(None)
         try:
             if method == "CONNECT":
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -266,4 +310,4 @@ def _answer(client: socket.socket, status: int, message: str) -> None:
     client.close()
 
 
-__all__ = ["Relay", "allowed", "own_address", "parse_entry"]
+__all__ = ["Relay", "allowed", "is_own", "own_address", "parse_entry"]

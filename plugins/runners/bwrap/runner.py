@@ -58,6 +58,8 @@ ALWAYS_PASSED = ("LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "COLORTERM", "NO_COLO
 """Host variables every sandbox gets when they are set (locale, terminal, the person's git identity)."""
 METERED_HOSTS = ("api.anthropic.com:443", "api.openai.com:443")
 """The model APIs the allowlist lets through by default; dropped when the loop meters the agent."""
+TRUSTED_TREE_LINKS = (".venv", "venv", "node_modules", ".tox", "target")
+"""The project's directories the test-integrity gate links into its trusted tree unless configured otherwise."""
 PROXY_PORT = 3128
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 GITCONFIG = """# git inside ralph's bwrap sandbox (the person's ~/.gitconfig is not visible there)
@@ -356,9 +358,13 @@ class BwrapRunner(Runner):
         clock.lap("ship_in")
         where = Path(cwd).resolve()
         layout = self._layout(where)
-        _prepare_mount_points(layout.checkout, layout.toolchain)
         if not under(where, [self._project]):
             layout.read_write.append(where)
+            # the tree's links into the project (the trusted tests' .tox, target, submodules) mean the project's
+            # directories: shown read-only from this machine, never the agent's checkout's (which it filled)
+            linked = _links_into(where, self._project, self._linked_names())
+            layout.toolchain = list(dict.fromkeys([*layout.toolchain, *linked]))
+        _prepare_mount_points(layout.checkout, layout.toolchain)
         argv, env = self._network(["/bin/sh", "-c", command], self._gate_env(), None)
         lines: list[str] = []
         outcome = run_process(ProcessSpec(bwrap_argv(probe().binary, layout, argv, probe().features), {}, self._state),
@@ -418,6 +424,24 @@ class BwrapRunner(Runner):
         return Layout(project=self._project, checkout=self._state / "checkout", chdir=chdir, hidden=hidden,
                       toolchain=list(self._toolchain), read_only=read_only, read_write=read_write,
                       private=self._state / "private", tmpfs_size=_bytes(cfg.tmpfs_size))
+
+    def _linked_names(self) -> list[str]:
+        """What a tree the loop made may link from the project: the test-integrity gate's ``link`` directories
+        and the project's submodules (its gitlinks; the agent's work never brings one)."""
+        from ralph.api import git
+
+        section = self.settings.section("test-integrity") if self.settings is not None else None
+        names = list(getattr(section, "link", None) or TRUSTED_TREE_LINKS)
+        assert self._project is not None
+        try:
+            listed = git(self._project, "ls-files", "-s", "-z", check=False, binary=True).stdout
+        except OSError:
+            listed = b""
+        for record in listed.split(b"\0"):
+            meta, _, path = record.partition(b"\t")
+            if meta.startswith(b"160000 "):
+                names.append(os.fsdecode(path))
+        return names
 
     def _toolchain_of(self, project: Path) -> list[str]:
         """The configured toolchain entries that exist in the project and that git ignores."""
@@ -619,6 +643,27 @@ def _prepare_mount_points(checkout: Path, names: list[str]) -> None:
                 fd = child
         finally:
             os.close(fd)
+
+
+def _links_into(tree: Path, project: Path, names: list[str]) -> list[str]:
+    """Which of ``names`` (the project's dependency directories and submodules) ``tree`` (a directory the loop
+    made outside the project: the trusted tests' tree) has as a symbolic link to the project's own
+    directory; links are read, never followed.  Only these names: a link the agent's code planted in the
+    tree names nothing else of the project."""
+    found = []
+    for name in dict.fromkeys(names):
+        parts = Path(name).parts
+        if not name or Path(name).is_absolute() or ".." in parts or parts[:1] == (".git",):
+            continue
+        link = tree / name
+        try:
+            if os.readlink(link) != str(project / name):
+                continue
+        except OSError:
+            continue
+        if (project / name).is_dir():
+            found.append(name)
+    return found
 
 
 def _python() -> str:
