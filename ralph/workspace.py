@@ -158,6 +158,7 @@ def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None)
         if not same:
             _check_entries(tracked, "the uncommitted changes")
         checked.members, untracked_links = _check_untracked(repo, state.untracked, tracked)
+        _check_ignored_here(repo, [member.name for member in checked.members], tracked)
         _check_links(repo, committed if same else committed + tracked, untracked_links, base, env)
         state.untracked_names = [member.name for member in checked.members if not member.isdir()]
         return checked
@@ -428,6 +429,40 @@ def _check_host_parents(repo: Path, names: Iterable[str]) -> None:
                                        f"{'a ' if found in ('symlink', 'file') else ''}{found} here (ignored by git); "
                                        "nothing was applied")
             break
+
+
+def _check_ignored_here(repo: Path, untracked: list[str], tracked: list[Entry]) -> None:
+    """Nothing that comes back is written at, or under, a path of this machine's that git ignores here
+    (the person's ``.venv``, ``.env``, build output: ignored files never travel, each side keeps its
+    own), whatever the agent's checkout ignores: a file the agent un-ignored there, or committed with
+    ``git add -f``, would otherwise be written into the person's virtualenv or over their ``.env``.
+    Decided by this machine's ignore rules as they are before anything is applied."""
+    from ralph import safeio
+
+    here = set(git(repo, "ls-files", "-z").stdout.decode("utf-8", "surrogateescape").split("\0"))
+    names = list(untracked) + [path for _mode, _sha, path in tracked if path not in here]
+    kinds: dict[str, str] = {}
+    candidates: set[str] = set()
+    for name in names:
+        for key in [*(str(p) for p in reversed(PurePosixPath(name).parents) if str(p) != "."), name]:
+            found = kinds.get(key) or kinds.setdefault(key, safeio.kind(key, repo))
+            if found == "absent":
+                break
+            if key not in here:
+                candidates.add(key)
+            if found != "dir":
+                break
+    if not candidates:
+        return
+    data = b"".join(os.fsencode(name) + b"\0" for name in sorted(candidates))
+    result = git(repo, "check-ignore", "-z", "--stdin", input=data, check=False)
+    if result.returncode not in (0, 1):
+        raise WorkspaceRefused("what git ignores here could not be read: "
+                               + _one_line(result.stderr.decode("utf-8", "replace")) + "; nothing was applied")
+    ignored = sorted((os.fsdecode(p) for p in result.stdout.split(b"\0") if p), key=lambda p: (p.count("/"), p))
+    if ignored:
+        raise WorkspaceRefused(f"{_shown(ignored[0])} is ignored by git here (this machine's own, which never "
+                               "travels): the agent's work would be written into or over it; nothing was applied")
 
 
 def _shown(text: str) -> str:
