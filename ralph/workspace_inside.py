@@ -321,6 +321,13 @@ def apply(repo: Path, state: WorkspaceState, branch: str | None = None, *, fresh
             git(repo, "bundle", "unbundle", str(path))  # the objects only: no ref is written
     if not _has_commit(repo, state.head, git):
         raise WorkspaceError(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
+    # The agent's index is not trusted: its stat data and flags (assume-unchanged, skip-worktree) decide
+    # which files the checkout below rewrites, so a file it marked "unchanged" would keep the agent's
+    # bytes while the project got others.  A fresh index of the shipped HEAD, stat data re-read from
+    # the files (a file whose bytes differ stays modified), and the checkout makes every one right.
+    _remove(repo, ".git/index")
+    git(repo, "read-tree", state.head)
+    git(repo, "update-index", "-q", "--refresh", check=False)
     if branch:
         git(repo, "checkout", "-q", "-f", "-B", branch, state.head)
     else:

@@ -282,13 +282,25 @@ class DockerSandboxRunner(Runner):
         from .docker import engine
 
         try:
-            code, output, timed_out = self._sandbox.run_command(command, Path(cwd), timeout)
+            code, output, timed_out = self._sandbox.run_command(command, Path(cwd), timeout,
+                                                                shared=self._dependency_dirs())
             self.timings = dict(self._sandbox.timings)
         except engine.SandboxError as exc:
             from ralph.api import UnavailableError
 
             raise UnavailableError(str(exc)) from None
         return CommandResult(code, output, timed_out, "sandbox")
+
+    def _dependency_dirs(self) -> list[str]:
+        """The project's dependency directories the trusted tests' tree links to (``[tool.ralph.test-integrity]
+        link``): in a gate run there they are this machine's, mounted read-only, never the agent's checkout's."""
+        section = self.settings.section("test-integrity") if hasattr(self.settings, "section") else None
+        names = getattr(section, "link", None)
+        if names is None:
+            from ralph_plugins.gates.config import DEPENDENCY_DIRS
+
+            names = DEPENDENCY_DIRS
+        return [str(name) for name in names]
 
     def bring_back(self) -> None:
         """The running agent's work so far, captured in the workspace container, checked and mirrored

@@ -428,7 +428,7 @@ class BwrapRunner(Runner):
     def _linked_names(self) -> list[str]:
         """What a tree the loop made may link from the project: the test-integrity gate's ``link`` directories
         and the project's submodules (its gitlinks; the agent's work never brings one)."""
-        from ralph.api import git
+        from ralph.api.process import git
 
         section = self.settings.section("test-integrity") if self.settings is not None else None
         names = list(getattr(section, "link", None) or TRUSTED_TREE_LINKS)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 import docker
@@ -714,18 +715,26 @@ class Sandbox:
 
     # -- one gate command ------------------------------------------------------------
 
-    def run_command(self, command: str, cwd: Path, timeout: float | None) -> tuple[int, str, bool]:
+    def run_command(self, command: str, cwd: Path, timeout: float | None,
+                    shared: Sequence[str] = ()) -> tuple[int, str, bool]:
         """A loop-owned shell command (a gate) in a fresh container on the checkout (the project's
         state shipped in first), as the agent's user, with the sandbox's network; (exit code, merged
         output, timed out).  The container is removed when the command ends, with everything it left
-        running.  A ``cwd`` outside the project (a directory the loop made: the trusted tests' tree) is
-        bind-mounted read-write at its own path."""
+        running.
+
+        A ``cwd`` outside the project (a directory the loop made from the project as it is on this
+        machine: the trusted tests' tree) is bind-mounted read-write at its own path and the agent's
+        checkout is **not** mounted: the tree's links to the project's dependency directories
+        (``shared``: ``.venv``, ``node_modules`` ..., links ``TREE/NAME -> PROJECT/NAME``) lead to this
+        machine's directories, mounted read-only at the project's path, never to what the agent left
+        in its checkout (which never travels and which no check on this machine sees)."""
         clock = _Clock()
         self.ship_in()
         clock.lap("ship_in")
-        mounts = [self._checkout_mount()]
-        if not Path(cwd).resolve().is_relative_to(self.project_dir.resolve()):
-            mounts.append(Mount(str(cwd), str(cwd), type="bind"))
+        if Path(cwd).resolve().is_relative_to(self.project_dir.resolve()):
+            mounts = [self._checkout_mount()]
+        else:
+            mounts = [Mount(str(cwd), str(cwd), type="bind"), *self._project_dependencies(Path(cwd), shared)]
         env = {
             "HOME": IN_CONTAINER_HOME,
             "PATH": self.options.path,
@@ -743,6 +752,33 @@ class Sandbox:
         clock.lap("container")
         self.timings = clock.laps
         return code, "\n".join(lines), timed_out
+
+    def _project_dependencies(self, tree: Path, names: Sequence[str]) -> list[Mount]:
+        """Read-only mounts of this machine's ``PROJECT/NAME`` directories that ``tree`` links to as
+        ``TREE/NAME -> PROJECT/NAME`` (``NAME`` one of ``names``): a link anything else made, to another
+        place, or to something that is not a real directory here, gets no mount (it leads nowhere)."""
+        from ralph.workspace import is_git_name
+
+        mounts: list[Mount] = []
+        for name in dict.fromkeys(names):
+            if not name or "/" in name or name in (".", "..") or is_git_name(name):
+                continue
+            try:
+                target = os.readlink(tree / name)
+            except OSError:
+                continue
+            where = Path(target)
+            if not where.is_absolute() or where.name != name or os.path.realpath(where.parent) != str(self.project_dir):
+                continue
+            host = self.project_dir / name
+            try:
+                info = os.lstat(host)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                continue
+            mounts.append(Mount(str(where), str(host), type="bind", read_only=True))
+        return mounts
 
     def _exit_code(self, exec_id: str) -> int | None:
         for _ in range(200):
