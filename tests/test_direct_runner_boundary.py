@@ -87,7 +87,11 @@ def test_agent_git_environment_cannot_push(tmp_path: Path) -> None:
 
     env = agent_environment({"SSH_AUTH_SOCK": "/tmp/agent.sock", "PATH": "/usr/bin:/bin"}, project)
     assert "SSH_AUTH_SOCK" not in env and env["GIT_TERMINAL_PROMPT"] == "0"
-    for target in ("origin", "byurl", str(remote), f"file://{remote}", "../remote.git"):
+    # a path that starts with any ASCII character is rewritten too: `@up`, `+up` ... linked to the remote
+    odd = ["@up", "+up", "=up", "%up", ",up", ":up", "[up", "!up", " up"]
+    for name in odd:
+        (project / name).symlink_to(remote)
+    for target in ("origin", "byurl", str(remote), f"file://{remote}", "../remote.git", *odd):
         pushed = _git(project, "push", "--force", target, "HEAD:main", env=env)
         assert pushed.returncode != 0, target
         assert "ralph-direct-mode-blocks-git-push" in pushed.stderr, pushed.stderr

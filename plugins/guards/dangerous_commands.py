@@ -38,6 +38,8 @@ from typing import Any
 
 from ralph.api import Denial, HookEvent, hookimpl
 from ralph.api.shell import (
+    CD_DATA,
+    DERIVED,
     Analysis,
     BudgetExceeded,
     CONTAINER_CLIS,
@@ -49,6 +51,7 @@ from ralph.api.shell import (
     budget_scope,
     fetches,
     find_roots,
+    glob_links,
     has_long,
     may_reach_git,
     mount_fields,
@@ -159,6 +162,7 @@ class _Ctx:
         self._links: dict[str, str] | None = None
         self._physical: dict[str, str] = {}
         self._landings: dict[tuple[str, bool], list[str]] = {}
+        self._repositories: set[str] | None = None
 
     def leaves(self) -> bool:
         """Does the line send data to the network or write a file (once per line, not per command)?"""
@@ -202,6 +206,9 @@ class _Ctx:
             return self._landings[key]
         active_budget().spend(GUARD_CALL_COST)
         places = [path]
+        if path in _HARMLESS_DEVICES or path.startswith(("/dev/fd/", "/proc/self/", "/proc/thread-self/")):
+            self._landings[key] = places  # the command's own descriptors, not the guard process's: not followed
+            return places
         real = real_path(path) if follow else os.path.join(real_path(os.path.dirname(path) or "/"),
                                                             os.path.basename(path))
         for other in (real, self._physical.get(path)):
@@ -210,7 +217,8 @@ class _Ctx:
         for link, target in self.links().items():
             for place in list(places):
                 if (place == link and follow) or place.startswith(link.rstrip("/") + "/"):
-                    places.append(os.path.normpath(target + place[len(link):]))
+                    # joined, not concatenated: a link to `/` would give `//etc/...`, which normpath keeps
+                    places.append(os.path.normpath(os.path.join(target, place[len(link):].lstrip("/"))))
         self._landings[key] = places
         return places
 
@@ -228,6 +236,19 @@ class _Ctx:
                 if target is not None and not self.in_project(target):
                     self._links[at] = target
         return self._links
+
+    def repositories(self) -> set[str]:
+        """Directories this line makes git repositories of (``git init [--bare] DIR``, ``git clone [--bare] URL
+        DIR``): the directory and its ``.git``."""
+        if self._repositories is None:
+            self._repositories = set()
+            for write in self.analysis.writes if self.analysis is not None else []:
+                if write.via not in ("git clone", "git init"):
+                    continue
+                at = self.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
+                if at is not None:
+                    self._repositories.update((at, os.path.dirname(at) if os.path.basename(at) == ".git" else at))
+        return self._repositories
 
     def in_project(self, path: str) -> bool:
         return _under(path, self.project) or _under(path, self.project_real)
@@ -377,6 +398,8 @@ def _check_write(write: WriteTarget, ctx: _Ctx) -> None:
         return
     path = ctx.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
     if path is None:
+        if _after_data_cd(write.path, write.cd):
+            _deny_input_target(write.path, "writes", ctx)
         return
     _check_system_write(path, write.path, ctx, follow=write.follow)
     _check_ref_write(path, ctx, follow=write.follow)
@@ -416,7 +439,11 @@ def _check_tree_write(path: str, pattern: list[str], write: WriteTarget, ctx: _C
     reaches_git = (anything and not write.skips_git) or (
         len(pattern) >= 2 and fnmatch.fnmatchcase(".git", pattern[0]) and fnmatch.fnmatchcase("config", pattern[1]))
     what = "files of any name" if write.into else f"the files `{shown}` matches"
-    for where in ctx.landing(path):
+    places = list(ctx.landing(path))
+    if pattern:  # a project link the pattern matches on the way leads the write where it points (`sed -i x l?d/*`)
+        into = write.into or write.path.endswith("/")
+        places += [m if into else os.path.dirname(m) for m in glob_links(path, pattern, follow_last=into)]
+    for where in places:
         if ctx.in_project(where):
             git_dirs = [os.path.join(root, ".git") for root in {ctx.project, ctx.project_real}]
             if ctx.direct and reaches_git and any(_under(g, where) or _under(where, g) for g in git_dirs):
@@ -462,7 +489,11 @@ def _check_command(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> N
         _check_find(cmd, ctx)
     if name in ("truncate", "rsync", "tar"):
         _check_destroyers(cmd, ctx)
-    if name in ("sed", "gsed", "perl") and any(
+    if name in ("rename", "prename", "perl-rename", "file-rename", "rename.ul"):  # the files given move away
+        operands = [k for k in range(1, len(cmd.argv)) if not cmd.argv[k].startswith("-") or cmd.dynamic[k]]
+        for k in operands[1:]:
+            _check_delete_target(cmd, k, False, ctx, allow_root=False)
+    if name in ("sed", "gsed", "perl", "ruby") and any(
         has_long([a], "--in-place", 5) or (a.startswith("-") and not a.startswith("--") and "i" in a) for a in cmd.args
     ):
         _check_in_place(cmd, ctx)
@@ -584,6 +615,18 @@ _GIT_CONFIG_FILE = re.compile(r"(^|/)\.git/(.+/)?config(\.worktree)?$|(^|/)\.git
 """Files git reads its configuration from (a repository's, a submodule's, a worktree's, a home's)."""
 
 
+def _points_git_elsewhere(where: str, ctx: _Ctx) -> bool:
+    """Is ``where`` a file git reads to find its configuration: a git directory's ``config``/``commondir`` (a
+    bare repository's too: a directory with a ``HEAD``, or one ``git init``/``git clone`` makes on this line),
+    or a ``.git`` file (``gitdir: ELSEWHERE``) that makes its directory a repository configured elsewhere?"""
+    head, name = os.path.split(where)
+    if name == ".git":
+        return True
+    if name not in ("config", "commondir", "config.worktree"):
+        return False
+    return os.path.basename(head) == ".git" or head in ctx.repositories() or path_stat(os.path.join(head, "HEAD")) is not None
+
+
 def _check_ref_write(path: str, ctx: _Ctx, follow: bool = True) -> None:
     """Writing ``.git/refs/heads/main`` (or ``packed-refs``) by hand moves main like a merge would; writing git's
     configuration by hand (``.git/config``, a submodule's or worktree's, any repository's or home's
@@ -598,7 +641,7 @@ def _check_ref_write(path: str, ctx: _Ctx, follow: bool = True) -> None:
             if _under(where, os.path.join(root, ".git", "hooks")):
                 ctx.deny("write-system-files", f"Writing {where} installs a git hook: every later `git commit`/`git "
                                                "merge` runs it. Leave .git/hooks alone; run checks directly.")
-        if ctx.direct and _GIT_CONFIG_FILE.search(where):
+        if ctx.direct and (_GIT_CONFIG_FILE.search(where) or _points_git_elsewhere(where, ctx)):
             ctx.deny(
                 "git-push",
                 f"Writing {where} by hand can set a remote's push URL past ralph's block on pushes, which in a "
@@ -848,7 +891,7 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
     anything = "**" in pattern or (bool(pattern) and fnmatch.fnmatchcase(".git", pattern[0]))
     path = ctx.path(cmd, i, base_text)
     if path is None:
-        if i < len(cmd.input) and cmd.input[i]:
+        if (i < len(cmd.input) and cmd.input[i]) or _after_data_cd(text, cmd.cd):
             ctx.deny(
                 "delete-outside-project",
                 f"`{shown}` deletes paths read at run time (from stdin, a file or a command's output): they can be "
@@ -873,6 +916,9 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
             where = os.path.join(where, last)
         if where is not None and not ctx.in_project(where):
             path = where  # `rm lod/x`, `rm -rf lod/*`, `cd lod && rm x`, `link/../x`: a project link leads out
+        elif pattern:  # `rm -rf l?d/*`: a link the pattern matches on the way (the last component: the link itself)
+            path = next((r for r in glob_links(path, pattern, follow_last=text.endswith("/"))
+                         if not ctx.in_project(r)), path)
     if ctx.in_project(path):
         git_dirs = (os.path.join(ctx.project, ".git"), os.path.join(ctx.project_real, ".git"))
         if ctx.is_project_root(path) and not glob and not allow_root:
@@ -904,6 +950,13 @@ def _check_startup_file(shown: str, ctx: _Ctx) -> None:
             f"Writing {shown} changes what every later shell command runs first (aliases, functions, the push "
             "block's variables): set what a command needs on that command line instead.",
         )
+
+
+def _after_data_cd(text: str, cd: list[str]) -> bool:
+    """Is ``text`` a path read at run time in effect: a relative path after a ``cd`` into a directory read at run
+    time (``cd "$(cat d)"``, ``cd -`` or ``popd`` to a directory from before the line), or one built by an
+    operator out of a value the guard knows (``${PWD/proj/other}``, ``${HOME%/*}``)?"""
+    return (CD_DATA in cd and not text.startswith(("/", "~", "$"))) or bool(DERIVED.match(text.lstrip('"')))
 
 
 def _deny_input_target(shown: str, what: str, ctx: _Ctx) -> None:
@@ -943,6 +996,8 @@ def _check_in_place(cmd: Command, ctx: _Ctx) -> None:
             _check_write(WriteTarget(argv[i], cmd.dynamic[i], True, cmd.cd, cmd.cd_unknown, cmd.name), ctx)
             continue
         path = ctx.path(cmd, i)
+        if path is None and _after_data_cd(argv[i], cmd.cd):
+            _deny_input_target(argv[i], "rewrites", ctx)
         if path is not None:
             _check_ref_write(path, ctx)
             _check_system_write(path, argv[i], ctx)
@@ -999,7 +1054,9 @@ def _check_permissions(cmd: Command, ctx: _Ctx) -> None:
             )
     for i in args[1:]:
         path = ctx.path(cmd, i)
-        if path is None or (not ctx.in_project(path) and not ctx.in_temp(path)):
+        # where it acts: symlinks followed (`chmod 777 lod/x`, `chmod -R 777 link-to-home`)
+        places = ctx.landing(path) if path is not None else []
+        if path is None or any(not ctx.in_project(p) and not ctx.in_temp(p) for p in places):
             ctx.deny(
                 "privilege",
                 f"`{cmd.name}` on {cmd.argv[i]} changes files outside the project: only change permissions of "
@@ -1051,11 +1108,11 @@ def _check_container(cmd: Command, ctx: _Ctx) -> None:
                 _check_system_write(path, dest or "", ctx)
     elif action == "cp" and len(view.operands) == 2:
         dest, dynamic = view.operands[1]
-        if not re.match(r"[A-Za-z0-9][A-Za-z0-9_.-]*:", dest):  # a host path, not CONTAINER:PATH
-            path = resolve_path(dest, ctx.cwd, ctx.home, dynamic, cmd.cd, cmd.cd_unknown, ctx.known)
-            if path is not None:
-                _check_system_write(path, dest, ctx)
-                _check_overwrite(path, dest, ctx)
+        if not re.match(r"[A-Za-z0-9][A-Za-z0-9_.-]*:", dest) and dest != "-":  # a host path, not CONTAINER:PATH
+            # the file, and (a directory given, or a directory copied) any name under it: checked as a copy is
+            for into in (False, True):
+                _check_write(WriteTarget(dest, dynamic, False, cmd.cd, cmd.cd_unknown, f"{cmd.name} cp", into=into),
+                             ctx)
     if bad:
         ctx.deny(
             "privilege",

@@ -19,7 +19,6 @@ Without a sandbox the agent-side guards are the only protection, so
 from __future__ import annotations
 
 import os
-import string
 import threading
 from pathlib import Path
 from typing import Callable
@@ -85,9 +84,12 @@ class DirectRunner(Runner):
 
 PUSH_BLOCKED_URL = "file:///dev/null/ralph-direct-mode-blocks-git-push"
 """Where every push of the agent's git goes: a path that cannot be a repository."""
-PUSH_PREFIXES = tuple("/.~_") + tuple(string.ascii_letters + string.digits)
-"""One-character prefixes: together they match every URL (longest match wins, so a
-remote's full URL is added as well)."""
+PUSH_PREFIXES = tuple(chr(code) for code in range(1, 128))
+"""One-character prefixes: together they match every URL or path that starts with an ASCII character --
+not only letters, digits and ``/.~_``: ``git push @up HEAD`` (a path ``@up`` linked to another repository)
+is a push too.  Longest match wins, so a remote's full URL is added as well.  A URL that starts with a
+non-ASCII character is not matched: a one-byte prefix of it is no valid UTF-8, which the agent's CLI
+(Node) does not pass on."""
 
 
 def push_block_entries(project_dir: Path) -> list[tuple[str, str]]:

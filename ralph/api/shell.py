@@ -21,6 +21,8 @@ from ralph.lazymodule import lazy_attributes
 
 if TYPE_CHECKING:
     from ralph.shell import (
+        CD_DATA,
+        DERIVED,
         PRIVILEGE_WRAPPERS,
         SHELLS,
         Analysis,
@@ -41,11 +43,12 @@ if TYPE_CHECKING:
     from ralph.shell.findexpr import may_reach_git
     from ralph.shell.git import GitView, parse_git, short_flag
     from ralph.shell.git import view as git_view
-    from ralph.shell.paths import MAX_PATH, path_stat, real_path
+    from ralph.shell.paths import MAX_PATH, glob_links, path_stat, real_path
     from ralph.shell.progutil import fetches, has_long
     from ralph.shell.tools import find_roots
 
 __all__ = [
+    "CD_DATA", "DERIVED", "glob_links",
     "CONTAINER_CLIS", "MAX_PATH", "PRIVILEGE_WRAPPERS", "SHELLS", "Analysis", "BudgetExceeded", "Command", "GitView",
     "Opaque", "ShellAnalysis", "WriteTarget", "active_budget", "analyze", "analyze_for", "basename", "budget_scope",
     "fetches", "find_may_act", "find_roots", "git_view", "has_long", "may_reach_git", "mount_fields", "parse_git",
@@ -53,12 +56,12 @@ __all__ = [
 ]
 
 __getattr__ = lazy_attributes(__name__, {
-    **dict.fromkeys(["Analysis", "Command", "Opaque", "PRIVILEGE_WRAPPERS", "SHELLS", "ShellAnalysis", "WriteTarget",
+    **dict.fromkeys(["CD_DATA", "DERIVED", "Analysis", "Command", "Opaque", "PRIVILEGE_WRAPPERS", "SHELLS", "ShellAnalysis", "WriteTarget",
                      "analyze", "analyze_for", "basename", "resolve_path"], "ralph.shell"),
     "BudgetExceeded": "ralph.shell.budget",
     "budget_scope": "ralph.shell.budget:scope",
     "active_budget": "ralph.shell.budget:active",
-    **dict.fromkeys(["MAX_PATH", "path_stat", "real_path"], "ralph.shell.paths"),
+    **dict.fromkeys(["MAX_PATH", "glob_links", "path_stat", "real_path"], "ralph.shell.paths"),
     **dict.fromkeys(["GitView", "parse_git", "short_flag"], "ralph.shell.git"),
     "git_view": "ralph.shell.git:view",
     **dict.fromkeys(["fetches", "has_long"], "ralph.shell.progutil"),

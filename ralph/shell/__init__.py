@@ -58,6 +58,10 @@ __all__ = [
     "SHELLS",
 ]
 
+CD_DATA = "\x00data"
+"""A ``cd`` step (in ``Command.cd``, ``WriteTarget.cd``) into a directory read at run time (``cd "$(cat d)"``,
+``cd -`` or ``popd`` to a directory from before the line): a relative path after it is data, as a path read at
+run time is."""
 MAX_DEPTH = 6
 """Nesting of ``bash -c`` / ``eval`` / git aliases followed before giving up (unparseable)."""
 MAX_CHARS = 100_000
@@ -258,7 +262,13 @@ def analyze_for(event: object, command: str, cwd: str | None, project_dir: str |
     return result
 
 
-_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+"""``$NAME`` or ``${NAME}`` -- not ``${NAME/a/b}``, ``${NAME%x}``, ``${NAME:-x}``: an operator changes the value."""
+_DEFAULTED = re.compile(r"^\$\{(HOME|PWD|TMPDIR|TMP|TEMP|CLAUDE_PROJECT_DIR):?[-=?][^}$`]*\}")
+"""``${HOME:-x}``, ``${PWD-x}``, ``${TMPDIR:=x}``: the variable is set, so its own value."""
+DERIVED = re.compile(r"^\$\{(HOME|PWD|TMPDIR|TMP|TEMP|CLAUDE_PROJECT_DIR|OLDPWD)(?![A-Za-z0-9_}])(?!:?[-=?])")
+"""``${PWD/proj/other}``, ``${HOME%/*}``, ``${PWD:0:5}``, ``${HOME:+/etc}``: a path built at run time out of a
+value the guard knows, by an operator -- any path the agent chooses, so data."""
 
 
 def resolve_path(
@@ -304,11 +314,13 @@ def resolve_path(
         if base is None:
             return None
     if dynamic:
+        text = _DEFAULTED.sub(r"${\1}", text, count=1) if text.startswith("${") else text
         m = _VAR.match(text)
         values = {"HOME": home, "PWD": base, **(known or {})}
-        if not m or m.group(1) not in values:
+        name = (m.group(1) or m.group(2)) if m else None
+        if name is None or name not in values:
             return None
-        text = values[m.group(1)] + text[m.end() :]
+        text = values[name] + text[m.end() :]  # type: ignore[union-attr]
         if "$" in text:
             return None
     if text == "~" or text.startswith("~/"):

@@ -44,7 +44,7 @@ _GLOBAL_VALUES = frozenset({"-H", "--host", "-c", "--context", "-l", "--log-leve
 _GLOBAL_FLAGS = frozenset({"-D", "--debug", "--tls", "--tlsverify", "--remote", "-r", "--help", "-h", "--version",
                            "-v"})
 _SHORT_VALUES = {"run": "acehlmpuvw", "create": "acehlmpuvw", "build": "fotv", "bud": "fotv", "from": "v",
-                 "volume create": "do", "service create": "elpuw", "pod create": "lp"}
+                 "volume create": "do", "service create": "elpuw", "pod create": "lnpv", "pod clone": "lnpv"}
 """Per subcommand, its short options that take a value (``-v``, ``-e``, ``-p`` ...); the others are flags."""
 _LONG_VALUES = frozenset(
     """--add-host --annotation --attach --blkio-weight --blkio-weight-device --cap-add --cap-drop --cgroup-parent

@@ -338,9 +338,13 @@ def _tree_writes(w: Any, call: Any, v: GitView) -> None:
     if sub == "clone" and len(operands) >= 2:
         add_write(w, call, _word(call, operands[1]), into=True, skips_git=True, via="git clone")
     elif sub == "init":  # DIR/.git, or .git where git runs
+        from ralph.shell.walker import Word
+
         where = operands[0] if operands else (base or ".")
-        add_write(w, call, _word(call, where.rstrip("/") + "/.git" if not v.git_dir else where), into=True,
-                  skips_git=True, via="git init")
+        given = _word(call, where)  # its run-time flags kept: `git init "$HOME/x"` is not a path in the project
+        if not v.git_dir:
+            given = Word(given.text.rstrip("/") + "/.git", given.dynamic, given.glob, input=given.input)
+        add_write(w, call, given, into=True, skips_git=True, via="git init")
     if sub == "apply":
         for k, a in enumerate(args):
             directory = a.split("=", 1)[1] if a.startswith("--directory=") else (
@@ -445,14 +449,43 @@ def _transport_programs(w: Any, sub: str, args: list[str]) -> None:
         w.opaque(f"`git {sub}` with --upload-pack/--receive-pack/--exec/--template runs a program", "drop the option")
 
 
+def _clone_configs(args: list[str]) -> list[str]:
+    """The ``key=value`` of every ``-c``/``--config`` of ``git clone``, as git's option parser reads them:
+    ``-c K=V``, ``-cK=V``, ``-qc K=V``, ``--config K=V``, ``--config=K=V``, ``--conf=K=V``."""
+    values: list[str] = []
+    k = 0
+    while k < len(args):
+        a = args[k]
+        k += 1
+        if a == "--":
+            break
+        if a.startswith("--"):
+            key, eq, value = a.partition("=")
+            if len(key) >= 5 and "--config".startswith(key):
+                if eq:
+                    values.append(value)
+                elif k < len(args):
+                    values.append(args[k])
+                    k += 1
+            continue
+        if a.startswith("-") and len(a) > 1:
+            at = a.find("c", 1)
+            if at > 0 and all(ch in "vqnls" for ch in a[1:at]):  # flags before `c` in a cluster
+                if a[at + 1 :]:
+                    values.append(a[at + 1 :])
+                elif k < len(args):
+                    values.append(args[k])
+                    k += 1
+    return values
+
+
 def _clone(w: Any, call: Any, args: list[str]) -> None:
-    for k, a in enumerate(args):
-        if a in ("-c", "--config") and k + 1 < len(args):
-            key = normalise_key(args[k + 1].partition("=")[0])
-            if _CODE_KEYS.match(key) or key.startswith("alias."):
-                w.opaque(f"`git clone -c {key}=...` configures a program git runs", "clone without it")
-            if PUSH_URL_KEYS.match(key):
-                w.push_block(f"`git clone -c {key}=...` decides where the clone's pushes go")
+    for given in _clone_configs(args):
+        key = normalise_key(given.partition("=")[0])
+        if _CODE_KEYS.match(key) or key.startswith("alias."):
+            w.opaque(f"`git clone -c {key}=...` configures a program git runs", "clone without it")
+        if PUSH_URL_KEYS.match(key):
+            w.push_block(f"`git clone -c {key}=...` decides where the clone's pushes go")
 
 
 def _config(w: Any, call: Any, args: list[str]) -> None:

@@ -137,22 +137,76 @@ def _interpreter(w: Walker, call: Call) -> None:
 def _query_client(w: Walker, call: Call, family: str) -> None:
     """``sqlite3 db`` / ``psql`` / ``mysql``: SQL from stdin may hold shell escapes; SQL given inline is read."""
     code_opts, _, values = _INTERPRETER_CODE.get(family, (set(), set(), set()))
-    opts, i = getopts(call.words, 1, values | code_opts)
-    inline = [v for o, v in opts.items() if o in code_opts and v is not None]
+    if family == "sqlite3":
+        opts, i, inline = _sqlite_opts(w, call.words)
+    else:
+        opts, i = getopts(call.words, 1, values | code_opts)
+        inline = [v for o, v in opts.items() if o in code_opts and v is not None]
+        for k, word in enumerate(call.words[1:i], 1):  # every `-c`, not only the last one getopts kept
+            if word.text in code_opts and k + 1 < i and all(call.words[k + 1] is not v for v in inline):
+                inline.append(call.words[k + 1])
     operands = call.words[i:]
     if family == "sqlite3" and len(operands) >= 2:
         inline.extend(operands[1:])
     elif family != "sqlite3" and opts.get("-f") is not None or opts.get("--file") is not None:
         return
     for word in inline:
-        if word.dynamic or re.search(r"(^|\n|;)\s*(\.shell|\.system|\\!|system\b)", word.text):
-            w.opaque(f"`{call.name}` runs shell commands from its own command language", "run the commands directly")
+        if word.dynamic or re.search(r"(^|\n|;)\s*(\.shell|\.system|\.load|\\!|system\b|pager\b|\\P|\\e)"
+                                     r"|\\(o|out|g|gx|w|write)\s*\||\bprogram\b", word.text, re.IGNORECASE):
+            w.opaque(f"`{call.name}` runs shell commands (or loads code) from its own command language",
+                     "run the commands directly")
+        else:
+            _db_writes(w, call, word.text)
     if inline:
         return
     if call.flow.piped_files:  # `cat dump.sql | psql` is `psql -f dump.sql`: a script file run by name
         w.result.scripts.extend(call.flow.piped_files)
         return
     w.stdin_program(call.name, call.flow, call.st, shell=False)
+
+
+_SQLITE_VALUES = frozenset({"cmd", "init", "separator", "newline", "nullvalue", "vfs", "maxsize", "mmap", "heap",
+                            "lookaside", "pagecache", "A", "escape"})
+_DB_WRITE = re.compile(
+    r"(?:^|\n|;)\s*(?:\.(?:output|once|backup|save|log|trace|excel)|\\(?:o|out|w|write|g|gx|lo_export\s+\S+)"
+    r"|\\copy\b[^\n]*?\bto|tee\b|\\T)[ \t]+((?:-\S+[ \t]+)*)(\"[^\"]*\"|'[^']*'|[^\s;]+)",
+    re.IGNORECASE)
+"""A database shell's commands that write a file named in them: sqlite's ``.output FILE``, ``.once FILE``,
+``.backup [DB] FILE``, ``.save FILE``, ``.log FILE``; psql's ``\\o FILE``, ``\\w FILE``, ``\\g FILE``,
+``\\copy ... to FILE``, ``\\lo_export OID FILE``; mysql's ``tee FILE``/``\\T FILE``."""
+
+
+def _sqlite_opts(w: Walker, words: list[Word]) -> tuple[dict[str, Word | None], int, list[Word]]:
+    """``sqlite3``'s options are single-dash words (``-cmd CMD``, ``-init FILE``): ({option: value}, the index of
+    the first operand, the ``-cmd`` commands)."""
+    opts: dict[str, Word | None] = {}
+    commands: list[Word] = []
+    i = 1
+    while i < len(words) and words[i].text.startswith("-") and len(words[i].text) > 1 and not words[i].dynamic:
+        name = words[i].text.lstrip("-")
+        i += 1
+        if name in _SQLITE_VALUES and i < len(words):
+            opts["-" + name] = words[i]
+            if name == "cmd":
+                commands.append(words[i])
+            elif name == "init":
+                w.result.scripts.append(words[i].text)
+            i += 1
+        else:
+            opts["-" + name] = None
+    return opts, i, commands
+
+
+def _db_writes(w: Walker, call: Call, text: str) -> None:
+    """Files a database shell's inline commands write (``.output ~/.bashrc``, ``\\o /etc/x``)."""
+    from ralph.shell.writes import add_write
+
+    for m in _DB_WRITE.finditer(text):
+        target = m.group(2)
+        if target[:1] in "'\"":
+            target = target[1:-1]
+        if target.lower() not in ("stdout", "stderr", "off", "-", ""):
+            add_write(w, call, Word(target, "$" in target or "`" in target), truncates=True)
 
 
 def _perl_opts(words: list[Word], start: int) -> tuple[dict[str, Word | None], int]:

@@ -143,3 +143,56 @@ def is_dir(path: str) -> bool:
 def exists(path: str, follow: bool = True) -> bool:
     """``os.path.exists`` (``follow``) or ``os.path.lexists``, paid for."""
     return path_stat(path, follow) is not None
+
+
+ENTRY_COST = 8
+"""Units for one directory entry read while a glob pattern is matched."""
+
+
+def glob_links(base: str, pattern: list[str], follow_last: bool = False) -> list[str]:
+    """The directories, symlinks followed, that the glob ``pattern`` (its components below the directory
+    ``base``, as ``dangerous_commands._glob_split`` gives them) reaches through a symlink on the file system now:
+    what bash would expand it to, where a match's directory is not where its name says (``l?d/*`` matches the
+    files in the directory a project link ``lod`` leads to).  A pattern that matches nothing stays a word, as
+    in bash; names starting with ``.`` only where the component does (bash without ``dotglob``); ``**`` ends
+    the walk (the caller counts anything under it).  ``follow_last``: a match that is a link is followed too (a
+    directory written into, ``cp x l?d/``).  Paid for: a directory listed costs a system call, each
+    entry :data:`ENTRY_COST`."""
+    import fnmatch
+
+    budget = active()
+    frontier = [base]
+    for part in pattern:
+        if part == "**" or not frontier:
+            return []
+        nxt: list[str] = []
+        for directory in frontier:
+            if part == ".." or not any(ch in part for ch in "*?["):
+                path = os.path.join(directory, part)
+                if exists(path, follow=False):
+                    nxt.append(path)
+                continue
+            budget.spend(SYSCALL_COST + len(directory))
+            if len(directory) > MAX_PATH:
+                continue
+            try:
+                names = [entry.name for entry in os.scandir(directory)]
+            except (OSError, ValueError):
+                continue
+            budget.spend(ENTRY_COST * len(names))
+            for name in names:
+                if (part.startswith(".") or not name.startswith(".")) and fnmatch.fnmatchcase(name, part):
+                    budget.spend(len(name))
+                    nxt.append(os.path.join(directory, name))
+        frontier = nxt
+    found = []
+    for match in frontier:  # where each match is: its directory (``follow_last``: itself) with symlinks followed
+        if follow_last:
+            real = real_path(match)
+            if real != os.path.normpath(match):
+                found.append(real)
+            continue
+        head = real_path(os.path.dirname(match) or "/")
+        if head != os.path.normpath(os.path.dirname(match)):
+            found.append(os.path.join(head, os.path.basename(match)))
+    return found

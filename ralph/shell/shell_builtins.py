@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ralph.shell import CD_DATA
 from ralph.shell.environment import check_name
 from ralph.shell.progutil import Handler, emit, getopts, is_stdin_path, run_code
 from ralph.shell.walker import Call, Walker, Word
@@ -193,20 +194,80 @@ def _cd(w: Walker, call: Call) -> None:
     emit(w, call)
     opts, i = getopts(call.words, 1, set())
     st = call.st
+    here = (tuple(st.cd), st.cd_unknown)
     if call.name == "popd":
-        st.cd_unknown = True
+        if call.words[i:] or not st.dirstack:  # `popd +N`, or a stack from before the line
+            _cd_data(st, here)
+            return
+        *rest, top = st.dirstack
+        st.dirstack = tuple(rest)
+        _cd_to(st, top, here)
         return
     if i >= len(call.words):
-        st.cd.append(w.home) if call.name == "cd" else None
+        if call.name == "cd":
+            _cd_step(st, w.home, here)
+        elif st.dirstack:  # `pushd` alone swaps the two top directories
+            *rest, top = st.dirstack
+            st.dirstack = (*rest, here)
+            _cd_to(st, top, here)
+        else:
+            _cd_data(st, here)
         return
     target = call.words[i]
-    if target.text == "-" or target.dynamic and not re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?(/[^$`]*)?",
-                                                                  target.text):
+    if call.name == "pushd" and target.text.startswith(("+", "-")) and not target.dynamic:
+        _cd_data(st, here)  # `pushd +N`: rotates a stack partly from before the line
+        return
+    if call.name == "pushd":
+        st.dirstack = (*st.dirstack, here)
+    if target.text == "-" and not target.dynamic:
+        if st.oldcd is None:
+            _cd_data(st, here)
+        else:
+            _cd_to(st, st.oldcd, here)
+        return
+    if (target.input or target.output) and not _REPO_ROOT.fullmatch(target.text):
+        _cd_data(st, here)
+        return
+    if target.dynamic and not re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?(/[^$`]*)?", target.text):
+        st.oldcd = here
         st.cd_unknown = True
-    elif len(st.cd) >= MAX_CDS:  # every path resolves through each step: keep that work bounded
+        return
+    step = target.text
+    if "-P" in opts or (st.physical and "-L" not in opts):  # symlinks followed before `..`: `cd -P lod/..`
+        from ralph.shell import resolve_path
+
+        where = resolve_path(step, w.cwd, w.home, target.dynamic, st.cd, st.cd_unknown, physical=True)
+        if where is None:
+            st.oldcd = here
+            st.cd_unknown = True
+            return
+        step = where
+    _cd_step(st, step, here)
+
+
+_REPO_ROOT = re.compile(r"\$\(\s*git\s+rev-parse\s+--show-toplevel\s*\)")
+"""``cd "$(git rev-parse --show-toplevel)"``: the repository's own root, not data (a place only known at run time,
+as before)."""
+
+
+def _cd_step(st, step: str, here: tuple[tuple[str, ...], bool]) -> None:  # type: ignore[no-untyped-def]
+    st.oldcd = here
+    if len(st.cd) >= MAX_CDS:  # every path resolves through each step: keep that work bounded
         st.cd_unknown = True
     else:  # a literal, or one variable resolve_path may know (`cd "$CLAUDE_PROJECT_DIR"`)
-        st.cd.append(target.text)
+        st.cd.append(step)
+
+
+def _cd_to(st, where: tuple[tuple[str, ...], bool], here: tuple[tuple[str, ...], bool]) -> None:  # type: ignore[no-untyped-def]
+    st.oldcd = here
+    st.cd, st.cd_unknown = list(where[0]), where[1]
+
+
+def _cd_data(st, here: tuple[tuple[str, ...], bool]) -> None:  # type: ignore[no-untyped-def]
+    st.oldcd = here
+    if CD_DATA not in st.cd:
+        st.cd.append(CD_DATA)
+    st.cd_unknown = True
 
 
 def _compgen(w: Walker, call: Call) -> None:
@@ -254,6 +315,12 @@ def _set(w: Walker, call: Call) -> None:
         if not word.text.startswith(("-", "+")):
             call.st.positional = args[k:]
             return
+        if word.text[:1] == "-" and word.text[1:2] != "-" and "P" in word.text[1:] or (
+                word.text == "-o" and k + 1 < len(args) and args[k + 1].text == "physical"):
+            call.st.physical = True
+        if (word.text[:1] == "+" and "P" in word.text[1:]) or (
+                word.text == "+o" and k + 1 < len(args) and args[k + 1].text == "physical"):
+            call.st.physical = False
         if word.text[1:2] == "o" and k + 1 < len(args):  # `set -o name`: its value is no parameter
             args = args[:k + 1] + args[k + 2 :]
 

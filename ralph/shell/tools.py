@@ -142,6 +142,38 @@ def awk_runs(program: str) -> bool:
     return False
 
 
+def awk_outputs(program: str) -> list[str | None]:
+    """The files an awk program's ``print``/``printf`` redirect into (``print > "FILE"``, ``printf ... >> FILE``):
+    a string literal's text, or None for a target only known at run time (``print > $1``).  A ``>`` inside
+    parentheses or a string is a comparison or text, not a redirection.  (Linear: one pass per statement.)"""
+    targets: list[str | None] = []
+    for statement in re.split(r"[;{}\n]", program):
+        m = _AWK_PRINT.search(statement)
+        if not m:
+            continue
+        depth, quoted, k, rest = 0, False, m.end(), statement
+        while k < len(rest):
+            ch = rest[k]
+            if quoted:
+                if ch == "\\":
+                    k += 1
+                elif ch == '"':
+                    quoted = False
+            elif ch == '"':
+                quoted = True
+            elif ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth = max(0, depth - 1)
+            elif ch == ">" and depth == 0:
+                target = rest[k + 1 :].lstrip(">").strip()
+                literal = re.fullmatch(r'"((?:[^"\\]|\\.)*)"', target)
+                targets.append(literal.group(1) if literal else None)
+                break
+            k += 1
+    return targets
+
+
 def _awk(w: Walker, call: Call) -> None:
     emit(w, call)
     values = {"-f", "--file", "-v", "--assign", "-F", "--field-separator", "-i", "--include", "-l", "--load", "-E",
@@ -162,6 +194,13 @@ def _awk(w: Walker, call: Call) -> None:
                  "run time", "use awk only to process text, and run commands directly")
         if call.flow.piped_in:
             w.pipe(f"{call.flow.stdin[1] if call.flow.stdin else ''} | {call.name} (system)")
+    if not program.dynamic:
+        from ralph.shell.writes import add_write
+        from ralph.shell.walker import Word
+
+        for target in awk_outputs(program.text):  # a name built at run time is data: it can be any file
+            add_write(w, call, Word(target) if target is not None else Word("$awk_output", True, input=True),
+                      via=f"{call.name} print >")
 
 
 def find_roots(argv: list[str]) -> tuple[list[int], bool]:

@@ -81,13 +81,21 @@ class State:
     """``$0`` where it is a known word (``sh -c CODE NAME``); None: the shell's own name."""
     globs: set[str] = field(default_factory=set)
     """Variables holding a glob pattern's match (``for f in ~/*``): any file the pattern matches."""
+    oldcd: tuple[tuple[str, ...], bool] | None = None
+    """Where ``cd -`` goes (``OLDPWD``): the ``cd`` steps and ``cd_unknown`` before the last change; None: not
+    changed on this line (the value comes from before it)."""
+    dirstack: tuple[tuple[tuple[str, ...], bool], ...] = ()
+    """``pushd``'s stack below the current directory, as ``oldcd``; what was there before the line is not known."""
+    physical: bool = False
+    """``set -P``/``set -o physical``: ``cd`` follows symlinks before ``..``."""
 
     def copy(self) -> "State":
         if self.budget is not None:
             self.budget.spend(1 + len(self.vars) + len(self.cd) + len(self.made) + len(self.functions) + len(self.inputs)
-                              + len(self.globs))
+                              + len(self.globs) + len(self.dirstack))
         return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions), self.stdin,
-                     self.budget, set(self.inputs), self.positional, self.zero, set(self.globs))
+                     self.budget, set(self.inputs), self.positional, self.zero, set(self.globs), self.oldcd,
+                     self.dirstack, self.physical)
 
 
 @dataclass(frozen=True)

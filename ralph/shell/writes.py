@@ -157,7 +157,9 @@ def _copy(w: Walker, call: Call) -> None:
             add_write(w, call, dest, truncates=truncates, follow=not replaces, into=recursive)
             continue
         base = source.text.rstrip("/")
-        if parents and not source.dynamic:
+        if dest.glob:  # a directory the shell's glob picks (`cp x l?d/`): any name under what it matches
+            add_write(w, call, dest, truncates=truncates, into=True)
+        elif parents and not source.dynamic:
             add_write(w, call, _join(dest, base.lstrip("/")), truncates=truncates, follow=not replaces,
                       into=recursive)
         elif source.dynamic or source.glob or not base or (recursive and _contents(source)):
@@ -605,6 +607,39 @@ def _logsave(w: Walker, call: Call) -> None:
 
 
 
+def _script(w: Walker, call: Call) -> None:
+    """``script [-a] [-c CMD] [FILE]``: the typescript FILE (``typescript`` by default) and the ``-O``/``-B``/
+    ``-I``/``-T`` log files."""
+    opts, ops = parse_options(call.words, 1, "cEOBITm", frozenset({"--command", "--echo", "--log-out", "--log-in",
+                                                                     "--log-io", "--log-timing", "--logging-format",
+                                                                     "--output-limit"}),
+                              optional=frozenset({"--timing"}))
+    append = _has(opts, "-a", "--append")
+    for word in _values(opts, "-O", "--log-out", "-B", "--log-io", "-I", "--log-in", "-T", "--log-timing", "--timing"):
+        add_write(w, call, word, truncates=not append)
+    logs = _values(opts, "-O", "--log-out", "-B", "--log-io", "-I", "--log-in")
+    for word in ops[:1] or ([] if logs else [Word("typescript")]):
+        add_write(w, call, word, truncates=not append)
+
+
+def _xxd(w: Walker, call: Call) -> None:
+    """``xxd [options] [INFILE [OUTFILE]]``: OUTFILE is written (``xxd -r dump FILE`` writes any bytes)."""
+    _, ops = parse_options(call.words, 1, "cglnosR", frozenset())
+    for word in ops[1:2]:
+        if word.text != "-":
+            add_write(w, call, word)
+
+
+def _fallocate(w: Walker, call: Call) -> None:
+    """``fallocate [-c|-p|-z|-i|-d] -l LEN FILE``: FILE is made (or grown); punching, zeroing, collapsing or
+    inserting a range rewrites what is in it."""
+    opts, ops = parse_options(call.words, 1, "lo", frozenset({"--length", "--offset"}))
+    rewrites = _has(opts, "-c", "-p", "-z", "-i", "-d", "--collapse-range", "--punch-hole", "--zero-range",
+                    "--insert-range", "--dig-holes")
+    for word in ops:
+        add_write(w, call, word, truncates=rewrites)
+
+
 _OUTPUT_OPTIONS = frozenset({"-o", "--output", "--output-file", "--outfile", "--out", "-out", "--log-file",
                              "--logfile", "--output-document"})
 _TREE_OPTIONS = frozenset({"--target", "--prefix", "--root", "--destdir", "--install-dir", "--bindir", "--target-dir",
@@ -645,7 +680,7 @@ _NOT_OUTPUT = frozenset(
      "readlink", "realpath", "stat", "file", "find", "which", "type", "command", "echo", "printf", "test", "[",
      "cp", "mv", "install", "ln", "link", "rsync", "scp", "tar", "gtar", "bsdtar", "unzip", "7z", "7za", "7zr", "cpio",
      "patch", "curl", "wget", "sort", "uniq", "split", "csplit", "logsave", "sponge", "zip", "sqlite3", "duckdb",
-     "dd", "awk", "gawk"})
+     "dd", "awk", "gawk", "script", "xxd", "fallocate"})
 """Programs whose ``-o`` is no output file (``ls -o``, ``ssh -o Option``, ``ps -o fields`` ...) or that are
 read elsewhere."""
 
@@ -710,6 +745,9 @@ WRITERS: dict[str, Handler] = {
     "sqlite3": _database,
     "duckdb": _database,
     "dd": _dd,
+    "script": _script,
+    "xxd": _xxd,
+    "fallocate": _fallocate,
     "pip": _package_tool,
     "pip3": _package_tool,
     "uv": _package_tool,
