@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from .docker.engine import Options, Sandbox
 
 SECTION = "docker-sandbox"
+TRUSTED_TREE_LINKS = (".venv", "venv", "node_modules", ".tox", "target")
+"""The project's directories the test-integrity gate links into its trusted tree unless configured otherwise."""
 NO_SDK = (
     "the docker Python package is not importable (it is a dependency of ralph-trustloop; "
     "reinstall ralph, or pip install 'docker>=7')"
@@ -297,9 +299,7 @@ class DockerSandboxRunner(Runner):
         section = self.settings.section("test-integrity") if hasattr(self.settings, "section") else None
         names = getattr(section, "link", None)
         if names is None:
-            from ralph_plugins.gates.config import DEPENDENCY_DIRS
-
-            names = DEPENDENCY_DIRS
+            names = TRUSTED_TREE_LINKS
         return [str(name) for name in names]
 
     def bring_back(self) -> None:

@@ -37,12 +37,12 @@ def elsewhere(tmp_path: Path, home: Path) -> list[str]:
     bwrap = shutil.which("bwrap")
     require(bwrap is not None, "bubblewrap is not installed (apt-get install bubblewrap)")
     hidden = {tempfile.gettempdir(), str(tmp_path)}
-    import ralph
+    import ralph.api
     import ralph_remote
 
     # this Python and the code it runs stay visible where they lie under a hidden path (a checkout in /tmp)
     needed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                                            Path(ralph.__file__).parent.parent, Path(ralph_remote.__file__).parent.parent)}
+                                            Path(ralph.api.__file__).parent.parent.parent, Path(ralph_remote.__file__).parent.parent)}
     shown = sorted(p for p in needed if any(p == h or p.startswith(h.rstrip("/") + "/") for h in hidden)
                    and not p.startswith(str(tmp_path)))
     command = [str(bwrap), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",

@@ -757,11 +757,9 @@ class Sandbox:
         """Read-only mounts of this machine's ``PROJECT/NAME`` directories that ``tree`` links to as
         ``TREE/NAME -> PROJECT/NAME`` (``NAME`` one of ``names``): a link anything else made, to another
         place, or to something that is not a real directory here, gets no mount (it leads nowhere)."""
-        from ralph.workspace import is_git_name
-
         mounts: list[Mount] = []
         for name in dict.fromkeys(names):
-            if not name or "/" in name or name in (".", "..") or is_git_name(name):
+            if not name or "/" in name or name in (".", "..") or name.lower().rstrip(". ") == ".git":
                 continue
             try:
                 target = os.readlink(tree / name)
