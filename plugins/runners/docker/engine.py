@@ -254,30 +254,13 @@ class Sandbox:
 
     def _make_checkout(self) -> None:
         """The volume at the project's path, owned by the agent's user, and the workspace container on it."""
-        from ralph.api.workspace import AgentCheckout, inside_script
+        from ralph.api.workspace import AgentCheckout
 
         image = self.options.image
         if not image_present(self.client, image):
             raise SandboxError(f"the sandbox image {image!r} does not exist: {BUILD_HINT}")
         self.volume = self.client.volumes.create(name=f"{self.name}-checkout", labels=self._labels("checkout"))
-        hardening = self._hardening()
-        if not self._agent_is_root():
-            hardening["cap_add"] = ["CHOWN"]  # once, to give the empty volume to the agent's user
-        self.workspace = self.client.containers.create(
-            image,
-            ["sleep", str(self.options.lifetime)],
-            name=f"{self.name}-workspace",
-            labels=self._labels("workspace"),
-            user="0:0",
-            working_dir="/",
-            mounts=[self._checkout_mount(),
-                    Mount(INSIDE_SCRIPT, str(inside_script()), type="bind", read_only=True)],
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.options.tmpfs_size},mode=1777"},
-            environment={"HOME": "/tmp"},
-            network_mode="none",
-            **hardening,
-        )
-        self.workspace.start()
+        self._make_workspace()
         if not self._agent_is_root():
             code, _, err = self._exec_bytes(["chown", self.options.user, str(self.project_dir)], b"", user="0:0")
             if code != 0:
@@ -354,12 +337,11 @@ class Sandbox:
                 workspace.remove(force=True)
             except docker.errors.NotFound:
                 pass
-        volume, self.volume = self.volume, None
-        if volume is not None:  # keep the volume: only the container is made anew
-            self.volume = volume
-            self._make_workspace_only()
+        self._make_workspace()  # on the same volume: the checkout stays
 
-    def _make_workspace_only(self) -> None:
+    def _make_workspace(self) -> None:
+        """Start a workspace container on the checkout volume: the loop's exchange script, no network,
+        root with only ``CHOWN`` (once, to give the empty volume to the agent's user)."""
         from ralph.api.workspace import inside_script
 
         hardening = self._hardening()
@@ -367,11 +349,18 @@ class Sandbox:
             hardening["cap_add"] = ["CHOWN"]
         self._serial += 1
         self.workspace = self.client.containers.create(
-            self.options.image, ["sleep", str(self.options.lifetime)], name=f"{self.name}-workspace-{self._serial}",
-            labels=self._labels("workspace"), user="0:0", working_dir="/",
+            self.options.image,
+            ["sleep", str(self.options.lifetime)],
+            name=f"{self.name}-workspace-{self._serial}",
+            labels=self._labels("workspace"),
+            user="0:0",
+            working_dir="/",
             mounts=[self._checkout_mount(), Mount(INSIDE_SCRIPT, str(inside_script()), type="bind", read_only=True)],
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.options.tmpfs_size},mode=1777"},
-            environment={"HOME": "/tmp"}, network_mode="none", **hardening)
+            environment={"HOME": "/tmp"},
+            network_mode="none",
+            **hardening,
+        )
         self.workspace.start()
 
     def ship_in(self) -> None:
