@@ -622,6 +622,26 @@ def inside_script() -> Path:
     return Path(inside.__file__).resolve()
 
 
+class PhaseClock:
+    """Seconds a runner's run spent in each phase (``ship_in``, the sandbox or container, ``bring_back``),
+    for the benchmarks: :meth:`lap` after each phase adds the time since the previous lap (or since the
+    clock was made) to that phase's total in :attr:`laps`."""
+
+    def __init__(self) -> None:
+        import time
+
+        self._time = time.monotonic
+        self.laps: dict[str, float] = {}
+        """Seconds by phase name, in the order the phases first ended."""
+        self._last = self._time()
+
+    def lap(self, name: str) -> None:
+        """End phase ``name`` now (a phase named again adds to its total)."""
+        now = self._time()
+        self.laps[name] = self.laps.get(name, 0.0) + now - self._last
+        self._last = now
+
+
 class AgentCheckout:
     """The agent's own checkout of ``project``, kept where the agent runs; the one way its work goes in
     and comes back, for every runner whose agent does not work on the project itself.
@@ -737,7 +757,7 @@ def _keep(directory: Path, data: bytes) -> Path:
 
 
 __all__ = [
-    "AgentCheckout", "Checked", "InsideResult", "RunInside", "WorkspaceError", "WorkspaceRefused", "WorkspaceState",
+    "AgentCheckout", "Checked", "InsideResult", "PhaseClock", "RunInside", "WorkspaceError", "WorkspaceRefused", "WorkspaceState",
     "capture", "check", "decode", "encode", "escapes", "head", "ignored_entries", "init_checkout", "inside_script",
     "is_git_name",
     "mirror", "receive_branch", "untracked_names",

@@ -202,6 +202,7 @@ def test_gate_command_runs_in_a_fresh_sandbox_on_the_projects_state(runner: Any,
     result = runner.run_command("python3 check.py", path, 60)
     assert result.exit_code == 0 and result.where == "sandbox", result.output
     assert "pid1=bwrap" in result.output
+    assert list(runner.timings) == ["ship_in", "sandbox"]  # what benchmarks/bwrap_overhead.py reads
     assert not canary.exists()
     assert not (path / "gate-was-here").exists()  # it wrote into the checkout, never the project
     timed = runner.run_command("sleep 30", path, 2)

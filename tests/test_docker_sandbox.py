@@ -211,6 +211,7 @@ def test_files_written_belong_to_the_agent_user(sandbox_project: RalphProject) -
     finally:
         runner.cleanup()
     assert outcome.exit_code == 0, outcome.stderr
+    assert list(runner.timings) == ["ship_in", "container", "bring_back"]  # what the benchmarks read
     # in its own checkout the agent's user owns what it writes (and the checkout itself) ...
     assert lines == ["1234", "2345", "1234:2345", "1234:2345"]
     # ... and its work reaches the project only as the loop's own copy, written by this user

@@ -445,3 +445,17 @@ def test_the_inside_capture_never_runs_a_program_the_agent_configured_in_its_git
     assert not canary.exists()
     state, _ = decode(done.stdout)
     assert b"+changed" in state.diff and b".gitattributes" in state.untracked
+
+
+def test_a_phase_clock_adds_each_phase_since_the_previous_lap() -> None:
+    """The runners' ``timings`` (ship-in, sandbox, bring-back): a phase named twice adds up."""
+    from ralph.api.workspace import PhaseClock
+
+    ticks = iter([10.0, 12.5, 20.0, 21.0])
+    clock = PhaseClock()
+    clock._time = lambda: next(ticks)
+    clock._last = clock._time()
+    clock.lap("ship_in")
+    clock.lap("sandbox")
+    clock.lap("ship_in")
+    assert clock.laps == {"ship_in": 3.5, "sandbox": 7.5}

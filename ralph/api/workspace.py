@@ -32,6 +32,9 @@ project's state, with a bundle of what a peer that has ``known`` commits lacks),
 a checkout a state the loop sent: the receiving side that trusts it), :func:`mirror` (check and
 apply a state from the agent's side onto the project), :func:`receive_branch` (only its commits,
 as a branch), ``head``, ``init_checkout`` and ``git`` (hardened git, as the loop runs it).
+
+:class:`PhaseClock` times a run's phases (ship-in, the agent's sandbox, bring-back) for a runner's
+``timings``: ``clock.lap("ship_in")`` after each, the seconds by name in ``clock.laps``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from ralph.workspace import (
     AgentCheckout,
     Checked,
     InsideResult,
+    PhaseClock,
     RunInside,
     WorkspaceError,
     WorkspaceRefused,
@@ -56,6 +60,6 @@ from ralph.workspace import (
 from ralph.workspace_inside import apply
 
 __all__ = [
-    "AgentCheckout", "Checked", "InsideResult", "RunInside", "WorkspaceError", "WorkspaceRefused", "WorkspaceState",
+    "AgentCheckout", "Checked", "InsideResult", "PhaseClock", "RunInside", "WorkspaceError", "WorkspaceRefused", "WorkspaceState",
     "apply", "capture", "check", "git", "head", "init_checkout", "inside_script", "mirror", "receive_branch",
 ]

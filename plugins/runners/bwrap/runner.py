@@ -294,11 +294,11 @@ class BwrapRunner(Runner):
         breaks a rule of the workspace check."""
         from ralph.api import RalphError
         from ralph.api.process import run_process
-        from ralph.api.workspace import WorkspaceError, WorkspaceRefused
+        from ralph.api.workspace import PhaseClock, WorkspaceError, WorkspaceRefused
 
         from .probe import probe
 
-        clock = _Clock()
+        clock = PhaseClock()
         checkout = self._ensure(Path(spec.cwd))
         assert self._project is not None and self._state is not None
         try:
@@ -344,11 +344,11 @@ class BwrapRunner(Runner):
         is shown read-write at its own path.  Never on the host."""
         from ralph.api import RalphError
         from ralph.api.process import run_process
-        from ralph.api.workspace import WorkspaceError
+        from ralph.api.workspace import PhaseClock, WorkspaceError
 
         from .probe import probe
 
-        clock = _Clock()
+        clock = PhaseClock()
         checkout = self._ensure(Path(cwd))
         assert self._project is not None and self._state is not None
         try:
@@ -685,22 +685,6 @@ def _remove_tree(path: Path) -> None:
             except OSError:
                 pass
     shutil.rmtree(path, ignore_errors=True)
-
-
-class _Clock:
-    """Seconds between laps, by name."""
-
-    def __init__(self) -> None:
-        import time
-
-        self._time = time.monotonic
-        self.laps: dict[str, float] = {}
-        self._last = self._time()
-
-    def lap(self, name: str) -> None:
-        now = self._time()
-        self.laps[name] = self.laps.get(name, 0.0) + now - self._last
-        self._last = now
 
 
 __all__ = ["BwrapRunner"]

@@ -24,6 +24,7 @@ from docker.utils.socket import frames_iter
 
 from ralph.api import ProcessOutcome, ProcessSpec
 from ralph.api.hooks import hook_packages
+from ralph.api.workspace import PhaseClock
 
 from .naming import (
     ASK_SHIM,
@@ -660,7 +661,7 @@ class Sandbox:
         first); the container removed when it ends, then its work brought back."""
         from ralph.api.workspace import WorkspaceError, WorkspaceRefused
 
-        clock = _Clock()
+        clock = PhaseClock()
         self.ship_in()
         clock.lap("ship_in")
         spec.write_files()  # under the run directory, mounted read-only at the same path
@@ -717,7 +718,7 @@ class Sandbox:
         (``shared``: ``.venv``, ``node_modules`` ..., links ``TREE/NAME -> PROJECT/NAME``) lead to this
         machine's directories, mounted read-only at the project's path, never to what the agent left
         in its checkout (which never travels and which no check on this machine sees)."""
-        clock = _Clock()
+        clock = PhaseClock()
         self.ship_in()
         clock.lap("ship_in")
         if Path(cwd).resolve().is_relative_to(self.project_dir.resolve()):
@@ -778,19 +779,6 @@ class Sandbox:
                 return int(code) if code is not None else None
             time.sleep(0.02)
         return None
-
-
-class _Clock:
-    """Seconds between laps, by name."""
-
-    def __init__(self) -> None:
-        self.laps: dict[str, float] = {}
-        self._last = time.monotonic()
-
-    def lap(self, name: str) -> None:
-        now = time.monotonic()
-        self.laps[name] = self.laps.get(name, 0.0) + now - self._last
-        self._last = now
 
 
 def _pump(sock: Any, on_line: Callable[[str], None], on_err: Callable[[str], None]) -> None:
