@@ -641,3 +641,21 @@ def test_no_test_at_story_start_leaves_the_trusted_run_nothing_to_run(tmp_path: 
     (path / "tests" / "test_calc.py").unlink()  # the next story's start has a test: deleting it runs it anyway
     check = check_tests(path, second, RULES, ["test -f tests/test_calc.py && false"], None, workdir=tmp_path)
     assert check.ran and not check.nothing_to_run and not check.passed and check.exit_code == 1
+
+
+def test_one_list_of_trusted_tree_links_serves_the_gate_and_the_sandboxes(tmp_path: Path) -> None:
+    """The gate's default ``link`` and what the docker sandbox mounts for a gate run in the trusted tree
+    are ``ralph.api.testintegrity.TRUSTED_TREE_LINKS`` (once three copies that could drift apart)."""
+    import subprocess
+
+    from ralph.api.testintegrity import TRUSTED_TREE_LINKS
+    from ralph.testing.project import settings_for
+    from ralph_plugins.gates.config import TestIntegrityConfig
+    from ralph_plugins.runners.docker_sandbox import DockerSandboxRunner
+
+    assert TestIntegrityConfig().link == list(TRUSTED_TREE_LINKS)
+    assert {".venv", "node_modules"} <= set(TRUSTED_TREE_LINKS)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert DockerSandboxRunner(settings_for(tmp_path, environ={}))._dependency_dirs() == list(TRUSTED_TREE_LINKS)
+    (tmp_path / "ralph.toml").write_text('[test-integrity]\nlink = [".venv"]\n', encoding="utf-8")
+    assert DockerSandboxRunner(settings_for(tmp_path, environ={}))._dependency_dirs() == [".venv"]

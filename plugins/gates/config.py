@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ralph.api import ConfigSection
+from ralph.api.testintegrity import TRUSTED_TREE_LINKS
 
 
 class VerifyConfig(ConfigSection):
@@ -34,10 +35,6 @@ class SpecConfig(ConfigSection):
     prompt: str | None = Field(None, description="path to a custom spec-review prompt (same placeholders)")
 
 
-DEPENDENCY_DIRS = [".venv", "venv", "node_modules", ".tox", "target"]
-"""Ignored directories linked into the trusted tests' tree by default (where the commands find their tools)."""
-
-
 class TestIntegrityConfig(ConfigSection):
     """``[tool.ralph.test-integrity]``: the tests as they were at story start decide (docs/tests.md)."""
 
@@ -50,7 +47,7 @@ class TestIntegrityConfig(ConfigSection):
     not_test_paths: list[str] = Field(default_factory=list, description="paths that are not tests despite a default")
     findings: bool = Field(True, description="a new skip, a removed assertion or test, a process exit fail the gate")
     link: list[str] = Field(
-        default_factory=lambda: list(DEPENDENCY_DIRS),
+        default_factory=lambda: list(TRUSTED_TREE_LINKS),
         description="ignored top-level directories linked into the trusted tree (dependencies, tools)",
     )
     soft_timeout: float | None = Field(None, gt=0, description="seconds before a warning (default: [verify]'s)")

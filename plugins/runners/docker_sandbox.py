@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from .docker.engine import Options, Sandbox
 
 SECTION = "docker-sandbox"
-TRUSTED_TREE_LINKS = (".venv", "venv", "node_modules", ".tox", "target")
-"""The project's directories the test-integrity gate links into its trusted tree unless configured otherwise."""
 NO_SDK = (
     "the docker Python package is not importable (it is a dependency of ralph-trustloop; "
     "reinstall ralph, or pip install 'docker>=7')"
@@ -296,6 +294,8 @@ class DockerSandboxRunner(Runner):
     def _dependency_dirs(self) -> list[str]:
         """The project's dependency directories the trusted tests' tree links to (``[tool.ralph.test-integrity]
         link``): in a gate run there they are this machine's, mounted read-only, never the agent's checkout's."""
+        from ralph.api.testintegrity import TRUSTED_TREE_LINKS
+
         section = self.settings.section("test-integrity") if hasattr(self.settings, "section") else None
         names = getattr(section, "link", None)
         if names is None:

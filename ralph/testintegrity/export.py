@@ -292,6 +292,12 @@ def _text(data: bytes | None) -> str | None:
     return data.decode("utf-8", "replace")
 
 
+TRUSTED_TREE_LINKS = (".venv", "venv", "node_modules", ".tox", "target")
+"""The project's ignored directories linked into the trusted tree unless configured otherwise (the
+``test-integrity`` gate's ``link``): where the tests' commands find their tools.  The sandbox runners
+show the same names from this machine, read-only, when a gate runs in that tree."""
+
+
 CODE_SUFFIXES = frozenset({
     ".py", ".pyi", ".pth", ".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs", ".mts", ".cts", ".go", ".rs", ".rb", ".exs",
     ".java", ".kt", ".cs", ".php", ".sh", ".bats", ".so", ".json", ".toml", ".ini", ".cfg", ".yml", ".yaml",

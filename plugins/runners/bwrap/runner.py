@@ -58,8 +58,6 @@ ALWAYS_PASSED = ("LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "COLORTERM", "NO_COLO
 """Host variables every sandbox gets when they are set (locale, terminal, the person's git identity)."""
 METERED_HOSTS = ("api.anthropic.com:443", "api.openai.com:443")
 """The model APIs the allowlist lets through by default; dropped when the loop meters the agent."""
-TRUSTED_TREE_LINKS = (".venv", "venv", "node_modules", ".tox", "target")
-"""The project's directories the test-integrity gate links into its trusted tree unless configured otherwise."""
 PROXY_PORT = 3128
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 GITCONFIG = """# git inside ralph's bwrap sandbox (the person's ~/.gitconfig is not visible there)
@@ -429,6 +427,7 @@ class BwrapRunner(Runner):
         """What a tree the loop made may link from the project: the test-integrity gate's ``link`` directories
         and the project's submodules (its gitlinks; the agent's work never brings one)."""
         from ralph.api.process import git
+        from ralph.api.testintegrity import TRUSTED_TREE_LINKS
 
         section = self.settings.section("test-integrity") if self.settings is not None else None
         names = list(getattr(section, "link", None) or TRUSTED_TREE_LINKS)
