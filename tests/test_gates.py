@@ -415,3 +415,31 @@ def test_gate_keeper_runs_the_real_tests_gate_through_the_protocol_alone(gated: 
     assert [data["passed"] for kind, data in loop.events if kind == "gate"] == [True]
     assert len(loop.persisted) == 1  # nothing sent back
     assert tasks.story("US-001").reviewStatus == "needs_review"
+
+
+VANDAL_VERIFY = textwrap.dedent(
+    """
+    import pathlib, subprocess
+    # the agent's test code: passes, and writes into the project while the gate runs it
+    pathlib.Path("gate-note.txt").write_text("left by a test")
+    pathlib.Path("greet.txt").write_text("rewritten by a test")
+    print("all good")
+    """
+)
+
+
+def test_what_a_gate_command_changes_in_the_project_is_undone(ralph_project: RalphProject, tmp_path: Path) -> None:
+    # the tree guard's snapshot is taken only when a gate first starts something of the agent's: the
+    # test-integrity gate before it starts nothing here, the tests gate runs the agent's verify.py
+    (ralph_project.path / "verify.py").write_text(VANDAL_VERIFY)
+    ralph_project.write_stories([story("US-001", "Greeting")], verifyCommands=["python3 verify.py"])
+    iterations = {1: implement("US-001", "greet.txt", "hello"), 2: approve("US-001")}
+    result = ralph_project.run_replay(env=replay_env(tmp_path, iterations))
+
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert (ralph_project.path / "greet.txt").read_text() == "hello"
+    assert not (ralph_project.path / "gate-note.txt").exists()
+    undone = ralph_project.events("gate_changes_undone")
+    assert undone and undone[0]["gate"] == "tests"
+    assert any("gate-note.txt" in change for change in undone[0]["changes"])
+    assert any("greet.txt" in change for change in undone[0]["changes"])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass, field
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ralph.contracts import Gate, GateContext, GateResult, Selection
@@ -19,8 +21,8 @@ from ralph.loop.storystate import truncate
 from ralph.plugin.manager import PluginFailure
 
 if TYPE_CHECKING:
-    from ralph.loop.gates import GateLoop
     from ralph.loop.treeguard import TreeSnapshot
+    from ralph.loop.gates import GateLoop
     from ralph.loop.records import IterationRecord
     from ralph.plugin.manager import PluginHost
     from ralph.settings import Settings
@@ -82,21 +84,15 @@ class GateRunner:
 
         ``final``: only the hard gates that run on the final tree (``Gate.on_final_tree``), before "complete".
         """
-        from ralph.loop.treeguard import TreeSnapshot
-
         story_id = selection.story_id or ""
         outcome = GateRun()
-        snapshot: TreeSnapshot | None = None
-        """The tree before the next gate: one gate's unchanged "after" is the next one's "before"."""
+        watch = _TreeWatch(self.project_dir)
         for gate in self.gates:
             if final and not (gate.hard and gate.on_final_tree):
                 continue
-            context = self._context(gate, record, selection, tasks, checkpoint, story_start)
+            context = watch.guard(self._context(gate, record, selection, tasks, checkpoint, story_start))
             context.final = final
-            snapshot = snapshot or TreeSnapshot.take(self.project_dir)
-            result, changed = self._run_read_only(gate, context, record, story_id, snapshot)
-            if changed:  # undone: the next gate's "before" is taken anew
-                snapshot = None
+            result = self._run_read_only(gate, context, record, story_id, watch)
             self._report(gate, result, record, story_id, final)
             outcome.warnings += result.warnings
             if gate.hard and not result.passed:
@@ -176,10 +172,9 @@ class GateRunner:
                       log=log)
 
     def _run_read_only(
-        self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str, snapshot: TreeSnapshot
-    ) -> tuple[GateResult, bool]:
-        """Run ``gate``; whatever it (its agent session) changed in the project since ``snapshot`` is undone and
-        logged.  Returns the result and whether something was undone."""
+        self, gate: Gate, context: GateContext, record: IterationRecord, story_id: str, watch: _TreeWatch
+    ) -> GateResult:
+        """Run ``gate``; whatever its agent sessions and commands changed in the project is undone and logged."""
         loop = self.loop
         from ralph.gitutil import GitMetadataChanged
 
@@ -192,9 +187,9 @@ class GateRunner:
         for message in result.data.get("violations", []):  # the gate's own findings (file:line ...)
             loop.emit("violation", iteration=record.number, check=gate.name, story=story_id, message=str(message),
                       severity="error")
-        changes = snapshot.changes()
+        changes = watch.changes()
         if changes:
-            snapshot.restore()
+            watch.restore()
             message = (
                 f"the {gate.name} gate's session changed the project, which a gate must not do; the loop undid it: "
                 + "; ".join(changes[:20])
@@ -203,7 +198,7 @@ class GateRunner:
             loop.emit("gate_changes_undone", iteration=record.number, gate=gate.name, changes=changes[:50])
             result.warnings.append(message)
             result.data.setdefault("violations", []).append(message)
-        return result, bool(changes)
+        return result
 
     def _ask_agent(self, session: ExtraSession, prompt: str) -> str:
         """``GateContext.ask_agent``: a session of the main agent."""
@@ -225,3 +220,53 @@ class GateRunner:
         if remaining is not None:
             hard = remaining if hard is None else min(hard, remaining)
         return (None if soft is None else soft * factor), hard
+
+
+class _TreeWatch:
+    """The tree guard over a run of gates: a snapshot of the project taken right before a gate first starts
+    something of the agent's (an agent session or a command, through its context), compared after that gate.
+
+    A gate's own code is trusted plugin code; what can change the project behind the loop's back is only what
+    the context's callables start (the agent, its tests).  A gate that starts nothing costs no git call, and one
+    gate's unchanged "after" is the next one's "before"."""
+
+    CALLABLES = ("ask_agent", "ask_reviewer", "run_command", "run_command_in")
+
+    def __init__(self, project_dir: Path) -> None:
+        self.project_dir = project_dir
+        self.snapshot: TreeSnapshot | None = None
+        self.started = False
+        """Did the gate being run start anything since the last :meth:`changes`?"""
+
+    def guard(self, context: GateContext) -> GateContext:
+        """``context`` with each of its process-starting callables taking the snapshot first."""
+        for name in self.CALLABLES:
+            call = getattr(context, name)
+            if call is not None:
+                setattr(context, name, self._before(call))
+        return context
+
+    def _before(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(call)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.snapshot is None:
+                from ralph.loop.treeguard import TreeSnapshot
+
+                self.snapshot = TreeSnapshot.take(self.project_dir)
+            self.started = True
+            return call(*args, **kwargs)
+
+        return guarded
+
+    def changes(self) -> list[str]:
+        """What the gate's sessions and commands changed (empty: nothing, or it started none)."""
+        started, self.started = self.started, False
+        if not started or self.snapshot is None:
+            return []
+        return self.snapshot.changes()
+
+    def restore(self) -> None:
+        """Undo those changes; the next gate's "before" is taken anew."""
+        assert self.snapshot is not None
+        self.snapshot.restore()
+        self.snapshot = None

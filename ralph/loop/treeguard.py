@@ -1,6 +1,7 @@
-"""Keep a read-only agent session (a reviewer gate) from changing the project.
+"""Keep a gate's agent sessions and commands (a reviewer, the agent's tests) from changing the project.
 
-Before the session: the HEAD commit, a commit object of the working tree's tracked
+The gate runner takes the snapshot right before a gate first starts one of them (a gate that starts
+nothing costs no git call).  Before the session: the HEAD commit, a commit object of the working tree's tracked
 changes (``git stash create``, which touches nothing; only when there are any), and
 the untracked files with their contents, from one ``git status --porcelain=v2``.  After it: if anything differs, put it all back — HEAD and
 the tracked files as they were (including the implementer's uncommitted work),
