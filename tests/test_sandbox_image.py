@@ -1,7 +1,8 @@
 """The project's sandbox image against the real Docker engine, through the real ``ralph`` CLI:
 ``ralph sandbox build`` from packages, setup and a devcontainer; a run whose image is older than
 the config; and the gate programs looked up in the image before iteration 1, so that ``auto``
-never picks a sandbox that cannot run the gates (``--runner docker-sandbox`` stops with exit 2).
+never picks a sandbox that cannot run the gates (``--runner docker-sandbox`` stops with exit 2);
+``ralph sandbox clean -d`` removing a project's images.
 
 The images built here are the test projects' own (``ralph-sandbox-<project>-…``), removed
 afterwards; ``ralph-sandbox:latest`` is only read.  The build from PyPI behind this machine's
@@ -237,3 +238,55 @@ def test_a_gate_can_run_a_program_it_built_in_tmp(toolchain_project: RalphProjec
     finally:
         runner.cleanup()
     assert (result.exit_code, result.output.strip()) == (0, "built-and-ran")
+
+
+# -- ralph sandbox clean -------------------------------------------------------------------------------
+
+
+def test_sandbox_clean_removes_the_project_images_it_built_and_keeps_what_is_not_its_own(
+    toolchain_project: RalphProject, docker_client: Any, tmp_path: Path
+) -> None:
+    """Always with ``-d``: a clean of every project would take other runs' containers on this machine."""
+    import docker.errors
+
+    from ralph.testing.project import make_project
+    from ralph_plugins.runners.docker.toolchain import LABEL_PROJECT
+
+    def built_tag(project: RalphProject) -> str:
+        done = ralph(project, "sandbox", "build")
+        assert done.returncode == 0, done.stdout + done.stderr
+        images = docker_client.images.list(filters={"label": f"{LABEL_PROJECT}={project.path}"})
+        assert len(images) == 1, images
+        return str(images[0].tags[0])
+
+    project, other = toolchain_project, make_project(tmp_path / "other")
+    for each in (project, other):
+        write_config(each, setup=["mkdir -p /opt/made"])
+    tag, other_tag = built_tag(project), built_tag(other)
+    persons = "ralph-clean-test-persons-tag:kept"
+    docker_client.images.get(tag).tag(persons)  # a tag a person gave the project image: not ralph's to remove
+    in_use = docker_client.containers.run(other_tag, ["sleep", "300"], detach=True)
+    try:
+        cleaned = ralph(project, "sandbox", "clean", "-d", str(project.path))
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert cleaned.stdout == f"removed 1 project image: {tag}\n"
+        with pytest.raises(docker.errors.ImageNotFound):
+            docker_client.images.get(tag)
+        docker_client.images.get(persons)
+        docker_client.images.get(other_tag)  # another project's image: not asked for
+        docker_client.images.get(IMAGE)  # ralph's own image stays
+        assert ralph(project, "sandbox", "clean", "-d", str(project.path)).stdout == "removed: nothing\n"
+
+        busy = ralph(other, "sandbox", "clean", "-d", str(other.path))
+        assert busy.returncode == 0, busy.stderr
+        assert busy.stdout.startswith(f"kept {other_tag}: ") and busy.stdout.endswith("removed: nothing\n"), busy.stdout
+        docker_client.images.get(other_tag)  # a container still uses it
+        in_use.remove(force=True)
+        assert ralph(other, "sandbox", "clean", "-d", str(other.path)).stdout == f"removed 1 project image: {other_tag}\n"
+    finally:
+        try:
+            in_use.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        docker_client.images.remove(persons, force=True)
+        remove_project_images(docker_client, other.path)

@@ -98,17 +98,35 @@ def build(project_dir: Path | None, base: str | None, offline_base: bool, suite:
 
 
 @sandbox.command()
-@click.option("-d", "--project-dir", type=click.Path(file_okay=False, path_type=Path), help="Only this project's leftovers.")
+@click.option("-d", "--project-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Only this project's containers, networks, volumes and images.")
 def clean(project_dir: Path | None) -> None:
-    """Remove ralph's sandbox containers, networks and checkout volumes (found by the ralph.sandbox label)."""
-    from . import engine
+    """Remove what the docker-sandbox runner left on this machine: its containers, networks and
+    checkout volumes (the ralph.sandbox label) and the project images `ralph sandbox build` made
+    (ralph-sandbox-<project>-<hash>, the ralph.toolchain label), one line per kind.
 
+    ralph's own image (ralph-sandbox:latest) stays, and so does an image a container still uses.
+    """
+    from ralph.api.text import strip_controls
+
+    from . import engine, projectimage
+
+    project = project_dir.resolve() if project_dir else None
     try:
-        removed = engine.sweep(engine.connect(), project_dir.resolve() if project_dir else None)
+        client = engine.connect()
+        removed = engine.sweep(client, project)  # the containers first: an image they use could not go
+        removed["project image"] = projectimage.remove_images(client, project, echo=lambda line: click.echo(
+            strip_controls(line)))
     except engine.SandboxError as exc:
         click.echo(f"ralph: error: {exc}", err=True)
         sys.exit(2)
-    click.echo("removed: " + (", ".join(removed) if removed else "nothing"))
+    lines = [f"removed {_count(len(names), kind)}: {', '.join(names)}" for kind, names in removed.items() if names]
+    click.echo("\n".join(strip_controls(line) for line in lines) if lines else "removed: nothing")
+
+
+def _count(number: int, kind: str) -> str:
+    """``1 network``, ``2 project images``."""
+    return f"{number} {kind}" + ("" if number == 1 else "s")
 
 
 @click.group()

@@ -84,35 +84,34 @@ def image_present(client: Any, image: str) -> bool:
         return False
 
 
-def sweep(client: Any, project_dir: Path | None = None) -> list[str]:
-    """Remove ralph's containers, networks and checkout volumes (of one project, or all); returns their names."""
+def sweep(client: Any, project_dir: Path | None = None) -> dict[str, list[str]]:
+    """Remove ralph's containers, networks and checkout volumes (of one project, or all); their names by
+    kind (``container``, ``network``, ``volume``)."""
     filters = [f"{LABEL}=1"] + ([f"{LABEL_PROJECT}={project_dir}"] if project_dir is not None else [])
-    removed = []
+    removed: dict[str, list[str]] = {"container": [], "network": [], "volume": []}
     # sparse: no per-container inspect, so a container vanishing meanwhile cannot fail the listing
     for container in client.containers.list(all=True, sparse=True, filters={"label": filters}):
         try:
             container.remove(force=True)
             # sparse listings carry "Names" (["/name"]), not "Name"
-            removed.append((container.attrs.get("Names") or [container.short_id])[0].lstrip("/"))
+            removed["container"].append((container.attrs.get("Names") or [container.short_id])[0].lstrip("/"))
         except docker.errors.NotFound:
             pass
     for network in client.networks.list(filters={"label": filters}):
         try:
             network.remove()
-            removed.append(network.name)
+            removed["network"].append(network.name)
         except docker.errors.NotFound:
             pass
     for volume in client.volumes.list(filters={"label": filters}):
         try:
             volume.remove(force=True)
-            removed.append(volume.name)
+            removed["volume"].append(volume.name)
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError:  # in use by a container of another run of this machine
             pass
     return removed
-
-
 
 
 def program_of(spec: ProcessSpec) -> str | None:
@@ -196,7 +195,8 @@ class Sandbox:
     # -- lifecycle ---------------------------------------------------------------
 
     def prepare(self) -> list[str]:
-        removed = sweep(self.client, self.project_dir)
+        """Remove what a crashed run of the project left (its names), then make the proxy and the checkout."""
+        removed = [name for names in sweep(self.client, self.project_dir).values() for name in names]
         if self.options.network == "allowlist":
             self._start_proxy()
         self._make_checkout()

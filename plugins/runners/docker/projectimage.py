@@ -35,6 +35,7 @@ from .toolchain import (
     Toolchain,
     ToolchainError,
     changed,
+    image_repository,
     read_project_file,
 )
 
@@ -272,22 +273,39 @@ def build(
 
 
 def remove_older(client: Any, toolchain: Toolchain, keep: str, echo: Callable[[str], None] = print) -> list[str]:
-    """Untag this project's other images (only tags of its own repository; an image a container
-    still uses stays); the tags removed."""
+    """Untag this project's other images (see :func:`remove_images`); the tags removed."""
+    removed = remove_images(client, toolchain.project_dir, keep=keep, echo=echo)
+    if removed:
+        echo("removed the project's older images: " + ", ".join(removed))
+    return removed
+
+
+def remove_images(client: Any, project_dir: Path | None = None, keep: str | None = None,
+                  echo: Callable[[str], None] = print) -> list[str]:
+    """Untag the images ``ralph sandbox build`` made (by label): one project's, or every project's.
+
+    Only tags of the image's own project repository (``ralph-sandbox-<project>-<hash>``) go, never
+    ``ralph-sandbox`` itself nor another tag someone gave the image, and not ``keep``; an image a
+    container still uses stays (``echo`` says why).  The tags removed."""
     import docker.errors
 
+    wanted = f"{LABEL_PROJECT}={project_dir}" if project_dir is not None else LABEL_TOOLCHAIN
     removed = []
-    for image in client.images.list(filters={"label": f"{LABEL_PROJECT}={toolchain.project_dir}"}):
+    for image in client.images.list(filters={"label": wanted}):
+        labels = image.attrs.get("Config", {}).get("Labels") or {}
+        if not labels.get(LABEL_TOOLCHAIN) or not labels.get(LABEL_PROJECT):
+            continue
+        repository = image_repository(Path(labels[LABEL_PROJECT]))
         for tag in image.tags:
-            if tag == keep or not tag.startswith(toolchain.repository + ":"):
+            if tag == keep or not tag.startswith(repository + ":"):
                 continue
             try:
                 client.images.remove(tag)
                 removed.append(tag)
+            except docker.errors.ImageNotFound:
+                pass
             except docker.errors.APIError as exc:
                 echo(f"kept {tag}: {exc.explanation or exc}")
-    if removed:
-        echo("removed the project's older images: " + ", ".join(removed))
     return removed
 
 
