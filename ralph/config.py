@@ -3,7 +3,7 @@
 Sources, later ones winning: ``[tool.ralph]`` in pyproject.toml (or the whole
 of ``ralph.toml``), ``RALPH_*`` environment variables, command-line flags.
 Unknown keys are rejected; every error names the file, the TOML path and
-the fix.
+the fix, and all of a config's problems are reported at once (one line each).
 """
 
 from __future__ import annotations
@@ -160,33 +160,36 @@ def load_config(
 
     plugin_tables = {k: v for k, v in table.items() if k not in CORE_KEYS}
     core_table = {k: v for k, v in table.items() if k in CORE_KEYS}
+    problems: list[str] = []  # every one at once: a person fixing typos one run at a time would not thank us
     for key, value in plugin_tables.items():
         if key not in sections:
-            raise ConfigError(f"{where}: {_unknown(prefix, key, CORE_KEYS | set(sections))}")
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: `{prefix}{key}` must be a table ([{prefix}{key}])")
+            problems.append(f"{where}: {_unknown(prefix, key, CORE_KEYS | set(sections))}")
+        elif not isinstance(value, dict):
+            problems.append(f"{where}: `{prefix}{key}` must be a table ([{prefix}{key}])")
 
     merged = {**core_table}
     env_values = _env_overrides(environ)
     merged.update(env_values)
     merged.update({k: v for k, v in (cli_overrides or {}).items() if v is not None})
+    config: RalphConfig | None = None
     try:
         config = RalphConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, where, prefix, env_values, cli_overrides or {})) from None
+        problems += _explain(exc, where, prefix, env_values, cli_overrides or {})
 
     plugin_config: dict[str, BaseModel] = {}
     for name, model in sections.items():
         table_of_section = plugin_tables.get(name, {})
+        if not isinstance(table_of_section, dict):
+            continue  # said above
         unknown = _unknown_keys(model, table_of_section)
-        if unknown:
-            raise ConfigError("\n".join(
-                f"{where}: {_unknown(f'{prefix}{name}.', key, _known_at(model, key))}" for key in unknown
-            ))
+        problems += [f"{where}: {_unknown(f'{prefix}{name}.', key, _known_at(model, key))}" for key in unknown]
         try:
             plugin_config[name] = model.model_validate(table_of_section)
         except ValidationError as exc:
-            raise ConfigError(_explain(exc, where, f"{prefix}{name}.", {}, {}, model)) from None
+            problems += _explain(exc, where, f"{prefix}{name}.", {}, {}, model)
+    if problems or config is None:
+        raise ConfigError("\n".join(problems))
     return config, plugin_config, source
 
 
@@ -241,7 +244,7 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 def _explain(
     exc: ValidationError, where: str, prefix: str, env_values: dict[str, Any], cli: dict[str, Any],
     model: type[BaseModel] = RalphConfig,
-) -> str:
+) -> list[str]:
     """One line per problem: ``file: `tool.ralph.review_cap` must be ... (got 0)``."""
     lines = []
     for error in exc.errors():
@@ -257,7 +260,7 @@ def _explain(
             origin = f"environment variable {ENV_PREFIX}{top.upper()}"
         got = error.get("input")
         lines.append(f"{origin}: `{prefix}{key}` {_describe(error)} (got {got!r})")
-    return "\n".join(lines)
+    return lines
 
 
 def _describe(error: Any) -> str:

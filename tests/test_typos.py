@@ -93,3 +93,29 @@ def test_a_misspelt_config_key_names_the_closest_key_not_all_of_them(ralph_proje
     result = ralph_project.run("run", "--dry-run")
     assert result.returncode == 2
     assert "unknown key `colour`; remove it or check its spelling" in result.stderr
+
+
+def test_every_problem_of_a_config_file_is_reported_at_once(ralph_project: RalphProject) -> None:
+    """Two typos (and more) in one file: each named with its file, key and suggestion in one go,
+    not one per run; the core's keys, a plugin section's and a value alike."""
+    ralph_project.write_stories([story("US-001")])
+    config = ralph_project.path / "ralph.toml"
+    config.write_text("max_iteration = 3\nreviewcap = 2\ntimeout = 0\ncolour = 'red'\n"
+                      "[claude]\nbinray = 'x'\n[quality]\nenabeld = true\nsoft_timeout = -1\n")
+    expected = [
+        f"{config}: unknown key `max_iteration`; did you mean `max_iterations`?",
+        f"{config}: unknown key `reviewcap`; did you mean `review_cap`?",
+        f"{config}: unknown key `colour`; remove it or check its spelling",
+        f"{config}: `timeout` must be a number > 0.0 (got 0)",
+        f"{config}: unknown key `claude.binray`; did you mean `binary`?",
+        f"{config}: `quality.soft_timeout` must be a number > 0.0 (got -1)",
+        f"{config}: unknown key `quality.enabeld`; did you mean `enabled`?",
+    ]
+    run = ralph_project.run("run", "--dry-run")
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == ["ralph: error: " + expected[0], *expected[1:]], run.stderr
+    for command in (["doctor"], ["plan", "--check"]):
+        result = ralph_project.run(*command)
+        out = result.stdout + result.stderr
+        assert result.returncode in (1, 2), (command, out)
+        assert [line for line in expected if line not in out] == [], (command, out)
