@@ -390,6 +390,8 @@ class TreeStatus:
     head: str
     tracked: list[str]
     untracked: list[str]
+    branch: str = ""
+    """The branch checked out (``(detached)`` when none)."""
 
 
 STATUS_ARGS = ("status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all", "--no-renames")
@@ -397,20 +399,23 @@ STATUS_ARGS = ("status", "--porcelain=v2", "-z", "--branch", "--untracked-files=
 
 def tree_status(project_dir: Path) -> TreeStatus:
     """HEAD, the tracked changes and the untracked files in one git call (where several would ask the same)."""
-    records = iter(git(project_dir, *STATUS_ARGS).stdout.split("\0"))
-    head, tracked, untracked = "", [], []
+    # bytes, decoded as the file system's names are: a name that is not UTF-8 must not stop the loop
+    records = iter(os.fsdecode(git(project_dir, *STATUS_ARGS, binary=True).stdout).split("\0"))
+    head, branch, tracked, untracked = "", "", [], []
     for record in records:
         kind = record[:2]
         if record.startswith("# branch.oid "):
             oid = record.removeprefix("# branch.oid ")
             head = "" if oid == "(initial)" else oid
+        elif record.startswith("# branch.head "):
+            branch = record.removeprefix("# branch.head ")
         elif kind == "? ":
             untracked.append(record[2:])
         elif kind in ("1 ", "u "):  # ordinary, unmerged: the path is the last field (it may hold spaces)
             tracked.append(record.split(" ", 8 if kind == "1 " else 10)[-1])
         elif kind == "2 ":  # renamed or copied (not asked for): the path, then the original path's record
             tracked += [record.split(" ", 9)[-1], next(records, "")]
-    return TreeStatus(head, tracked, untracked)
+    return TreeStatus(head, tracked, untracked, branch)
 
 
 def untracked_files(project_dir: Path) -> set[str]:

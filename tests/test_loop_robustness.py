@@ -289,3 +289,14 @@ def test_stop_checks_build_the_snapshot_once_and_hand_each_check_its_own_copy(pr
     assert answers[0] == answers[1] and any(check == "transitions" for check, _ in answers[0])
     cached = loop.context.checks.snapshot_of
     assert cached is not None and cached[1] == before.snapshot()
+
+
+def test_a_file_name_that_is_not_utf8_does_not_stop_the_loop(project, tmp_path) -> None:
+    # the agent's work includes a file whose name is not UTF-8: git lists it as raw bytes
+    make_it = "python3 -c " + json.dumps("open(b'odd-\\xff-name.txt', 'w').write('x')")
+    iterations = {1: [*IMPLEMENT, {"run": make_it}], 2: APPROVE}  # made after the commit: left untracked
+    result = project.run_replay(env=replay(project, iterations, tmp_path))
+
+    assert not project.events("loop_crashed"), result.stdout + result.stderr
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert project.story("US-001")["passes"] is True

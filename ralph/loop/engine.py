@@ -364,10 +364,12 @@ class Loop:
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
             if self.limits.global_time_up():
                 return self._finish(EXIT_GLOBAL_TIMEOUT, "global hard timeout reached: the loop stopped cleanly", tasks)
-            changed = self.gap.since_last_iteration()  # no agent ran since: a person's change, never the agent's
+            status = tree_status(self.project_dir)  # one git call: the person's-changes look, HEAD, untracked files
+            changed = self.gap.since_last_iteration(status)  # no agent ran since: a person's change, never the agent's
             if changed:
                 self.emit("person_changed", iteration=iteration + 1, paths=changed)
                 return self._finish(EXIT_USAGE, describe_person_changes(changed, iteration + 1), tasks)
+            accepted = self.taskfile.last_good
             tasks = self.parking.settle(tasks, iteration + 1)
             selection = self.select(tasks)
             if selection is None:
@@ -375,9 +377,10 @@ class Loop:
             iteration += 1
             record = self._new_record(iteration, selection)
             iteration_started = time.time()
-            self.notes.trim_before(iteration)
+            trimmed = self.notes.trim_before(iteration)
+            if trimmed or self.taskfile.last_good is not accepted:  # the loop committed or wrote since: look again
+                status = tree_status(self.project_dir)
             self.refs.refresh()
-            status = tree_status(self.project_dir)  # one git call for HEAD and the untracked files
             checkpoint, untracked_before = status.head or None, set(status.untracked)
             self.freeze.before_iteration(self.run_dir, selection.mode)
             self.keeper.before_iteration(selection, checkpoint)

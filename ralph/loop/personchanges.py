@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ralph import safeio
+from ralph.gitutil import TreeStatus, tree_status
 
 __all__ = ["PersonChanges", "TreeState", "changes", "describe", "take"]
 
@@ -40,15 +41,15 @@ class TreeState:
     files: tuple[tuple[str, str], ...]
 
 
-def take(project_dir: Path, watched: Iterable[Path], skipped: Iterable[Path] = ()) -> TreeState:
+def take(
+    project_dir: Path, watched: Iterable[Path], skipped: Iterable[Path] = (), status: TreeStatus | None = None
+) -> TreeState:
     """The state of ``project_dir`` now: ``HEAD``, each path ``git status`` lists and each ``watched`` one
-    (one git call)."""
-    from ralph.gitutil import git
-
+    (one git call; none when the caller passes the ``status`` it took just now)."""
     skip = {MARKER, *(_rel(path, project_dir) for path in skipped)}
-    listed = git(project_dir, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
-                 "--ignore-submodules=all", check=False, binary=True).stdout
-    head, paths = _parse_status(listed)
+    status = status or tree_status(project_dir)
+    head = f"{status.head} {status.branch}"
+    paths = {*status.tracked, *status.untracked}
     paths.update(rel for rel in (_rel(path, project_dir) for path in watched) if rel)
     files = tuple(sorted((rel, _digest(project_dir, rel)) for rel in paths if rel not in skip))
     return TreeState(head, files)
@@ -68,11 +69,12 @@ class PersonChanges:
         """The loop is done with an iteration: what it left is the state the next one must start from."""
         self.left = take(self.project_dir, self.watched(), self.skipped())
 
-    def since_last_iteration(self) -> list[str]:
-        """What changed since :meth:`iteration_over` (empty: nothing, or no iteration yet)."""
+    def since_last_iteration(self, status: TreeStatus | None = None) -> list[str]:
+        """What changed since :meth:`iteration_over` (empty: nothing, or no iteration yet); ``status``: the
+        project's ``git status`` taken just now, when the caller has it."""
         if self.left is None:
             return []
-        return changes(self.left, take(self.project_dir, self.watched(), self.skipped()))
+        return changes(self.left, take(self.project_dir, self.watched(), self.skipped(), status))
 
 
 def changes(before: TreeState, now: TreeState) -> list[str]:
@@ -98,31 +100,6 @@ def describe(found: list[str], iteration: int) -> str:
 
 
 _CLEAN = "as committed"
-
-
-def _parse_status(listed: bytes) -> tuple[str, set[str]]:
-    """(the branch and commit, the paths) of ``git status --porcelain=v2 --branch -z`` output; both names
-    of a rename."""
-    head, paths = [], set()
-    entries, i = listed.split(b"\0"), 0
-    while i < len(entries):
-        entry = entries[i].decode("utf-8", "surrogateescape")
-        i += 1
-        kind = entry[:1]
-        if entry.startswith(("# branch.oid ", "# branch.head ")):
-            head.append(entry.split(" ", 2)[2])
-        elif kind == "1":
-            paths.add(entry.split(" ", 8)[8])
-        elif kind == "2":
-            paths.add(entry.split(" ", 9)[9])
-            if i < len(entries):  # the rename's source follows
-                paths.add(entries[i].decode("utf-8", "surrogateescape"))
-                i += 1
-        elif kind == "u":
-            paths.add(entry.split(" ", 10)[10])
-        elif kind in ("?", "!"):
-            paths.add(entry[2:])
-    return " ".join(head), paths
 
 
 def _rel(path: Path, project_dir: Path) -> str:

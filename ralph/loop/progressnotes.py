@@ -117,24 +117,25 @@ class ProgressNotes:
         if error:
             self.emit("loop_commit_failed", iteration=record.number, error=error)
 
-    def trim_before(self, iteration: int) -> None:
-        """Before ``iteration``: keep the progress log bounded (older entries move to its archive, committed)."""
+    def trim_before(self, iteration: int) -> bool:
+        """Before ``iteration``: keep the progress log bounded (older entries move to its archive, committed).
+        True when it trimmed (and committed)."""
         from ralph.gitutil import dirty_paths
         from ralph.loop import progresslog
 
         keep = self.keep_entries
         progress = self.progress()
         if keep <= 0:
-            return
+            return False
         try:
             text = safeio.read_text(progress, self.root)
         except (OSError, UnicodeDecodeError):
-            return  # missing, or not a regular file: nothing to trim (loopfiles deals with a link)
+            return False  # missing, or not a regular file: nothing to trim (loopfiles deals with a link)
         if len(progresslog.parse(text).entries) <= keep:
-            return
+            return False
         rel = relative_dir(progress, self.project_dir)
         if any(line[3:].strip().strip('"') == rel for line in dirty_paths(self.project_dir)):
-            return  # uncommitted edits of the log are the agent's work: leave them for the git-clean check
+            return False  # uncommitted edits of the log are the agent's work: leave them for the git-clean check
         moved = progresslog.trim(progress, keep, self.root)
         archive = progresslog.archive_path(progress)
         error = commit_paths(
@@ -143,3 +144,4 @@ class ProgressNotes:
         if error:
             self.emit("loop_commit_failed", iteration=iteration, error=error)
         self.emit("progress_trimmed", iteration=iteration, moved=moved, kept=keep, archive=str(archive))
+        return True
