@@ -21,6 +21,8 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -276,6 +278,10 @@ class Loop:
 
     def run(self) -> RunResult:
         """Lock the project, iterate until done, and always clean up (marker, lock, runner)."""
+        with fewer_collections():
+            return self._run()
+
+    def _run(self) -> RunResult:
         self.preflight()
         from ralph.loop.preflight import raise_on_failures
 
@@ -659,6 +665,25 @@ class Loop:
             quota_used=self.context.meter.quota_summary(),
             project_dir=self.project_dir,
         )
+
+
+@contextmanager
+def fewer_collections() -> Iterator[None]:
+    """Python's cyclic garbage collector, less often while the loop runs.
+
+    Every iteration parses the task list afresh (tens of thousands of objects for a large list) while the
+    loop holds the run's long-lived ones; with the default thresholds the collector scans that whole heap
+    over and over, which at 10,000 stories cost more than the parse itself (``benchmarks/loop_overhead.py``).
+    The loop's data is acyclic (freed by reference counting); collections still run, a hundred times rarer.
+    """
+    import gc
+
+    saved = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 50)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
 
 
 def ask_command(runner: Runner) -> str:
