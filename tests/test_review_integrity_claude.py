@@ -267,6 +267,8 @@ def test_a_run_that_finds_every_story_done_checks_the_tree_first(ralph_project: 
     assert result.returncode == 0, result.stdout + result.stderr
     assert [e["mode"] for e in ralph_project.events("iteration_started")] == ["review-fix", "review"]
     finals = [(e["iteration"], e["gate"], e["passed"]) for e in ralph_project.events("final_gate")]
-    # at the start the story's start is not known (an earlier run forgot it): its review-fix is where it starts now
-    assert finals == [(0, "tests", False), (2, "test-integrity", True), (2, "tests", True)], finals
+    # at the start the story's start is not known (an earlier run forgot it): test-integrity takes HEAD as the
+    # start (no test there: nothing for its trusted run); the review-fix is where the story starts now
+    assert finals == [(0, "test-integrity", True), (0, "tests", False), (2, "test-integrity", True),
+                      (2, "tests", True)], finals
     assert (ralph_project.path / "US-001.txt").read_text() == "hello"
