@@ -162,6 +162,11 @@ class AgentChannel:
     loader_env: Mapping[str, str] = field(default_factory=dict)
     """Values pinned for the variables that could load code into the hook process (``PYTHONPATH``,
     ``LD_PRELOAD`` ...): this machine's when the agent runs here, empty in a sandbox."""
+    hook_peer: str | None = None
+    """The process that answers on :attr:`hook_socket` (the loop, or a runner's relay), as
+    ``ralph.api.hooks.hook_peer()`` names it in that process; the hook client takes answers only from
+    it (:meth:`hook_command_line` passes it as ``--loop=``).  None: only from a process outside the
+    agent's pid namespace."""
 
     def env(self) -> dict[str, str]:
         """The channel as ``RALPH_*`` environment variables (:data:`CHANNEL_ENV`)."""
@@ -173,10 +178,12 @@ class AgentChannel:
         return {**self.loader_env, **self.env()}
 
     def hook_command_line(self) -> str:
-        """:attr:`hook_command` as one shell command line (what settings files and ``-c`` overrides hold)."""
+        """:attr:`hook_command` as one shell command line (what settings files and ``-c`` overrides hold),
+        with ``--loop=`` :attr:`hook_peer`."""
         import shlex
 
-        return shlex.join(self.hook_command)
+        peer = (f"--loop={self.hook_peer}",) if self.hook_peer else ()
+        return shlex.join((*self.hook_command, *peer))
 
     def remap(self, old: Path, new: Path) -> AgentChannel:
         """This channel with every path under ``old`` moved under ``new`` (a checkout or run

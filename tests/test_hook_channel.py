@@ -13,8 +13,11 @@ import pytest
 
 from ralph.hooks.client import ask_loop
 from ralph.hooks.server import HookServer
+from ralph.hooks.wiring import hook_peer
 
 CLIENT = Path(__file__).resolve().parent.parent / "ralph" / "hooks" / "client.py"
+LOOP = f"--loop={hook_peer()}"
+"""The client's argument naming the process that answers: this one (the tests' servers run here)."""
 
 
 def test_socket_directory_and_socket_are_private() -> None:
@@ -55,7 +58,7 @@ def test_client_sends_the_token_and_fails_closed_on_refusal(tmp_path: Path) -> N
         outputs = []
         for token in ("right", "wrong"):
             env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": token, "PATH": "/usr/bin:/bin"}
-            result = subprocess.run([sys.executable, "-S", "-P", str(CLIENT)], input=payload, capture_output=True,
+            result = subprocess.run([sys.executable, "-S", "-P", str(CLIENT), LOOP], input=payload, capture_output=True,
                                     text=True, env=env)
             outputs.append(json.loads(result.stdout))
     finally:
@@ -72,7 +75,7 @@ def test_loop_errors_fail_closed_too() -> None:
     payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}})
     try:
         env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"}
-        result = subprocess.run([sys.executable, "-S", "-P", str(CLIENT)], input=payload, capture_output=True,
+        result = subprocess.run([sys.executable, "-S", "-P", str(CLIENT), LOOP], input=payload, capture_output=True,
                                 text=True, env=env)
     finally:
         server.stop()
@@ -97,7 +100,7 @@ def test_an_answer_to_a_caller_that_is_gone_is_dropped_quietly(kind: str, capsys
     channel = HookServer(respond, token="t").start() if kind == "server" else HookRelay(respond).start()
     payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}})
     env = {"RALPH_HOOK_SOCKET": str(channel.path), "RALPH_HOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"}
-    client = subprocess.Popen([sys.executable, "-S", "-P", str(CLIENT)], stdin=subprocess.PIPE, env=env,
+    client = subprocess.Popen([sys.executable, "-S", "-P", str(CLIENT), LOOP], stdin=subprocess.PIPE, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
     try:
         assert client.stdin is not None
@@ -167,7 +170,7 @@ def test_in_a_loop_the_client_imports_neither_json_nor_socket_nor_os(tmp_path: P
     payload = json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls é"}})
     try:
         env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"}
-        result = subprocess.run([sys.executable, "-X", "importtime", "-S", "-P", str(CLIENT)], input=payload,
+        result = subprocess.run([sys.executable, "-X", "importtime", "-S", "-P", str(CLIENT), LOOP], input=payload,
                                 capture_output=True, text=True, env=env)
     finally:
         server.stop()
@@ -191,7 +194,8 @@ def test_the_compiled_client_answers_as_the_source_does(tmp_path: Path) -> None:
         outputs = []
         for token in ("right", "wrong"):
             env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": token, "PATH": "/usr/bin:/bin"}
-            result = subprocess.run(shlex.split(command), input=payload, capture_output=True, text=True, env=env)
+            result = subprocess.run([*shlex.split(command), LOOP], input=payload, capture_output=True, text=True,
+                                    env=env)
             outputs.append(json.loads(result.stdout))
     finally:
         server.stop()

@@ -44,11 +44,12 @@ def run_hook(command: str, payload: str, env: dict[str, str], cwd: Path) -> subp
 def the_command(tmp_path: Path, socket: Path | str = "/pinned") -> str:
     """The hook command of the settings a loop renders (the compiled client in the run directory)."""
     from ralph.contracts import AgentChannel
-    from ralph.hooks.wiring import claude_settings, compiled_hook_argv, loader_env
+    from ralph.hooks.wiring import claude_settings, compiled_hook_argv, hook_peer, loader_env
 
     channel = AgentChannel(  # what HookBridge.channel gives a runner running the agent on this machine
         hook_socket=Path(socket), token="t", run_dir=tmp_path, state_file=tmp_path / "state.json",
         tasks_file=tmp_path / "tasks.json", hook_command=compiled_hook_argv(tmp_path), loader_env=loader_env(inherit=True),
+        hook_peer=hook_peer(),  # this process serves the test's hook socket
     )
     settings = json.loads(claude_settings(channel))
     entry = settings["hooks"]["PreToolUse"][0]["hooks"][0]
@@ -191,9 +192,9 @@ def test_the_compiled_client_is_put_back_whatever_replaced_it(tmp_path: Path) ->
 def test_the_client_asks_the_channels_socket_whatever_its_environment_says(tmp_path: Path, loop_server: HookServer) -> None:
     """A hook process whose environment names another socket (one the agent serves, answering "allow")
     still asks the loop's: the wrapper names it on the command line."""
-    from ralph.hooks.wiring import hook_client_path
+    from ralph.hooks.wiring import hook_client_path, hook_peer
 
-    command = fail_closed_command(shlex.join([sys.executable, "-I", "-S", str(hook_client_path())]),
+    command = fail_closed_command(shlex.join([sys.executable, "-I", "-S", str(hook_client_path()), f"--loop={hook_peer()}"]),
                                   {"RALPH_HOOK_SOCKET": str(loop_server.path), "RALPH_HOOK_TOKEN": "t"})
     fake = HookServer(lambda request: {"systemMessage": "the agent's server"}, token="t").start()
     try:

@@ -51,6 +51,9 @@ def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str
     )
     hook = context.host.pm.hook
     if name == "PreToolUse":
+        shapeless = _shapeless_shell_call(payload)
+        if shapeless is not None:
+            return deny(payload, shapeless)
         denials = _collect(context.host, hook.ralph_pre_tool_use, "guard", event)
         if not denials:
             return {}
@@ -70,6 +73,20 @@ def answer(payload: dict[str, Any], context: HookContext, environ: dict[str, str
     if name == "Stop":
         return _stop(payload, context)
     return {}
+
+
+def _shapeless_shell_call(payload: dict[str, Any]) -> str | None:
+    """Why a ``Bash`` call cannot be checked (no ``tool_input`` object, or a ``command`` that is not a
+    string: the guards would see no command and allow it), or None."""
+    if payload.get("tool_name") != "Bash":
+        return None
+    tool_input = payload.get("tool_input")
+    if not isinstance(tool_input, dict):
+        return f"ralph: a Bash call whose tool_input is {type(tool_input).__name__}, not an object, cannot be checked: denied"
+    if not isinstance(tool_input.get("command"), str):
+        return (f"ralph: a Bash call whose command is {type(tool_input.get('command')).__name__}, not a string, cannot be "
+                "checked: denied")
+    return None
 
 
 def _collect(host: Any, caller: Any, kind: str, event: HookEvent) -> list[Any]:

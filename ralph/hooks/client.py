@@ -24,7 +24,8 @@ closed: when the loop cannot be reached, refuses the request or reports an
 error, PreToolUse denies and Stop blocks, saying the loop is gone (the socket
 lives in a directory the agent cannot write in a sandbox; deleting it in
 direct mode only locks the agent out).  Every request carries the run's token
-(``RALPH_HOOK_TOKEN``).  What the client cannot answer itself (Python does not
+(``RALPH_HOOK_TOKEN``), sent only after the kernel said the process answering is the loop
+(:func:`peer_refusal`, from ``--loop=`` on the command line), and a nonce the answer must echo.  What the client cannot answer itself (Python does not
 start, the client is killed or hangs) the loop's wrapper turns into a block:
 ``ralph.hooks.wiring.fail_closed_command``; in a loop the client stops itself
 (``SIGALRM``) before Claude Code's hook timeout, which would count as "allow".
@@ -119,14 +120,25 @@ def _codec() -> tuple:
 dumps, loads = _codec()
 
 
-def ask_loop(path: str, request: dict) -> dict:
-    """Send one request line to the loop's hook server and read its one-line answer."""
+class NotTheLoop(OSError):
+    """The process answering on the hook socket is not the one the loop named (:func:`peer_refusal`)."""
+
+
+def ask_loop(path: str, request: dict, loop: "str | None" = None) -> dict:
+    """Send one request line to the loop's hook server and read its one-line answer.
+
+    With ``loop`` (what ``--loop=`` named: :func:`peer_refusal`), the process that answers is checked
+    first, and nothing (the token least of all) is sent to another one: :class:`NotTheLoop`."""
     import _socket
 
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         conn.settimeout(TIMEOUT_SECONDS)
         conn.connect(path)
+        if loop is not None:
+            refusal = peer_refusal(conn, loop)
+            if refusal is not None:
+                raise NotTheLoop(refusal)
         conn.sendall(dumps(request).encode("utf-8") + b"\n")
         conn.shutdown(_socket.SHUT_WR)
         chunks = []
@@ -141,6 +153,68 @@ def ask_loop(path: str, request: dict) -> dict:
     if not isinstance(answer, dict):
         raise ValueError(f"the answer is not a JSON object: {answer!r:.80}")
     return answer
+
+
+LOOP_OPTION = "--loop="
+"""The client's first argument in a loop: ``--loop=PID:PIDNS:PIDFS``, the process that answers on the hook
+socket (the loop, or the runner's relay) as the kernel names it (``ralph.hooks.wiring.hook_peer``)."""
+
+
+def _pid_namespace() -> str:
+    """The inode of this process's pid namespace, or "" where it cannot be read."""
+    try:
+        import posix
+
+        return str(posix.stat("/proc/self/ns/pid").st_ino)
+    except (ImportError, OSError):
+        return ""
+
+
+def peer_refusal(conn: object, loop: str) -> str | None:
+    """Why the process at the other end of the connected socket ``conn`` is not ``loop``
+    (``PID:PIDNS:PIDFS``, parts may be empty), or None: the kernel's word, which no process can forge.
+
+    - ``PIDFS`` given and the kernel hands out the peer's pidfd (``SO_PEERPIDFD``, Linux 6.5+): its
+      pidfs inode (unique per process while the machine runs, Linux 6.9+) must be ``PIDFS``.
+    - otherwise, when this process is in the loop's pid namespace (``PIDNS``: no namespace could be
+      made), the peer's pid (``SO_PEERCRED``) must be ``PID``;
+    - otherwise this process is in a pid namespace of its own (the agent's, a sandbox's), where every
+      process the agent starts is visible: the peer must be one it cannot see (pid 0), as the loop is.
+    """
+    import _socket
+
+    pid_text, _, rest = loop.partition(":")
+    namespace, _, pidfs = rest.partition(":")
+    if pidfs:
+        try:
+            pidfd = int.from_bytes(conn.getsockopt(_socket.SOL_SOCKET, 77, 4), sys.byteorder, signed=True)  # type: ignore[attr-defined]  # SO_PEERPIDFD
+        except OSError:
+            pidfd = -1
+        if pidfd >= 0:
+            import posix
+
+            try:
+                inode = posix.fstat(pidfd).st_ino
+            finally:
+                posix.close(pidfd)
+            if str(inode) == pidfs:
+                return None
+            return (f"the process answering on the hook socket is not the ralph loop (its pidfs inode is {inode}, the "
+                    f"loop's {pidfs}): a process took the socket's place")
+    try:
+        raw = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # type: ignore[attr-defined]
+    except (AttributeError, OSError) as exc:
+        return f"the kernel does not say which process answers on the hook socket ({type(exc).__name__}: {exc})"
+    pid = int.from_bytes(raw[:4], sys.byteorder, signed=True)
+    if pid_text and _pid_namespace() == namespace:
+        if str(pid) == pid_text:
+            return None
+        return (f"the process answering on the hook socket (pid {pid}) is not the ralph loop (pid {pid_text}): a "
+                "process took the socket's place")
+    if pid == 0:
+        return None
+    return (f"the process answering on the hook socket (pid {pid}) runs where this session can see it, so it is "
+            "not the ralph loop (which runs outside this session's pid namespace): a process took the socket's place")
 
 
 def in_process(payload: dict, environ: dict) -> dict:
@@ -184,7 +258,9 @@ def start_helper(path: str, environ: dict) -> None:
     )
 
 
-def respond(raw: str, environ: dict) -> dict:
+def respond(raw: str, environ: dict, loop: str = "") -> dict:
+    """The hook's output for the event ``raw``; ``loop``: what ``--loop=`` named ("": only a process this
+    one cannot see may answer for the loop: :func:`peer_refusal`)."""
     payload = loads(raw or "{}")
     if not isinstance(payload, dict):
         raise ValueError(f"the hook input is not a JSON object: {raw!r:.80}")
@@ -193,9 +269,14 @@ def respond(raw: str, environ: dict) -> dict:
     if not socket_path and in_loop(environ):
         return closed(payload, f"the ralph loop's hook socket is not set ({SOCKET_ENV})")
     if socket_path:
+        import posix
+
         request["token"] = environ.get(TOKEN_ENV, "")
+        request["nonce"] = nonce = posix.urandom(16).hex()  # the loop's answer echoes it: no answer to another call
         try:
-            answer = ask_loop(socket_path, request)
+            answer = ask_loop(socket_path, request, loop)
+        except NotTheLoop as exc:
+            return closed(payload, f"{exc}; denied, the run's token was not sent")
         except (OSError, ValueError) as exc:
             return closed(payload, f"the ralph loop that started this session is gone: cannot reach "
                                    f"{socket_path} ({type(exc).__name__}: {exc})")
@@ -204,6 +285,9 @@ def respond(raw: str, environ: dict) -> dict:
         if answer.get("error"):
             sys.stderr.write(f"ralph hook: the loop reported an error: {answer['error']}\n")
             return closed(payload, f"the ralph loop could not check this: {answer['error']}")
+        if answer.get("nonce") != nonce:
+            return closed(payload, "the answer on the hook socket does not belong to this hook call (it does not "
+                                   "echo the call's nonce)")
         return answer.get("output") or {}
     if environ.get(HELPER_ENV, "1") == "0":
         return in_process(payload, environ)
@@ -297,14 +381,16 @@ def ask_main(argv: list) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "ask":
-        return ask_main(sys.argv[2:])
+    argv = sys.argv[1:]
+    loop = argv.pop(0)[len(LOOP_OPTION):] if argv and argv[0].startswith(LOOP_OPTION) else ""
+    if argv and argv[0] == "ask":
+        return ask_main(argv[1:])
     environ = environment()
     if in_loop(environ):
         deadline(DEADLINE_SECONDS)
     raw = sys.stdin.read()
     try:
-        output = respond(raw, environ)
+        output = respond(raw, environ, loop)
     except Exception as exc:
         if in_loop(environ):  # fail closed
             try:

@@ -3,7 +3,9 @@
 The socket lives in a short private temp directory (mode 0700, the socket 0600;
 Unix socket paths are limited to ~108 bytes) whose path the loop passes to the
 agent as ``RALPH_HOOK_SOCKET``, with a per-run token (``RALPH_HOOK_TOKEN``)
-that every request must carry; a sandbox runner mounts the directory read-only.
+that every request must carry; a sandbox runner mounts the directory read-only.  Every answer
+echoes the request's ``nonce``; the hook client also checks, before it sends anything, that the
+process answering is the loop (the kernel's word: ``ralph.hooks.client.peer_refusal``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class _Handler(socketserver.StreamRequestHandler):
                 self._reply({"output": {}, "error": f"the hook request is larger than {MAX_REQUEST_BYTES} bytes"})
                 return
             request = json.loads(line.decode("utf-8") or "{}")
+            if isinstance(request, dict) and isinstance(request.get("nonce"), str):
+                self.nonce = request["nonce"]
             refusal = server.refusal(request)
             if refusal is not None:
                 self._reply({"refused": refusal})
@@ -44,7 +48,12 @@ class _Handler(socketserver.StreamRequestHandler):
             reply = {"output": {}, "error": f"{type(exc).__name__}: {exc}"}
         self._reply(reply)
 
+    nonce: str | None = None
+    """The request's ``nonce``, echoed in the answer: the hook client takes only an answer to its own call."""
+
     def _reply(self, reply: dict[str, Any]) -> None:
+        if self.nonce is not None:
+            reply["nonce"] = self.nonce
         try:
             self.wfile.write(json.dumps(reply).encode("utf-8") + b"\n")
         except (BrokenPipeError, ConnectionResetError):

@@ -78,6 +78,36 @@ def hook_command() -> str:
     return f"{shlex.quote(sys.executable)} -I -S {shlex.quote(str(hook_client_path()))}"
 
 
+def hook_peer(pid: int | None = None) -> str:
+    """``PID:PIDNS:PIDFS``: this process (the one serving the hook socket) as the hook client checks the
+    process answering it (``ralph.hooks.client.peer_refusal``): its pid, the inode of its pid namespace
+    and the pidfs inode of its pidfd (unique per process while the machine runs; empty where pidfds
+    share one inode, before Linux 6.9, or where there are none)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        namespace = str(os.stat(f"/proc/{pid}/ns/pid").st_ino)
+    except OSError:
+        namespace = ""
+    return f"{pid}:{namespace}:{_pidfs_inode(pid)}"
+
+
+def _pidfs_inode(pid: int) -> str:
+    """The pidfs inode of ``pid``, or "" where a pidfd's inode does not tell processes apart."""
+    if not hasattr(os, "pidfd_open"):
+        return ""
+    inodes = []
+    for each in (pid, os.getppid() if pid == os.getpid() else os.getpid()):
+        try:
+            fd = os.pidfd_open(each)
+        except OSError:
+            return ""
+        try:
+            inodes.append(os.fstat(fd).st_ino)
+        finally:
+            os.close(fd)
+    return str(inodes[0]) if inodes[0] != inodes[1] else ""  # one anon inode for all: not pidfs
+
+
 def hook_argv(script: Path | None = None) -> tuple[str, ...]:
     """:func:`hook_command` as argv, running ``script`` (default: the client's source)."""
     return (sys.executable, "-I", "-S", str(script or hook_client_path()))

@@ -93,10 +93,10 @@ class HookBridge:
         """The agent's way to the loop as this machine sees it: hook socket, token, run directory,
         the loop's state and task files, the hook client compiled into the run directory (made once
         per run, outside the project, where the protected-files guard denies writes; put back, and
-        reported, when it changed since: :class:`~ralph.hooks.wiring.CompiledClient`) and this
-        process's loader variables.  A runner remaps it (:meth:`Runner.agent_channel`)."""
+        reported, when it changed since: :class:`~ralph.hooks.wiring.CompiledClient`), this
+        process's loader variables and its identity (the only process whose answers the client takes).  A runner remaps it (:meth:`Runner.agent_channel`)."""
         from ralph.contracts import AgentChannel
-        from ralph.hooks.wiring import CompiledClient, loader_env
+        from ralph.hooks.wiring import CompiledClient, hook_peer, loader_env
 
         assert self.server is not None
         if self._client is None:
@@ -116,6 +116,7 @@ class HookBridge:
             tasks_file=tasks_file,
             hook_command=self._hook_argv,
             loader_env=loader_env(inherit=True),
+            hook_peer=hook_peer(),
         )
 
     def start_iteration(self, running: Running, number: int | None = None) -> None:

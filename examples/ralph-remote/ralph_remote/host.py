@@ -28,7 +28,7 @@ from typing import Any
 
 from ralph.api import ProcessSpec
 from ralph.api.process import run_process, run_shell
-from ralph.api.hooks import HookRelay, hook_client_path
+from ralph.api.hooks import HookRelay, hook_client_path, hook_peer
 from ralph.api.workspace import inside_script
 
 from .wire import Lost, Wire, pack, unpack
@@ -60,6 +60,7 @@ class AgentHost:
         if op == "hello":
             return {"hostname": os.uname().nodename, "checkout": str(self.checkout), "private": str(self.private),
                     "hook_socket": str(self.relay.path), "hook_command": [sys.executable, "-I", "-S", str(hook_client_path())],
+                    "hook_peer": hook_peer(),
                     "inside": [sys.executable, "-I", "-S", str(inside_script())], "git": shutil.which("git"),
                     "env": dict(os.environ), "home": os.path.expanduser("~")}
         if op == "inside":

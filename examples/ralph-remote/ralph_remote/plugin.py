@@ -104,13 +104,14 @@ class RemoteRunner(Runner):
 
     def agent_channel(self, channel: AgentChannel) -> AgentChannel:
         """The channel on the agent host: its checkout and private directory instead of the project and
-        the run directory, its relay's socket, its hook client; nothing of this machine's loader
-        variables or config home (the person's login stays here)."""
+        the run directory, its relay's socket, its hook client (taking answers from the host's process,
+        the relay's, only); nothing of this machine's loader variables or config home (the person's
+        login stays here)."""
         self._loop = channel
         hello = self._hello
         there = channel.remap(self._project, Path(hello["checkout"])).remap(channel.run_dir, Path(hello["private"]))
         return dataclasses.replace(there, hook_socket=Path(hello["hook_socket"]), hook_command=tuple(hello["hook_command"]),
-                                   loader_env={}, config_home=None, model_endpoint=None)
+                                   hook_peer=hello.get("hook_peer"), loader_env={}, config_home=None, model_endpoint=None)
 
     def run(self, spec: ProcessSpec, on_line: Callable[[str], None], timeout: float | None,
             cancel: threading.Event) -> ProcessOutcome:

@@ -138,7 +138,7 @@ class FakeLoop(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                     output: dict[str, Any] = {"ok": True, "message": "the story waits for a person"}
                 else:
                     output = {"systemMessage": f"checked in {request['payload']['cwd']}"}
-                self.wfile.write(json.dumps({"output": output}).encode() + b"\n")
+                self.wfile.write(json.dumps({"output": output, "nonce": request.get("nonce")}).encode() + b"\n")
 
         super().__init__(str(path), Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -167,7 +167,8 @@ def test_hook_calls_on_the_host_reach_the_loop_with_their_token_and_fail_closed_
         assert there.token == "the-run-token" and there.loader_env == {} and there.config_home is None
 
         def hook_client(*args: str, payload: dict[str, Any] | None = None) -> Any:
-            return subprocess.run([*there.hook_command, *args], input=json.dumps(payload or {}), capture_output=True,
+            # the command line the agent's settings hold: it names the host's relay process (--loop=)
+            return subprocess.run([*shlex.split(there.hook_command_line()), *args], input=json.dumps(payload or {}), capture_output=True,
                                   text=True, env={**there.hook_env(), "PATH": os.environ["PATH"]}, timeout=120)
 
         payload = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},

@@ -29,7 +29,7 @@ from typing import Any
 
 from ralph.api import ProcessSpec
 from ralph.api.process import run_process
-from ralph.api.hooks import HookRelay
+from ralph.api.hooks import HookRelay, hook_peer
 from ralph.api.workspace import WorkspaceState, apply, capture, init_checkout
 
 KILL_GRACE_SECONDS = 3.0
@@ -67,7 +67,8 @@ class WorkspaceActor:
     # -- where ---------------------------------------------------------------------
 
     def where(self) -> dict[str, Any]:
-        """Node, host, process and checkout of this actor, and the hook command that works here."""
+        """Node, host, process and checkout of this actor, the hook command that works here and the
+        relay's process as the hook client checks it (``hook_peer``: this actor)."""
         import ray
 
         sandboxed = self._sandbox_runner is not None
@@ -79,6 +80,7 @@ class WorkspaceActor:
             "agent_runs": "docker-sandbox" if sandboxed else "direct",
             "hook_socket": str(self.relay.path),
             "hook_command": self._sandbox_runner.hook_command() if sandboxed else f"{sys.executable} -I -S {self.client}",
+            "hook_peer": hook_peer(),
         }
 
     def sandbox_check(self) -> str | None:

@@ -163,7 +163,8 @@ class RayRunner(Runner):
     def agent_channel(self, channel: AgentChannel) -> AgentChannel:
         """The channel on the node: the actor's relay socket, its private directory as the run
         directory, its checkout instead of the project, the hook client that works there (the
-        node's interpreter, or the sandbox container's) and no loader variables of this machine.
+        node's interpreter, or the sandbox container's) taking answers from the actor (the relay's
+        process) only, and no loader variables of this machine.
         No config home: the one the loop made holds this machine's login, which the node cannot
         see; the node's CLI keeps its own home (its login), whose user settings and MCP servers the
         agent's flags leave unread (``--setting-sources``, ``--strict-mcp-config``)."""
@@ -178,6 +179,7 @@ class RayRunner(Runner):
             node,
             hook_socket=Path(self._where["hook_socket"]),
             hook_command=tuple(shlex.split(self._where["hook_command"])),
+            hook_peer=self._where.get("hook_peer"),
             loader_env={},
             config_home=None,
         )
