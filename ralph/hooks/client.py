@@ -264,7 +264,7 @@ def respond(raw: str, environ: dict, loop: str = "") -> dict:
     payload = loads(raw or "{}")
     if not isinstance(payload, dict):
         raise ValueError(f"the hook input is not a JSON object: {raw!r:.80}")
-    request = {"payload": payload, "env": {key: environ[key] for key in FORWARDED_ENV if key in environ}}
+    request: dict = {"payload": payload, "env": {key: environ[key] for key in FORWARDED_ENV if key in environ}}
     socket_path = environ.get(SOCKET_ENV)
     if not socket_path and in_loop(environ):
         return closed(payload, f"the ralph loop's hook socket is not set ({SOCKET_ENV})")
