@@ -26,11 +26,26 @@ def inside_tree(path: Path | str, tree: Path | str) -> bool:
     return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
-def path_outside(value: str, tree: Path | str) -> str:
+def path_outside(value: str, tree: Path | str, keep: tuple[str, ...] = ()) -> str:
     """A ``PATH`` value without the entries a program in ``tree`` could be found through: entries
-    inside ``tree`` (``node_modules/.bin``, a project venv) and relative ones (the current folder)."""
-    kept = [entry for entry in value.split(os.pathsep) if entry and os.path.isabs(entry) and not inside_tree(entry, tree)]
-    return os.pathsep.join(kept)
+    inside ``tree`` (``node_modules/.bin``, a project venv) and relative ones (the current folder).
+
+    Inside by name or with symlinks resolved: in a sandbox the project's path shows the agent's checkout,
+    where a link of this machine's means nothing.  ``keep``: entries to keep although inside (under a
+    directory a sandbox shows read-only from this machine, the project's ``.venv``)."""
+    def dropped(entry: str) -> bool:
+        if not entry or not os.path.isabs(entry):
+            return True
+        if any(_lexically_under(entry, kept) for kept in keep):
+            return False
+        return _lexically_under(entry, str(tree)) or inside_tree(entry, tree)
+
+    return os.pathsep.join(entry for entry in value.split(os.pathsep) if not dropped(entry))
+
+
+def _lexically_under(path: str, tree: str) -> bool:
+    real, base = os.path.normpath(path), os.path.normpath(os.path.abspath(tree))
+    return real == base or real.startswith(base.rstrip(os.sep) + os.sep)
 
 
 def _is_executable(path: Path) -> bool:

@@ -454,6 +454,7 @@ def _check_ignored_here(repo: Path, tracked: list[Entry], members: list[tarfile.
     wanted = {path for _mode, _sha, path in tracked if path not in here} | {member.name for member in members}
     if not wanted:
         return
+    _check_dirs_replaced(repo, wanted - {member.name for member in members if member.isdir()})
     ignored = ignored_entries(repo) | also
     if not ignored:
         return
@@ -464,6 +465,24 @@ def _check_ignored_here(repo: Path, tracked: list[Entry], members: list[tarfile.
                 raise WorkspaceRefused(f"{_shown(name)} would be written {where} {_shown(key)}, which git ignores "
                                        "in the project (ignored files never travel: it is this machine's own); "
                                        "nothing was applied")
+
+
+def _check_dirs_replaced(repo: Path, files: set[str]) -> None:
+    """No file or symlink coming back replaces a directory here that holds anything git does not track here
+    (the person's ignored ``config/.env``, an untracked file): git's checkout and the mirror's writes remove
+    such a directory with all that is in it, and the agent never had what git ignores."""
+    from ralph import safeio
+
+    for name in sorted(files):
+        if safeio.kind(name, repo) != "dir":
+            continue
+        out = git(repo, "ls-files", "-z", "--others", "--directory", "--", f"{name}/",
+                  env={"GIT_LITERAL_PATHSPECS": "1"}).stdout
+        held = [entry for entry in out.decode("utf-8", "surrogateescape").split("\0") if entry]
+        if held:
+            raise WorkspaceRefused(f"{_shown(name)} would replace the directory {_shown(name + '/')} here, which holds "
+                                   f"{_shown(held[0].rstrip('/'))} that git does not track (the person's: ignored files "
+                                   "never travel); nothing was applied")
 
 
 def _shown(text: str) -> str:

@@ -102,6 +102,29 @@ class WorkspaceState:
         return len(self.bundle or b"") + len(self.diff) + len(self.untracked)
 
 
+GIT = ["git"]
+"""The git program :func:`run_git` runs: :func:`main` makes it an absolute path found outside the checkout."""
+
+
+def find_git(checkout: Path) -> str:
+    """git, found on ``PATH`` without relative entries and entries inside ``checkout`` (the agent's: a
+    ``bin/git`` it committed, on the person's ``PATH`` by direnv's ``PATH_add bin``, never runs)."""
+    import shutil
+
+    tree = os.path.normpath(os.path.abspath(checkout))
+    real = os.path.realpath(checkout)
+
+    def inside(entry: str) -> bool:
+        return any(e == t or e.startswith(t.rstrip("/") + "/")
+                   for e in (os.path.normpath(entry), os.path.realpath(entry)) for t in (tree, real))
+
+    search = [e for e in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(e) and not inside(e)]
+    found = shutil.which("git", path=os.pathsep.join(search))
+    if found is None or inside(found):
+        raise WorkspaceError("git was not found on PATH outside the checkout")
+    return os.path.abspath(found)
+
+
 GitRunner = Callable[..., "subprocess.CompletedProcess[bytes]"]
 """``git(repo, *args, input=None, check=True, env=None)``: one git call, bytes out."""
 
@@ -114,7 +137,7 @@ def run_git(repo: Path, *args: str, input: bytes | None = None, check: bool = Tr
     environ.update({"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
                     "GIT_OPTIONAL_LOCKS": "0", "GIT_NO_REPLACE_OBJECTS": "1", "LC_ALL": "C"})
     environ.update(env or {})
-    argv = ["git", "--no-pager"]
+    argv = [GIT[0], "--no-pager"]
     for key, value in HARDENING:
         argv += ["-c", f"{key}={value}"]
     if input is None:
@@ -493,6 +516,7 @@ def main(argv: list[str]) -> int:
         return 2
     command, checkout = argv[0], Path(argv[1])
     try:
+        GIT[0] = find_git(checkout)
         if command == "apply":
             state, header = decode(sys.stdin.buffer.read())
             apply(checkout, state, header.get("branch"), fresh="--fresh" in argv[2:])

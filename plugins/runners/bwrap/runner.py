@@ -466,18 +466,33 @@ class BwrapRunner(Runner):
         return any(fnmatch.fnmatchcase(name, pattern) for pattern in (*ALWAYS_PASSED, *cfg.env_allowlist, *cfg.env))
 
     def _plain_env(self) -> dict[str, str]:
-        """The environment of the workspace side (git and Python, nothing of the person's)."""
+        """The environment of the workspace side (git and Python, nothing of the person's): no ``PATH``
+        entry inside the project, where the sandbox shows the agent's checkout."""
         env = {name: value for name, value in os.environ.items() if name in ("LANG", "LC_ALL", "TZ")}
-        env.update({"PATH": os.environ.get("PATH", os.defpath), "HOME": os.environ.get("HOME", "/tmp"),
+        env.update({"PATH": self._path(()), "HOME": os.environ.get("HOME", "/tmp"),
                     "TMPDIR": "/tmp", "GIT_CONFIG_GLOBAL": str(PRIVATE_MOUNT / "gitconfig")})
         return env
 
+    def _path(self, keep: Sequence[str]) -> str:
+        """The person's ``PATH`` without relative entries and entries inside the project (the agent's
+        checkout there: direnv's ``PATH_add bin``, ``node_modules/.bin``), but for those under ``keep``
+        (toolchain entries, shown read-only from this machine)."""
+        from ralph.api.process import path_outside
+
+        project = self._project_dir()
+        kept = tuple(str(project / name) for name in keep)
+        return path_outside(os.environ.get("PATH", os.defpath), project, keep=kept)
+
+    def _project_dir(self) -> Path:
+        return self._project or Path(self.settings.project_dir).resolve()
+
     def _sandbox_env(self) -> dict[str, str]:
+        toolchain = self._toolchain if self._checkout is not None else self._toolchain_of(self._project_dir())
         env = {name: value for name, value in os.environ.items() if self._passed(name)}
         env.update({
             "HOME": os.environ.get("HOME") or str(Path.home()),
             "TMPDIR": "/tmp",
-            "PATH": f"{PRIVATE_MOUNT / 'bin'}:{os.environ.get('PATH', os.defpath)}",
+            "PATH": f"{PRIVATE_MOUNT / 'bin'}:{self._path(toolchain)}",
             "GIT_CONFIG_GLOBAL": str(PRIVATE_MOUNT / "gitconfig"),
         })
         return env

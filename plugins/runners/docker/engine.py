@@ -558,6 +558,13 @@ class Sandbox:
             **self._hardening(),
         )
 
+    def _path(self) -> str:
+        """The image's ``PATH`` without entries inside the project, where every container shows the agent's
+        checkout (a devcontainer's ``node_modules/.bin``), and relative ones."""
+        from ralph.api.process import path_outside
+
+        return path_outside(self.options.path, self.project_dir) or STANDARD_PATH
+
     def environment(self, spec: ProcessSpec) -> dict[str, str]:
         env = {
             "IS_SANDBOX": "1",
@@ -571,7 +578,7 @@ class Sandbox:
         env.update(
             {
                 "HOME": IN_CONTAINER_HOME,
-                "PATH": f"{IN_CONTAINER_BIN}:{self.options.path}",
+                "PATH": f"{IN_CONTAINER_BIN}:{self._path()}",
                 "PYTHONPATH": IN_CONTAINER_LIB,
                 "PYTHONDONTWRITEBYTECODE": "1",
             }
@@ -727,7 +734,7 @@ class Sandbox:
             mounts = [Mount(str(cwd), str(cwd), type="bind"), *self._project_dependencies(Path(cwd), shared)]
         env = {
             "HOME": IN_CONTAINER_HOME,
-            "PATH": self.options.path,
+            "PATH": self._path(),
             "PYTHONDONTWRITEBYTECODE": "1",
             **self._network_args()[1],
         }
