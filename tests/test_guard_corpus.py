@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from guard_corpus import ATTACKS, HOME, ORDINARY, Attack, project_tree
+from guard_corpus import ATTACKS, HOME, LOOP_ORDINARY, ORDINARY, PROTECTED, Attack, project_tree
 from ralph.contracts import LoopView
 from ralph.plugin.manager import PluginHost
 from ralph.testing.hooks import make_event
@@ -77,6 +77,26 @@ def test_attack_in_sandbox_mode(host: PluginHost, project: Path, attack: Attack)
 def test_ordinary_command_is_allowed(host: PluginHost, project: Path, command: str) -> None:
     for runner in (None, "direct", "docker-sandbox"):
         assert rules(host, project, command, runner) == [], (command, runner)
+
+
+def _in_loop(project: Path, command: str) -> str:
+    (project / "x.patch").write_text("--- a/ralph/prd.md\n+++ b/ralph/prd.md\n@@ -1 +1 @@\n-a\n+b\n")
+    return command.format(state=project.parent, scratch=project.parent / "scratch")
+
+
+@pytest.mark.parametrize("command,mode", PROTECTED, ids=[c[:60] for c, _ in PROTECTED])
+def test_protected_file_write_in_a_loop(host: PluginHost, project: Path, command: str, mode: str) -> None:
+    line = _in_loop(project, command)
+    assert "protected-file" in rules(host, project, line, "direct"), line
+    sandboxed = rules(host, project, line, "docker-sandbox")
+    assert ("protected-file" in sandboxed) == (mode == "both"), (line, sandboxed)
+
+
+@pytest.mark.parametrize("command", LOOP_ORDINARY)
+def test_ordinary_write_in_a_loop_is_allowed(host: PluginHost, project: Path, command: str) -> None:
+    line = _in_loop(project, command)
+    for runner in ("direct", "docker-sandbox"):
+        assert "protected-file" not in rules(host, project, line, runner), (line, runner)
 
 
 def documented_limits() -> list[str]:

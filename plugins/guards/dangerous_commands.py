@@ -58,6 +58,8 @@ from ralph.api.shell import (
     parse_git,
     path_stat,
     read_container,
+    Unreadable,
+    read_regular,
     real_path,
     resolve_path,
     short_flag,
@@ -559,7 +561,11 @@ def _check_git(cmd: Command, index: int, analysis: Analysis, ctx: _Ctx) -> None:
     if sub == "reset" and has_long(args, "--hard", 4):
         _check_reset(args, ctx)
     branch = _moves_main(cmd, index, analysis, v, ctx)
-    if branch:
+    if branch == UNREADABLE_HEAD:
+        ctx.deny("git-merge-main", "The guard cannot tell which branch this `git merge` merges into: the "
+                                   "repository's HEAD (or its `.git` file) is not a regular file it can read (a FIFO "
+                                   "or a device). Restore a normal .git, or leave the merge to the user.")
+    elif branch:
         _deny_merge(branch, ctx)
 
 
@@ -598,7 +604,7 @@ def _moves_main(cmd: Command, index: int, analysis: Analysis, v: GitView, ctx: _
     sub, args = v.sub, v.args
     if sub == "merge" and not any(a in ("--abort", "--continue", "--quit") for a in args):
         branch = _target_branch(cmd, index, analysis, v.dirs, ctx)
-        return branch if branch in _MAIN_BRANCHES else None
+        return branch if branch in _MAIN_BRANCHES or branch == UNREADABLE_HEAD else None
     refs: list[str] = []
     if sub == "update-ref":
         refs = [a for a in args if not a.startswith("-")][:1]
@@ -728,8 +734,15 @@ def _target_branch(cmd: Command, index: int, analysis: Analysis, dirs: list[str]
     return ctx.branch(base)
 
 
+UNREADABLE_HEAD = "?"
+"""What :func:`current_branch` says when the repository's ``.git`` file or ``HEAD`` is not a regular file it can
+read without blocking (a FIFO the agent made): no branch is named so (git refuses ``?`` in a ref name)."""
+
+
 def current_branch(start: str) -> str | None:
-    """The checked-out branch of the repository holding ``start`` (None if detached or no repo)."""
+    """The checked-out branch of the repository holding ``start`` (None if detached or no repo;
+    :data:`UNREADABLE_HEAD` if what names it is not a regular file: a FIFO would block the guard).  Every file is
+    read with :func:`~ralph.api.shell.read_regular`: never blocking, regular files only, a size bound."""
     d = os.path.abspath(start)
     head = None
     for _ in range(128):
@@ -737,10 +750,11 @@ def current_branch(start: str) -> str | None:
         if os.path.isdir(git):
             head = os.path.join(git, "HEAD")
             break
-        if os.path.isfile(git):
+        if os.path.lexists(git):
             try:
-                with open(git, encoding="utf-8") as handle:
-                    line = handle.readline().strip()
+                line = _first_line(git)
+            except Unreadable:
+                return UNREADABLE_HEAD
             except OSError:
                 return _rev_parse(start)
             if not line.startswith("gitdir:"):
@@ -754,13 +768,18 @@ def current_branch(start: str) -> str | None:
     if head is None:
         return None
     try:
-        with open(head, encoding="utf-8") as handle:
-            ref = handle.readline().strip()
+        ref = _first_line(head)
+    except Unreadable:
+        return UNREADABLE_HEAD
     except OSError:
         return _rev_parse(start)
     if ref.startswith("ref: refs/heads/"):
         return ref[len("ref: refs/heads/") :]
     return None
+
+
+def _first_line(path: str) -> str:
+    return read_regular(path, 64 * 1024).decode("utf-8", "replace").partition("\n")[0].strip()
 
 
 def _rev_parse(start: str) -> str | None:

@@ -4,13 +4,17 @@ Only during a loop (``event.loop`` set).  Protected: ``event.loop.protected_path
 (the ``.ralph-active`` marker, ``prd.md`` and ``prompt.md`` -- read-only during
 the loop --, the hook configuration), ``.ralph-active`` in the project,
 ``prd.md``/``prompt.md`` in the ralph directory, every ``.claude/settings*``
-file of the project, and everything under the run directory.
+file of the project, everything under the run directory, and in direct mode
+everything under the loop's state directory (the run directory's grandparent,
+the whole ``projects/`` tree in ralph's layout; the project and ``$TMPDIR`` excepted).
 
 Denied: ``Write``/``Edit``/``MultiEdit``/``NotebookEdit`` of those paths, and Bash
 commands that write them: output redirections and ``tee``, the destination of
 ``cp``/``mv``/``install``/``ln``/``rsync``, ``sed -i``/``perl -i`` files,
-``truncate``, ``dd of=``, ``git checkout``/``git restore`` of the file, and
-``rm``/``mv``/``unlink``/``shred`` of the path or a directory holding it.
+``truncate``, ``dd of=``, and every write the shell analysis records
+(``Analysis.writes``: git's work-tree writes by pathspec, in-place editors,
+programs that remove their input ...), and ``rm``/``mv``/``unlink``/``shred`` of
+the path or a directory holding it.
 Paths are compared resolved (relative to the call's cwd, symlinks followed);
 glob patterns (``rm .ralph/*``) are matched against the protected paths.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import tempfile
 from typing import Any
 
 from ralph.api import Denial, HookEvent, hookimpl
@@ -55,6 +60,9 @@ class _Protected:
         self.home = (event.environ or {}).get("HOME") or os.path.expanduser("~")
         self.known = {"CLAUDE_PROJECT_DIR": project}
         self._sets: tuple[set[str], set[str], set[str]] | None = None
+        self._state: tuple[set[str], set[str]] | None = None
+        tmp = (event.environ or {}).get("TMPDIR")
+        self._scratch = [project, *([os.path.normpath(tmp)] if tmp and os.path.isabs(tmp) else [])]
 
     def protected(self) -> tuple[set[str], set[str], set[str]]:
         """(files, directories holding only protected files, ``.claude`` directories), each as given and
@@ -80,10 +88,41 @@ class _Protected:
             )
         return self._sets
 
+    def state(self) -> tuple[set[str], set[str]]:
+        """In direct mode: (the loop's state directories, the directories inside them that are not the loop's:
+        the project and the scratch directory, when they lie there).  The state directory is the run
+        directory's grandparent (``<root>/projects/<key>/runs/<run>``: story states, the last run, the other
+        runs), and in ralph's own layout the whole state root (every project's state; its ``projects/`` tree
+        when the root is a shared directory such as ``/tmp`` or the home directory).  The loop reads what is there
+        (a story's state decides what runs next), so the agent writes none of it, a new file included."""
+        if self._state is None:
+            roots: set[str] = set()
+            if not self.loop.isolates:
+                run_dir = os.path.normpath(os.path.join(self.project, str(self.loop.run_dir)))
+                state = os.path.dirname(os.path.dirname(run_dir))
+                if os.path.basename(os.path.dirname(state)) == "projects":  # ralph's layout: its state root
+                    root = os.path.dirname(os.path.dirname(state))
+                    shared = {"/", "/tmp", "/var/tmp", os.path.normpath(self.home), tempfile.gettempdir()}
+                    state = root if root not in shared else os.path.dirname(state)
+                if state != os.path.dirname(state):  # never the file system's root
+                    roots = {state, real_path(state)}
+            self._state = (roots, {d for c in self._scratch for d in (c, real_path(c))})
+        return self._state
+
+    def in_state(self, p: str, remove: bool) -> bool:
+        roots, inside = self.state()
+        if not roots:
+            return False
+        if remove and any(_under(r, p) for r in roots):
+            return True
+        return any(_under(p, r) for r in roots) and not any(_under(p, c) for c in inside)
+
     def hit(self, path: str, remove: bool = False, glob: bool = False) -> bool:
         """Does writing (or, with ``remove``, deleting/moving) ``path`` touch a protected file?"""
         files, dirs, claude_dirs = self.protected()
         for p in {path, real_path(path)}:
+            if self.in_state(p, remove):
+                return True
             if any(_under(p, d) or (remove and _under(d, p)) for d in dirs):
                 return True
             if any(p == f or (remove and _under(f, p)) for f in files):
@@ -107,7 +146,9 @@ def _deny(shown: str) -> list[Denial]:
         Denial(
             RULE,
             f"{shown} is protected while the Ralph loop runs (the loop's marker, prd.md/prompt.md, the hook "
-            "configuration or the run directory): leave it unchanged; put notes and questions for the user in "
+            "configuration, the run directory or the loop's state directory), or the command can reach it (a "
+            "pathspec such as `.`, `:/` or a pattern, or none, counts as the whole tree): leave it unchanged, name "
+            "only the files you mean (`git restore -- src/app.py`); put notes and questions for the user in "
             "progress.txt instead.",
         )
     ]
@@ -265,18 +306,4 @@ def _targets(cmd: Command) -> list[tuple[str, bool, bool, bool]]:
                 dynamic = cmd.dynamic[i] or (dest is not None and cmd.dynamic[dest])
                 out.append((os.path.join(where, base), dynamic, cmd.glob[i], False))
         return out
-    if name in ("sed", "gsed", "perl") and any(
-        a == "--in-place" or a.startswith("--in-place=") or (a.startswith("-") and not a.startswith("--") and "i" in a)
-        for a in cmd.args
-    ):
-        ops = _operands(cmd, frozenset({"-e", "-f", "--expression", "--file", "-l"}))
-        explicit = any(a in ("-e", "-f", "--expression", "--file") or a.startswith("--expression=") for a in cmd.args)
-        return at(ops if explicit else ops[1:], False)
-    if name == "git":
-        from ralph_plugins.guards.dangerous_commands import parse_git
-
-        sub, args, _, _ = parse_git(argv)
-        if sub in ("checkout", "restore"):
-            offset = len(argv) - len(args)
-            return at([offset + k for k, a in enumerate(args) if not a.startswith("-")], False)
     return []

@@ -7,7 +7,7 @@ shared by every guard); ``ShellAnalysis``, ``SHELLS``, ``PRIVILEGE_WRAPPERS``, `
 ``resolve_path`` for reading a command; the work budget of one analysis (``budget_scope``,
 ``active_budget``, ``BudgetExceeded``); paths as the agent's process would see them (``real_path``,
 ``path_stat``, ``MAX_PATH``); git's command line (``parse_git``, ``git_view``, :class:`GitView`,
-``short_flag``), programs that fetch (``fetches``, ``has_long``), ``find``'s roots and actions
+``short_flag``), programs that fetch (``fetches``, ``has_long``), files read without blocking (``read_regular``, ``Unreadable``), ``find``'s roots and actions
 (``find_roots``, ``find_may_act``, ``may_reach_git``) and container CLIs (``CONTAINER_CLIS``,
 ``read_container``, ``mount_fields``).  See docs/guards.md.  tree-sitter is loaded on the first
 analysis, not by importing this module.
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ralph.shell.git import GitView, parse_git, short_flag
     from ralph.shell.git import view as git_view
     from ralph.shell.paths import MAX_PATH, glob_links, path_stat, real_path
-    from ralph.shell.progutil import fetches, has_long
+    from ralph.shell.progutil import Unreadable, fetches, has_long, read_regular
     from ralph.shell.tools import find_roots
 
 __all__ = [
@@ -52,7 +52,7 @@ __all__ = [
     "CONTAINER_CLIS", "MAX_PATH", "PRIVILEGE_WRAPPERS", "SHELLS", "Analysis", "BudgetExceeded", "Command", "GitView",
     "Opaque", "ShellAnalysis", "WriteTarget", "active_budget", "analyze", "analyze_for", "basename", "budget_scope",
     "fetches", "find_may_act", "find_roots", "git_view", "has_long", "may_reach_git", "mount_fields", "parse_git",
-    "path_stat", "read_container", "real_path", "resolve_path", "short_flag",
+    "path_stat", "read_container", "read_regular", "real_path", "resolve_path", "short_flag", "Unreadable",
 ]
 
 __getattr__ = lazy_attributes(__name__, {
@@ -64,7 +64,7 @@ __getattr__ = lazy_attributes(__name__, {
     **dict.fromkeys(["MAX_PATH", "glob_links", "path_stat", "real_path"], "ralph.shell.paths"),
     **dict.fromkeys(["GitView", "parse_git", "short_flag"], "ralph.shell.git"),
     "git_view": "ralph.shell.git:view",
-    **dict.fromkeys(["fetches", "has_long"], "ralph.shell.progutil"),
+    **dict.fromkeys(["Unreadable", "fetches", "has_long", "read_regular"], "ralph.shell.progutil"),
     "find_roots": "ralph.shell.tools",
     "may_reach_git": "ralph.shell.findexpr",
     "find_may_act": "ralph.shell.findexpr:may_act",

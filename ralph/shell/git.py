@@ -334,6 +334,8 @@ def _tree_writes(w: Any, call: Any, v: GitView) -> None:
         prefix = next((a.split("=", 1)[1] for a in args if a.startswith("--prefix=")), None)
         if sub == "checkout-index" and prefix:
             add_write(w, call, _word(call, prefix), into=True, skips_git=True, via="git checkout-index --prefix")
+    if not isinstance(tree, str):  # with --work-tree/GIT_WORK_TREE the whole tree counts already (above)
+        _pathspec_writes(w, call, v, base)
     operands = [a for a in args if not a.startswith("-")]
     if sub == "clone" and len(operands) >= 2:
         add_write(w, call, _word(call, operands[1]), into=True, skips_git=True, via="git clone")
@@ -540,3 +542,240 @@ _SUBCOMMANDS = {
     "clone": _clone,
     "config": _config,
 }
+
+
+# -- what git writes in the work tree, by pathspec ---------------------------------------------------------
+
+_MAGIC = re.compile(r"[*?\[\\]")
+_SUB_LONGS: dict[str, frozenset[str]] = {
+    "rm": frozenset({"--force", "--dry-run", "--cached", "--ignore-unmatch", "--quiet", "--sparse",
+                     "--pathspec-from-file", "--pathspec-file-nul", "--recursive"}),
+    "mv": frozenset({"--force", "--dry-run", "--verbose", "--sparse"}),
+    "checkout": frozenset({"--quiet", "--progress", "--no-progress", "--force", "--ours", "--theirs", "--track",
+                           "--no-track", "--guess", "--no-guess", "--detach", "--orphan", "--ignore-skip-worktree-bits",
+                           "--merge", "--conflict", "--patch", "--ignore-other-worktrees", "--overwrite-ignore",
+                           "--no-overwrite-ignore", "--recurse-submodules", "--no-recurse-submodules",
+                           "--overlay", "--no-overlay", "--pathspec-from-file", "--pathspec-file-nul"}),
+    "restore": frozenset({"--source", "--patch", "--worktree", "--staged", "--quiet", "--progress", "--no-progress",
+                          "--ours", "--theirs", "--merge", "--conflict", "--ignore-unmerged", "--ignore-skip-worktree-bits",
+                          "--recurse-submodules", "--no-recurse-submodules", "--overlay", "--no-overlay",
+                          "--pathspec-from-file", "--pathspec-file-nul"}),
+    "checkout-index": frozenset({"--index", "--quiet", "--force", "--all", "--no-create", "--prefix", "--stage",
+                                 "--temp", "--ignore-skip-worktree-bits", "--stdin", "-z"}),
+    "read-tree": frozenset({"--index-output", "--trivial", "--aggressive", "--reset", "--prefix", "--exclude-per-directory",
+                            "--dry-run", "--verbose", "--no-sparse-checkout", "--sparse-checkout", "--empty",
+                            "--quiet", "--recurse-submodules", "--no-recurse-submodules"}),
+    "stash": frozenset({"--patch", "--staged", "--keep-index", "--no-keep-index", "--include-untracked",
+                        "--no-include-untracked", "--only-untracked", "--all", "--quiet", "--message",
+                        "--pathspec-from-file", "--pathspec-file-nul", "--index"}),
+    "merge-file": frozenset({"--stdout", "--object-id", "--diff3", "--zdiff3", "--diff-algorithm", "--ours", "--theirs",
+                             "--union", "--marker-size", "--quiet", "--no-diff3"}),
+    "apply": frozenset({"--stat", "--numstat", "--summary", "--check", "--index", "--intent-to-add", "--cached",
+                        "--3way", "--ours", "--theirs", "--union", "--build-fake-ancestor", "--reverse", "--reject",
+                        "--unidiff-zero", "--apply", "--no-add", "--allow-binary-replacement", "--binary",
+                        "--exclude", "--include", "--ignore-space-change", "--ignore-whitespace", "--whitespace",
+                        "--inaccurate-eof", "--verbose", "--quiet", "--recount", "--directory",
+                        "--allow-empty", "--allow-overlap"}),
+    "clean": frozenset({"--dry-run", "--force", "--interactive", "--quiet", "--exclude"}),
+    "sparse-checkout": frozenset(),
+}
+"""Every long option of the subcommands whose pathspecs name the files they write (git's parse-options takes
+any unambiguous prefix of them: ``--cach`` is ``--cached``)."""
+_SUB_VALUES: dict[str, str] = {"checkout": "bB", "restore": "s", "stash": "m", "merge-file": "L", "apply": "pC",
+                               "read-tree": "", "checkout-index": "", "clean": "e", "rm": "", "mv": ""}
+"""Short options that take a value (attached or the next word)."""
+_LONG_VALUES = frozenset({"--orphan", "--conflict", "--pathspec-from-file", "--source", "--message", "--prefix",
+                          "--stage", "--index-output", "--exclude-per-directory", "--diff-algorithm", "--marker-size",
+                          "--exclude", "--include", "--whitespace", "--directory", "--track"})
+
+
+def _sub_options(sub: str, args: list[str]) -> tuple[set[str], list[str], list[str] | None]:
+    """(options given, spelled out; operands before ``--``; operands after it, or None without ``--``)."""
+    table = _SUB_LONGS.get(sub, frozenset())
+    values = _SUB_VALUES.get(sub, "")
+    from ralph.shell.progutil import long_option
+
+    given: set[str] = set()
+    operands: list[str] = []
+    k = 0
+    while k < len(args):
+        a = args[k]
+        k += 1
+        if a == "--":
+            return given, operands, args[k:]
+        if a.startswith("--"):
+            name = long_option(a, table) or a.partition("=")[0]
+            given.add(name)
+            if name in _LONG_VALUES and "=" not in a and name != "--track":
+                k += 1
+            continue
+        if a.startswith("-") and len(a) > 1:
+            for j, letter in enumerate(a[1:], 1):
+                given.add("-" + letter)
+                if letter in values:
+                    k += 0 if a[j + 1 :] else 1
+                    break
+            continue
+        operands.append(a)
+    return given, operands, None
+
+
+def _top(w: Any, call: Any, base: str) -> Any:
+    """The top of the work tree git runs in (``base``: the ``-C`` directories), as a word: where a pathspec such as
+    ``:/``, ``.`` at the top, or none at all reaches."""
+    import os
+
+    from ralph.shell import resolve_path
+    from ralph.shell.walker import Word
+
+    start = resolve_path(base or ".", w.cwd, w.home, False, call.st.cd, call.st.cd_unknown)
+    if start is None:
+        return _word(call, base or ".")
+    d = start
+    for _ in range(64):
+        w.budget.spend(32)
+        if os.path.lexists(os.path.join(d, ".git")):
+            return Word(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    return Word(start)
+
+
+def _pathspec_writes(w: Any, call: Any, v: GitView, base: str) -> None:
+    """Files git writes (or removes) in the work tree by pathspec: ``rm``, ``mv``, ``checkout [REV] [--] PATHS``,
+    ``restore``, ``checkout-index``, ``read-tree -u``, ``stash -u``/``-a``, ``merge-file``, ``apply``, ``clean``,
+    ``sparse-checkout``.  Built by construction: a pathspec the guard cannot pin down to literal names (magic
+    ``:/``/``:(glob)``..., wildcards, ``--pathspec-from-file``, none where none means everything) counts as
+    writing all it can reach: under its literal directory, or the whole work tree."""
+    import os
+
+    from ralph.shell.writes import add_write
+
+    sub = v.sub
+    if sub not in _SUB_LONGS:
+        return
+    given, before, after = _sub_options(sub, v.args)
+    via = f"git {sub}"
+    whole = False
+    specs: list[str] = []
+    truncates_only = False  # merge-file: one named file, written (not a tree)
+    if "--dry-run" in given or ("-n" in given and sub in ("rm", "mv", "clean", "read-tree")):
+        return
+    if sub == "rm":
+        if "--cached" in given:
+            return  # the index only
+        specs = before + (after or [])
+    elif sub == "mv":
+        specs = before + (after or [])  # the sources go, the destination is written
+    elif sub == "checkout":
+        if after is not None:
+            specs = after
+        else:  # `git checkout X Y...`: Y... are pathspecs; X too when it names a path or is a pattern (git refuses
+            # a name that is both a revision and a path), else it is the revision
+            first = before[:1]
+            specs = [a for a in first if a.startswith(":") or _MAGIC.search(a) or os.path.lexists(
+                _in_dir(w, call, base, a))] + before[1:]
+    elif sub == "restore":
+        if ("--staged" in given or "-S" in given) and not ({"--worktree", "-W"} & given):
+            return
+        specs = before + (after or [])
+        whole = not specs
+    elif sub == "checkout-index":
+        if "--prefix" in given or "--temp" in given:
+            return  # files under the prefix (recorded above), or temporary files
+        specs = before + (after or [])
+        whole = bool({"-a", "--all", "--stdin"} & given) or not specs
+    elif sub == "read-tree":
+        if "-u" not in given:
+            return  # the index only
+        whole = True
+    elif sub == "stash":
+        action = before[0] if before and before[0] in _STASH_ACTIONS else "push"
+        if not ({"-u", "--include-untracked", "-a", "--all", "--only-untracked"} & given):
+            return  # tracked changes only, given back by `stash pop` (see docs/guards.md)
+        if action in ("push", "save"):
+            specs = (before[1:] if before and before[0] == "push" else []) + (after or []) if action == "push" else []
+            whole = not specs
+    elif sub == "merge-file":
+        if {"-p", "--stdout", "--object-id"} & given:
+            return
+        specs = (before + (after or []))[:1]
+        truncates_only = True
+    elif sub == "apply":
+        if {"--stat", "--numstat", "--summary", "--check", "--cached"} & given:
+            return
+        _apply_writes(w, call, v, base, given, before + (after or []))
+        return
+    elif sub == "clean":
+        specs = before + (after or [])
+        whole = not specs
+    elif sub == "sparse-checkout":
+        if before[:1] and before[0] in ("set", "add", "reapply", "init", "disable"):
+            whole = True
+    if "--pathspec-from-file" in given:
+        whole = True
+    for spec in specs:
+        if spec.startswith(":") or spec in ("", "."):
+            whole = whole or spec.startswith(":")
+            if spec.startswith(":"):
+                continue
+        if truncates_only and not spec.startswith(":"):
+            add_write(w, call, _word(call, _join_base(base, spec)), via=via)
+            continue
+        literal = spec
+        if _MAGIC.search(spec):  # git matches wildcards across `/`: anything under the literal directory
+            parts = spec.split("/")
+            first = next(k for k, part in enumerate(parts) if _MAGIC.search(part))
+            literal = "/".join(parts[:first]) or "."
+        add_write(w, call, _word(call, _join_base(base, literal)), into=True, follow=False, skips_git=True, via=via)
+    if whole:
+        add_write(w, call, _top(w, call, base), into=True, follow=False, skips_git=True, via=f"{via} (the whole tree)")
+
+
+_STASH_ACTIONS = frozenset({"push", "save", "pop", "apply", "drop", "list", "show", "branch", "clear", "create",
+                            "store"})
+
+
+def _join_base(base: str, path: str) -> str:
+    import os
+
+    return path if not base or path.startswith(("/", "~", "$")) else os.path.join(base, path)
+
+
+def _in_dir(w: Any, call: Any, base: str, path: str) -> str:
+    from ralph.shell import resolve_path
+
+    return resolve_path(_join_base(base, path), w.cwd, w.home, False, call.st.cd, call.st.cd_unknown) or ""
+
+
+def _apply_writes(w: Any, call: Any, v: GitView, base: str, given: set[str], patches: list[str]) -> None:
+    """``git apply PATCH...``: every name the diffs hold, under the work tree's top (and ``--directory``); a diff
+    the guard cannot read (a pipe, a FIFO, one written on this line) writes anything in the tree."""
+    import os
+
+    from ralph.shell.walker import Word
+    from ralph.shell.writes import _patch_names, add_write
+
+    directory = ""
+    for k, a in enumerate(v.args):
+        if a.startswith("--directory="):
+            directory = a.split("=", 1)[1]
+        elif a == "--directory" and k + 1 < len(v.args):
+            directory = v.args[k + 1]
+    top = _top(w, call, base)
+    root = Word(os.path.join(top.text, directory) if directory else top.text, top.dynamic)
+    inputs = [_word(call, _join_base(base, p)) for p in patches if p != "-"]
+    names: list[str] | None = []
+    for source in inputs or [None]:
+        found = _patch_names(w, call, [source] if source is not None else [])
+        if found is None:
+            names = None
+            break
+        names.extend(found)
+    if names is None:
+        add_write(w, call, root, into=True, follow=False, skips_git=True, via="git apply (names the guard cannot read)")
+        return
+    for name in dict.fromkeys(names):
+        add_write(w, call, Word(os.path.join(root.text, name), root.dynamic), via="git apply")

@@ -20,7 +20,7 @@ from ralph.shell.shell_builtins import BUILTINS
 from ralph.shell.tools import TOOLS, find_roots, sed_executes
 from ralph.shell.walker import Call, Walker
 from ralph.shell.wrappers import WRAPPERS
-from ralph.shell.writes import WRITERS, generic_outputs
+from ralph.shell.writes import WRITERS, generic_outputs, in_place_writer
 
 __all__ = ["OPAQUE_WRAPPERS", "check_env", "declaration", "dispatch", "fetches", "find_roots", "getopts", "has_long",
            "is_stdin_path", "sed_executes"]
@@ -62,7 +62,7 @@ def dispatch(w: Walker, call: Call) -> None:
                  f"run the program directly, without `{name}`")
     else:
         emit(w, call)
-    writer = WRITERS.get(name)
+    writer = WRITERS.get(name) or in_place_writer(name)
     if writer is not None:
         writer(w, call)
     else:

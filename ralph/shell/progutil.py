@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Callable
 
 from ralph.shell.walker import Call, Flow, State, Val, Walker, Word
@@ -39,12 +40,31 @@ _KNOWN_LONGS = frozenset(
 )
 
 
+SED_LONGS = frozenset({"--quiet", "--silent", "--debug", "--expression", "--file", "--follow-symlinks", "--in-place",
+                       "--line-length", "--null-data", "--zero-terminated", "--posix", "--regexp-extended",
+                       "--sandbox", "--separate", "--unbuffered", "--binary", "--help", "--version"})
+"""Every long option of GNU sed (an abbreviation is only read right against all of them: ``--in`` is
+``--in-place``, ``--s`` is ambiguous)."""
+
+def long_option(arg: str, table: frozenset[str] | set[str]) -> str | None:
+    """The long option of ``table`` that ``arg`` (``--name`` or ``--name=value``) spells, as GNU getopt_long
+    and git's parse-options read it: the name itself, or any prefix of exactly one name (``--in`` and
+    ``--in-pl`` are sed's ``--in-place``).  None: not one of them (unknown, or an ambiguous prefix).
+
+    ``table`` must hold *every* long option of the program: a prefix is only unambiguous against all of
+    them.  The one helper for abbreviations: every reader of a program's options goes through it."""
+    key = arg.partition("=")[0]
+    if not key.startswith("--") or len(key) < 3:
+        return None
+    if key in table:
+        return key
+    found = [n for n in table if n.startswith(key)]
+    return found[0] if len(found) == 1 else None
+
+
 def expand_long(key: str, names: frozenset[str] | set[str]) -> str:
     """GNU getopt_long accepts any unambiguous prefix of a long option (``--comm`` is ``--command``)."""
-    if key in names or not key.startswith("--"):
-        return key
-    found = [n for n in names if n.startswith(key)]
-    return found[0] if len(found) == 1 else key
+    return long_option(key, names) or key
 
 
 def has_long(args: list[str], name: str, shortest: int = 4) -> str | None:
@@ -94,6 +114,43 @@ def getopts(words: list[Word], start: int, values: frozenset[str] | set[str]) ->
             continue
         break
     return opts, i
+
+
+MAX_READ = 1 << 20
+"""Bytes the guard reads of a file a command reads (a diff, a ``.git`` file, ``HEAD``)."""
+
+
+class Unreadable(OSError):
+    """A file the guard must read to know what a command does, but will not: not a regular file (a FIFO, a
+    device: opening or reading it could block the guard), or larger than :data:`MAX_READ`."""
+
+
+def read_regular(path: str, limit: int = MAX_READ) -> bytes:
+    """The content of the regular file at ``path`` (symlinks followed first), without ever blocking: opened
+    ``O_NONBLOCK|O_NOFOLLOW|O_NOCTTY`` on its real path, checked with ``fstat`` to be a regular file, read up
+    to ``limit`` bytes.  Raises :class:`Unreadable` for anything else (a FIFO, a device, a socket, too big),
+    ``OSError`` when it does not exist."""
+    real = os.path.realpath(path)
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Unreadable(f"{path} is not a regular file")
+        if info.st_size > limit:
+            raise Unreadable(f"{path} is larger than {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(65536, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise Unreadable(f"{path} is larger than {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def is_stdin_path(text: str, cwd: str = "/") -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from ralph.shell.progutil import Handler, emit, expand_long, getopts, is_stdin_path
+from ralph.shell.progutil import SED_LONGS, Handler, emit, expand_long, getopts, is_stdin_path
 from ralph.shell.paths import is_dir
 from ralph.shell.sedscript import read_sed
 from ralph.shell import basename, resolve_path
@@ -51,11 +51,6 @@ def sed_executes(script: str) -> bool:
     return read.executes or not read.readable
 
 
-_SED_LONGS = frozenset({"--expression", "--file", "--line-length", "--in-place", "--sandbox", "--quiet", "--silent",
-                        "--regexp-extended", "--separate", "--null-data", "--unbuffered", "--posix", "--debug",
-                        "--follow-symlinks", "--zero-terminated", "--binary", "--help", "--version"})
-
-
 def sed_scripts(words: list[Word]) -> tuple[list[Word], list[Word], bool]:
     """(scripts given inline, script files, ``--sandbox``) of a sed command line."""
     scripts: list[Word] = []
@@ -68,7 +63,7 @@ def sed_scripts(words: list[Word]) -> tuple[list[Word], list[Word], bool]:
         t = word.text
         if t.startswith("--") and not word.dynamic:
             key, eq, val = t.partition("=")
-            t = expand_long(key, _SED_LONGS) + eq + val
+            t = expand_long(key, SED_LONGS) + eq + val
         nxt = words[i + 1] if i + 1 < len(words) else None
         if t in ("-e", "--expression", "-f", "--file", "-l", "--line-length") and nxt is not None:
             (scripts if t in ("-e", "--expression") else files if t in ("-f", "--file") else []).append(nxt)

@@ -29,7 +29,8 @@ import os
 import re
 
 from ralph.shell import WriteTarget
-from ralph.shell.progutil import Handler, expand_long, run_code
+from ralph.shell.progutil import (SED_LONGS, Handler, Unreadable, expand_long, has_long, long_option, read_regular,
+                                  run_code)
 from ralph.shell.walker import Call, Walker, Word
 
 
@@ -194,10 +195,14 @@ def _rsync(w: Walker, call: Call) -> None:
         add_write(w, call, f, truncates=False)
     for d in _values(opts, "--backup-dir", "--temp-dir", "-T", "--partial-dir"):
         add_write(w, call, d, into=True)
+    recursive = _has(opts, "-r", "-a", "--recursive", "--archive", "-R", "--relative")
+    if len(ops) >= 2 and any(has_long([x.text], "--remove-source-files", 5) for x in call.words[1:] if not x.dynamic):
+        for source in ops[:-1]:  # what was sent is removed where it was
+            if not _remote(source.text):
+                _removes(w, call, source, recursive)
     if len(ops) < 2 or _remote(ops[-1].text):
         return
     dest, sources = ops[-1], ops[:-1]
-    recursive = _has(opts, "-r", "-a", "--recursive", "--archive", "-R", "--relative")
     into_dir = len(sources) > 1 or dest.text.endswith("/") or _is_dir(w, call, dest)
     for source in sources:
         contents = source.text.endswith("/") or _contents(source) or _has(opts, "-R", "--relative")
@@ -258,7 +263,7 @@ def _tar(w: Walker, call: Call) -> None:
         rest = words[2 : 2 + len(values)]
         words = [words[0], *[Word("-" + c) for c in letters if c not in _TAR_SHORTS],
                  *[x for c, v in zip(values, rest) for x in (Word("-" + c), v)], *words[2 + len(values) :]]
-    opts, _ = parse_options(words, 1, _TAR_SHORTS, _TAR_LONGS)
+    opts, operands = parse_options(words, 1, _TAR_SHORTS, _TAR_LONGS)
     names = {k for k, _ in opts}
     for code in _values(opts, "--to-command"):
         run_code(w, call, code, "`tar --to-command`")
@@ -275,6 +280,11 @@ def _tar(w: Walker, call: Call) -> None:
     extract = bool(names & {"-x", "--extract", "--get"})
     create = bool(names & {"-c", "--create", "-r", "--append", "-u", "--update", "-A", "--catenate",
                            "--concatenate", "--delete"})
+    if create and any(has_long([x.text], "--remove-files", 5) for x in words[1:]):
+        archives = {a.text for a in _values(opts, "-f", "--file")}
+        for word in operands:  # `tar --remove-files -c`: what went into the archive is removed (trees too)
+            if word.text not in archives:
+                _removes(w, call, word, recursive=True)
     if create:
         for archive in _values(opts, "-f", "--file"):
             if archive.text != "-":
@@ -386,12 +396,13 @@ def _patch_names(w: Walker, call: Call, inputs: list[Word]) -> list[str] | None:
         if path is None:
             return None
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_DIFF + 1)
+            data = read_regular(path, MAX_DIFF)
+        except Unreadable as problem:  # a FIFO would block the guard; a device or a huge file is no diff to read
+            w.opaque(f"`{call.name}` reads its diff from {name}, which the guard does not read ({problem})",
+                     "give it a regular diff file of at most 1 MB")
+            return None
         except OSError:
             return []  # patch fails the same way
-        if len(data) > MAX_DIFF:
-            return None
         w.budget.spend(len(data))
         text = data.decode("utf-8", "replace")
     names: list[str] = []
@@ -574,6 +585,12 @@ def _zip(w: Walker, call: Call) -> None:
             run_code(w, call, Word(word.text.split("=", 1)[1], word.dynamic), "`zip --unzip-command`")
     for archive in _values(opts, "-O", "--out") or ops[:1]:
         add_write(w, call, archive, truncates=False)
+    moves = any(x.text == "--move" or (x.text.startswith("-") and not x.text.startswith("--") and "m" in x.text)
+                for x in call.words[1:] if not x.dynamic)
+    if moves:  # `zip -m`: the files go into the archive, and away
+        recursive = _has(opts, "-r", "-R", "--recurse-paths", "--recurse-patterns")
+        for word in ops[1:]:
+            _removes(w, call, word, recursive)
 
 
 def _database(w: Walker, call: Call) -> None:
@@ -639,6 +656,138 @@ def _fallocate(w: Walker, call: Call) -> None:
     for word in ops:
         add_write(w, call, word, truncates=rewrites)
 
+
+
+# -- in-place editors, programs that remove their input -----------------------------------------------------
+
+_IN_PLACE_FAMILY = re.compile(r"^(g?sed|perl|ruby)([0-9][0-9.]*)?$")
+
+
+def _editor_options(call: Call) -> tuple[bool, bool, list[Word]]:
+    """(in place, script given by option, operands) of ``sed``/``perl``/``ruby``, read as each reads its options:
+    ``-i`` takes the rest of its cluster as a backup suffix (``-i.bak``, ``-ie``), ``sed --in-pl`` is
+    ``--in-place``; ``-e SCRIPT`` (``-f FILE``, ``-l N`` of sed; ``-E`` of perl; ``-r``/``-I``/``-C``/``-E``
+    of ruby) takes a value; perl's ``-l``/``-0`` only digits."""
+    family = _IN_PLACE_FAMILY.match(call.name)
+    kind = family.group(1).lstrip("g") if family else "sed"
+    takes = {"sed": "efl", "perl": "eE", "ruby": "erICE"}[kind]
+    swallows = {"sed": "efli", "perl": "eEIMmxCFdDi", "ruby": "erICEFxiKTW"}[kind]
+    digits = {"sed": "", "perl": "l0", "ruby": "0"}[kind]
+    scripts = {"sed": "ef", "perl": "eE", "ruby": "e"}[kind]
+    in_place = given = False
+    operands: list[Word] = []
+    words = call.words
+    i = 1
+    while i < len(words):
+        word = words[i]
+        t = word.text
+        i += 1
+        if word.dynamic or not t.startswith("-") or t == "-":
+            operands.append(word)
+            continue
+        if t == "--":
+            operands.extend(words[i:])
+            break
+        if t.startswith("--"):
+            if kind != "sed":
+                continue
+            name = long_option(t, SED_LONGS)
+            in_place = in_place or name == "--in-place"
+            if name in ("--expression", "--file", "--line-length"):
+                given = given or name != "--line-length"
+                if "=" not in t:
+                    i += 1
+            continue
+        j = 1
+        while j < len(t):
+            letter = t[j]
+            j += 1
+            if letter == "i":
+                in_place = True
+            if letter in digits:
+                while j < len(t) and t[j] in "0123456789abcdefABCDEFx":
+                    j += 1
+                continue
+            if letter in swallows:
+                given = given or letter in scripts
+                if letter in takes and j >= len(t):
+                    i += 1  # the value is the next word
+                break
+    return in_place, given, operands
+
+
+def _in_place(w: Walker, call: Call) -> None:
+    """``sed -i``/``--in-place`` (any abbreviation), ``perl -i``, ``ruby -i``: every file operand is rewritten."""
+    in_place, given, operands = _editor_options(call)
+    if not in_place or _found_by_find(call):
+        return
+    for word in operands if given else operands[1:]:
+        if word.text != "-":
+            add_write(w, call, word)
+
+
+def in_place_writer(name: str) -> Handler | None:
+    """The writer of an in-place editor spelled with a version (``perl5.36``, ``ruby3.2``), if ``name`` is one."""
+    return _in_place if _IN_PLACE_FAMILY.match(name) else None
+
+
+def _found_by_find(call: Call) -> bool:
+    """Is ``call`` run by ``find -exec`` (its ``{}`` a path the find expression picks)?  Then what it writes is
+    read from the find command, whose expression says which files it reaches."""
+    return any(wrapper.startswith("find ") for wrapper in call.wrappers)
+
+
+def _removes(w: Walker, call: Call, word: Word, recursive: bool = False) -> None:
+    """``call`` removes ``word`` (a file, or with ``recursive`` a tree): what was there is gone."""
+    if _found_by_find(call):
+        return
+    add_write(w, call, word, truncates=True, into=recursive, follow=False, via=f"{call.name} (removes its input)")
+
+
+COMPRESSORS = frozenset({"gzip", "gunzip", "bzip2", "bunzip2", "xz", "unxz", "lzma", "unlzma", "lzip", "lz4", "zstd",
+                         "unzstd", "compress", "uncompress", "pigz", "unpigz", "pbzip2", "lbzip2", "brotli", "unlz4"})
+"""Programs that replace each file they are given by its compressed (or expanded) version: the original goes."""
+_COMPRESSOR_LONGS = frozenset({"--stdout", "--to-stdout", "--keep", "--list", "--test", "--recursive", "--rm",
+                               "--decompress", "--uncompress", "--force", "--quiet", "--verbose", "--suffix",
+                               "--fast", "--best", "--name", "--no-name", "--help", "--version", "--license",
+                               "--format", "--check", "--threads", "--memlimit", "--files", "--files0", "--rsyncable",
+                               "--synchronous", "--no-sparse", "--sparse", "--single-stream", "--robot", "--extreme",
+                               "--ascii", "--small", "--output-dir-flat", "--output-dir-mirror", "--output"})
+
+
+def _compress(w: Walker, call: Call) -> None:
+    """``gzip FILE`` (and the other compressors): FILE is replaced by ``FILE.gz``, unless written to stdout, kept
+    (``-k``), listed or tested; ``zstd`` and ``lz4`` keep their input unless ``--rm``."""
+    opts, ops = parse_options(call.words, 1, "S" if call.name not in ("zstd", "unzstd") else "o",
+                              frozenset({"--suffix", "--format", "--threads", "--memlimit", "--files", "--files0",
+                                         "--output"}), _COMPRESSOR_LONGS)
+    names = {k for k, _ in opts}
+    keeps = names & {"-c", "-k", "-l", "-t", "--stdout", "--to-stdout", "--keep", "--list", "--test"}
+    if call.name in ("zstd", "unzstd", "lz4", "unlz4"):
+        keeps = keeps or ({"--rm"} - names)
+    if keeps:
+        return
+    recursive = bool(names & {"-r", "--recursive"})
+    for word in ops:
+        if word.text != "-":
+            _removes(w, call, word, recursive)
+
+
+_RENAME_VALUES = frozenset({"--expr", "--filename"})
+
+
+def _rename(w: Walker, call: Call) -> None:
+    """``rename EXPR FILE...`` (perl's) / ``rename FROM TO FILE...`` (util-linux): the files move away; with
+    ``-n``/``--no-act`` nothing happens."""
+    opts, ops = parse_options(call.words, 1, "e", _RENAME_VALUES,
+                              frozenset({"--no-act", "--nono", "--verbose", "--force", "--symlink", "--no-overwrite",
+                                         "--interactive", "--all", "--last", "--help", "--version"}))
+    names = {k for k, _ in opts}
+    if names & {"-n", "--no-act", "--nono"}:
+        return
+    skip = 0 if names & {"-e", "--expr"} else (2 if call.name in ("rename.ul",) else 1)
+    for word in ops[skip:]:
+        _removes(w, call, word)
 
 _OUTPUT_OPTIONS = frozenset({"-o", "--output", "--output-file", "--outfile", "--out", "-out", "--log-file",
                              "--logfile", "--output-document"})
@@ -748,6 +897,12 @@ WRITERS: dict[str, Handler] = {
     "script": _script,
     "xxd": _xxd,
     "fallocate": _fallocate,
+    "sed": _in_place,
+    "gsed": _in_place,
+    "perl": _in_place,
+    "ruby": _in_place,
+    **dict.fromkeys(COMPRESSORS, _compress),
+    **dict.fromkeys(("rename", "prename", "perl-rename", "file-rename", "rename.ul"), _rename),
     "pip": _package_tool,
     "pip3": _package_tool,
     "uv": _package_tool,
