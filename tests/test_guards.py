@@ -262,6 +262,35 @@ PROTECTED_BASH = [
     "git checkout HEAD~1 -- ralph/prd.md",
     "cd ralph && echo x > prd.md",
     "ln -sf /tmp/x ralph/prd.md",
+    # red team 2: where the shell is, and what a path names (ralph.shell.cwd, unplaced)
+    ": > ~+/.ralph-active",
+    "cd ~+/ralph && echo x > prd.md",
+    "cd ralph; cd ..; cd \"$OLDPWD\" && : > prd.md",
+    ": > ~0/.ralph-active",
+    ": > \"${DIRSTACK[0]}/.ralph-active\"",
+    "cd ''; echo forged > .ralph-active",
+    "cd() { builtin cd ralph; }; cd src; : > prd.md",
+    "pushd() { builtin cd ralph; }; pushd src >/dev/null; : > prd.md",
+    "pushd ralph >/dev/null; pushd -n /tmp >/dev/null; : > prd.md",
+    "ln -s ralph r && : > r/prd.md",
+    "ln -s . self && echo forged > self/.ralph-active",
+    "mkdir -p x/y && ln -s ../../ralph x/y/l && : > x/y/l/prd.md",
+    ": > lod/../proj/.ralph-active",
+    "shopt -s lastpipe; true | cd ralph; : > prd.md",
+    "cd ralph 2>/dev/null || cd src; : > prd.md",
+    "f() { cd ralph; }; f; : > prd.md",
+    "source /dev/stdin <<< 'cd ralph'; : > prd.md",
+    "cd ra*; : > prd.md",
+    "cd r?lph; : > prd.md",
+    "cd [r]alph; : > prd.md",
+    "env cd src; : > .ralph-active",  # `env cd` is a child process: the shell stays
+    "cd src & : > .ralph-active",  # in the background: a subshell
+    "cd nowhere; : > .ralph-active",  # a cd that fails: the shell stays
+    "if true; then cd ralph; fi; : > prd.md",
+    "case x in y) cd src;; esac; : > .ralph-active",
+    "for d in $(ls); do cd ralph; done; : > prd.md",
+    "cd \"$SOMEWHERE\"; : > .ralph-active",
+    "cd() { builtin cd src; }; unset cd; cd ralph; : > prd.md",
 ]
 
 

@@ -38,8 +38,6 @@ from typing import Any
 
 from ralph.api import Denial, HookEvent, hookimpl
 from ralph.api.shell import (
-    CD_DATA,
-    DERIVED,
     Analysis,
     BudgetExceeded,
     CONTAINER_CLIS,
@@ -63,6 +61,7 @@ from ralph.api.shell import (
     real_path,
     resolve_path,
     short_flag,
+    unplaced,
 )
 from ralph.api.shell import active_budget
 from ralph.api.shell import git_view as view
@@ -400,8 +399,7 @@ def _check_write(write: WriteTarget, ctx: _Ctx) -> None:
         return
     path = ctx.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
     if path is None:
-        if _after_data_cd(write.path, write.cd):
-            _deny_input_target(write.path, "writes", ctx)
+        _check_unplaced(write.path, write.dynamic, write.cd, write.cd_unknown, "writes", ctx)
         return
     _check_system_write(path, write.path, ctx, follow=write.follow)
     _check_ref_write(path, ctx, follow=write.follow)
@@ -910,7 +908,10 @@ def _check_delete_target(cmd: Command, i: int, recursive: bool, ctx: _Ctx, allow
     anything = "**" in pattern or (bool(pattern) and fnmatch.fnmatchcase(".git", pattern[0]))
     path = ctx.path(cmd, i, base_text)
     if path is None:
-        if (i < len(cmd.input) and cmd.input[i]) or _after_data_cd(text, cmd.cd):
+        if not (i < len(cmd.input) and cmd.input[i]) and _check_unplaced(text, cmd.dynamic[i], cmd.cd, cmd.cd_unknown,
+                                                                         "deletes", ctx):
+            pass
+        elif i < len(cmd.input) and cmd.input[i]:
             ctx.deny(
                 "delete-outside-project",
                 f"`{shown}` deletes paths read at run time (from stdin, a file or a command's output): they can be "
@@ -971,11 +972,22 @@ def _check_startup_file(shown: str, ctx: _Ctx) -> None:
         )
 
 
-def _after_data_cd(text: str, cd: list[str]) -> bool:
-    """Is ``text`` a path read at run time in effect: a relative path after a ``cd`` into a directory read at run
-    time (``cd "$(cat d)"``, ``cd -`` or ``popd`` to a directory from before the line), or one built by an
-    operator out of a value the guard knows (``${PWD/proj/other}``, ``${HOME%/*}``)?"""
-    return (CD_DATA in cd and not text.startswith(("/", "~", "$"))) or bool(DERIVED.match(text.lstrip('"')))
+def _check_unplaced(shown: str, dynamic: bool, cd: list[str], cd_unknown: bool, what: str, ctx: _Ctx) -> bool:
+    """A path the guard cannot place although it depends on where the shell is (``unplaced``: after a ``cd`` it
+    could not follow, a step of the directory stack, a path built out of a known one): it may be any file, so the
+    write is denied as a write anywhere.  True if denied."""
+    why = unplaced(shown, dynamic, cd, cd_unknown)
+    if why is None:
+        return False
+    lost = ctx.analysis.cwd_lost if ctx.analysis is not None else []
+    since = f" ({lost[0]})" if lost and why.endswith("could not follow)") else ""
+    ctx.deny(
+        "delete-outside-project",
+        f"This {what} {shown}, but {why}{since}: it can be any file, outside the project too. Name the path from a "
+        "directory the line goes to plainly (`cd DIR && ...` with a literal DIR inside the project), or from the "
+        "project root.",
+    )
+    return True
 
 
 def _deny_input_target(shown: str, what: str, ctx: _Ctx) -> None:
@@ -1015,8 +1027,8 @@ def _check_in_place(cmd: Command, ctx: _Ctx) -> None:
             _check_write(WriteTarget(argv[i], cmd.dynamic[i], True, cmd.cd, cmd.cd_unknown, cmd.name), ctx)
             continue
         path = ctx.path(cmd, i)
-        if path is None and _after_data_cd(argv[i], cmd.cd):
-            _deny_input_target(argv[i], "rewrites", ctx)
+        if path is None:
+            _check_unplaced(argv[i], cmd.dynamic[i], cmd.cd, cmd.cd_unknown, "rewrites", ctx)
         if path is not None:
             _check_ref_write(path, ctx)
             _check_system_write(path, argv[i], ctx)

@@ -37,6 +37,8 @@ from ralph.api.shell import (
     find_roots,
     real_path,
     resolve_path,
+    through_links,
+    unplaced,
 )
 
 RULE = "protected-file"
@@ -140,6 +142,30 @@ class _Protected:
     def resolve(self, text: str, dynamic: bool, cd: list[str], cd_unknown: bool) -> str | None:
         return resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown, self.known)
 
+    def places(self, text: str, dynamic: bool, cd: list[str], cd_unknown: bool, links: dict[str, str]) -> list[str]:
+        """Every place writing ``text`` may land: the path as written, where the kernel opens it (symlinks
+        followed before ``..``: ``d/../prd.md`` with ``d -> ralph/sub``), and through links made earlier on the
+        line (``ln -s ralph r && : > r/prd.md``)."""
+        path = self.resolve(text, dynamic, cd, cd_unknown)
+        if path is None:
+            return []
+        found = [path]
+        if ".." in text:
+            physical = resolve_path(text, self.cwd, self.home, dynamic, cd, cd_unknown, self.known, physical=True)
+            if physical is not None:
+                found.append(physical)
+        if links:
+            raw = path
+            if ".." in text and not dynamic and not text.startswith("~"):
+                base = self.resolve(".", False, cd, cd_unknown) or self.cwd
+                raw = text if text.startswith("/") else base + "/" + text
+            found.append(through_links(raw, links))
+        return list(dict.fromkeys(found))
+
+    def uncertain(self, text: str, dynamic: bool, cd: list[str], cd_unknown: bool) -> bool:
+        """A path whose place the guard cannot know (``unplaced``): it may be a protected file."""
+        return unplaced(text, dynamic, cd, cd_unknown) is not None
+
 
 def _deny(shown: str) -> list[Denial]:
     return [
@@ -193,10 +219,11 @@ def _check_bash(event: HookEvent, command: str) -> list[Denial]:
     analysis = analyze_for(event, command, prot.cwd, os.path.normpath(str(event.project_dir)), prot.home)
     links = _links(prot, analysis.links)
     for write in analysis.writes:
-        path = prot.resolve(write.path, write.dynamic, write.cd, write.cd_unknown)
         # an `into` write (an archive extracted, a tree copied) may write any name under its directory
-        if path is not None and (prot.hit(path, remove=write.into, glob=write.glob) or (
-                path in links and prot.hit(links[path]))):
+        if write.input or prot.uncertain(write.path, write.dynamic, write.cd, write.cd_unknown):
+            return _deny_uncertain(write.path, analysis.cwd_lost)
+        if any(prot.hit(p, remove=write.into, glob=write.glob)
+               for p in prot.places(write.path, write.dynamic, write.cd, write.cd_unknown, links)):
             return _deny(write.path)
     for cmd in analysis.simple:
         if any(w.startswith("find ") for w in cmd.wrappers):
@@ -204,10 +231,24 @@ def _check_bash(event: HookEvent, command: str) -> list[Denial]:
         if cmd.name == "find" and _find_acts_on_protected(prot, cmd):
             return _deny(" ".join(cmd.argv[:8]))
         for text, dynamic, glob, remove in _targets(cmd):
-            path = prot.resolve(text, dynamic, cmd.cd, cmd.cd_unknown)
-            if path is not None and prot.hit(path, remove=remove, glob=glob):
+            if prot.uncertain(text, dynamic, cmd.cd, cmd.cd_unknown):
+                return _deny_uncertain(text, analysis.cwd_lost)
+            if any(prot.hit(p, remove=remove, glob=glob) for p in prot.places(text, dynamic, cmd.cd, cmd.cd_unknown,
+                                                                              links)):
                 return _deny(text)
     return []
+
+
+def _deny_uncertain(shown: str, lost: list[str]) -> list[Denial]:
+    since = f" ({lost[0]})" if lost else ""
+    return [
+        Denial(
+            RULE,
+            f"The guard cannot tell which file {shown} is{since}, so it may be a file protected while the Ralph loop "
+            "runs (the loop's marker, prd.md/prompt.md, the hook configuration): name files from the project root, "
+            "or `cd DIR && ...` into a literal directory of the project.",
+        )
+    ]
 
 
 _FIND_ACTIONS = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir"})

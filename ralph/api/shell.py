@@ -3,8 +3,8 @@ really runs and writes.
 
 ``analyze(line)`` (an :class:`Analysis` of :class:`Command` entries, :class:`Opaque` parts it cannot
 see through, :class:`WriteTarget` files it writes) and ``analyze_for(event)`` (once per hook event,
-shared by every guard); ``ShellAnalysis``, ``SHELLS``, ``PRIVILEGE_WRAPPERS``, ``basename`` and
-``resolve_path`` for reading a command; the work budget of one analysis (``budget_scope``,
+shared by every guard); ``ShellAnalysis``, ``SHELLS``, ``PRIVILEGE_WRAPPERS``, ``basename``,
+``resolve_path`` and ``unplaced`` (why a path's place is not known) for reading a command; the work budget of one analysis (``budget_scope``,
 ``active_budget``, ``BudgetExceeded``); paths as the agent's process would see them (``real_path``,
 ``path_stat``, ``MAX_PATH``); git's command line (``parse_git``, ``git_view``, :class:`GitView`,
 ``short_flag``), programs that fetch (``fetches``, ``has_long``), files read without blocking (``read_regular``, ``Unreadable``), ``find``'s roots and actions
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         analyze_for,
         basename,
         resolve_path,
+        unplaced,
     )
     from ralph.shell.budget import BudgetExceeded
     from ralph.shell.budget import active as active_budget
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from ralph.shell.findexpr import may_reach_git
     from ralph.shell.git import GitView, parse_git, short_flag
     from ralph.shell.git import view as git_view
-    from ralph.shell.paths import MAX_PATH, glob_links, path_stat, real_path
+    from ralph.shell.paths import MAX_PATH, glob_links, path_stat, real_path, through_links
     from ralph.shell.progutil import Unreadable, fetches, has_long, read_regular
     from ralph.shell.tools import find_roots
 
@@ -52,16 +53,17 @@ __all__ = [
     "CONTAINER_CLIS", "MAX_PATH", "PRIVILEGE_WRAPPERS", "SHELLS", "Analysis", "BudgetExceeded", "Command", "GitView",
     "Opaque", "ShellAnalysis", "WriteTarget", "active_budget", "analyze", "analyze_for", "basename", "budget_scope",
     "fetches", "find_may_act", "find_roots", "git_view", "has_long", "may_reach_git", "mount_fields", "parse_git",
-    "path_stat", "read_container", "read_regular", "real_path", "resolve_path", "short_flag", "Unreadable",
+    "path_stat", "read_container", "read_regular", "real_path", "resolve_path", "short_flag", "through_links",
+    "Unreadable", "unplaced",
 ]
 
 __getattr__ = lazy_attributes(__name__, {
     **dict.fromkeys(["CD_DATA", "DERIVED", "Analysis", "Command", "Opaque", "PRIVILEGE_WRAPPERS", "SHELLS", "ShellAnalysis", "WriteTarget",
-                     "analyze", "analyze_for", "basename", "resolve_path"], "ralph.shell"),
+                     "analyze", "analyze_for", "basename", "resolve_path", "unplaced"], "ralph.shell"),
     "BudgetExceeded": "ralph.shell.budget",
     "budget_scope": "ralph.shell.budget:scope",
     "active_budget": "ralph.shell.budget:active",
-    **dict.fromkeys(["MAX_PATH", "glob_links", "path_stat", "real_path"], "ralph.shell.paths"),
+    **dict.fromkeys(["MAX_PATH", "glob_links", "path_stat", "real_path", "through_links"], "ralph.shell.paths"),
     **dict.fromkeys(["GitView", "parse_git", "short_flag"], "ralph.shell.git"),
     "git_view": "ralph.shell.git:view",
     **dict.fromkeys(["Unreadable", "fetches", "has_long", "read_regular"], "ralph.shell.progutil"),

@@ -15,6 +15,7 @@ Public API (re-exported for third-party guards; keep these signatures stable)::
     analyze_for(event: object, command, cwd, project_dir, home) -> Analysis   # once per hook event
     resolve_path(text, cwd, home, dynamic=False, cd=None, cd_unknown=False, known=None, physical=False) -> str | None
     basename(word: str) -> str
+    unplaced(text, dynamic=False, cd=None, cd_unknown=False) -> str | None   # why a path cannot be placed
 
 :func:`analyze` never raises.  ``cwd`` (default: ``project_dir``, else the
 process's cwd) is where relative paths and ``./program`` start; it is used to
@@ -54,6 +55,7 @@ __all__ = [
     "analyze",
     "basename",
     "resolve_path",
+    "unplaced",
     "PRIVILEGE_WRAPPERS",
     "SHELLS",
 ]
@@ -187,6 +189,9 @@ class Analysis:
     """How the line clears or overrides the git push block of direct mode (``GIT_CONFIG_*`` variables set,
     unset or dropped with ``env -i``/``env -u``; ``url.*.insteadOf``/``remote.*.pushurl`` configured;
     ``--config-env``): each is as good as a push."""
+    cwd_lost: list[str] = field(default_factory=list)
+    """Why the walk lost track of the shell's directory (:mod:`ralph.shell.cwd`): relative paths after that are
+    :func:`unplaced`."""
     steps: int = 0
     """Work units the analysis spent (:mod:`ralph.shell.budget`): at most ``MAX_STEPS``, past which it stopped
     and reported the command as opaque."""
@@ -262,6 +267,13 @@ def analyze_for(event: object, command: str, cwd: str | None, project_dir: str |
     return result
 
 
+_TILDE_PWD = re.compile(r"~\+?0?(?=/|$)")
+"""``~+``, ``~0``, ``~+0``: bash's tilde forms for ``$PWD`` (``dirs +0``)."""
+_TILDE_STACK = re.compile(r"~(-|[+-]?[0-9]+)(?=/|$)")
+"""``~-`` (``$OLDPWD``), ``~N``, ``~+N``, ``~-N`` (``dirs`` entries): places the line's directory stack holds."""
+TOPLEVEL = "\x00toplevel"
+"""A ``cd`` step to the root of the git repository the shell is in (``cd "$(git rev-parse --show-toplevel)"``):
+the nearest directory holding ``.git``, looked up when the path is resolved."""
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 """``$NAME`` or ``${NAME}`` -- not ``${NAME/a/b}``, ``${NAME%x}``, ``${NAME:-x}``: an operator changes the value."""
 _DEFAULTED = re.compile(r"^\$\{(HOME|PWD|TMPDIR|TMP|TEMP|CLAUDE_PROJECT_DIR):?[-=?][^}$`]*\}")
@@ -303,7 +315,10 @@ def resolve_path(
             base = memo[key]
         else:
             for step in cd:
-                nxt = resolve_path(step, base, home, step.startswith("$"), None, False, known)  # logical, like `cd`
+                if step == TOPLEVEL:
+                    nxt = _toplevel(base)
+                else:
+                    nxt = resolve_path(step, base, home, step.startswith("$"), None, False, known)  # logical, like `cd`
                 if nxt is None:
                     break
                 base = nxt
@@ -325,6 +340,10 @@ def resolve_path(
             return None
     if text == "~" or text.startswith("~/"):
         text = home + text[1:]
+    elif _TILDE_PWD.match(text):  # `~+`, `~0`, `~+0`: $PWD, the directory the path is read in
+        text = "." + text[_TILDE_PWD.match(text).end() :]  # type: ignore[union-attr]
+    elif _TILDE_STACK.match(text):  # `~-`, `~1`, `~-2`: $OLDPWD and the directory stack
+        return None
     elif text.startswith("~"):
         user, _, rest = text[1:].partition("/")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
@@ -338,3 +357,39 @@ def resolve_path(
 
         return real_path(os.path.join(base, text))
     return os.path.normpath(os.path.join(base, text))
+
+
+def _toplevel(start: str) -> str | None:
+    """The directory ``git rev-parse --show-toplevel`` prints in ``start``: the nearest one up holding ``.git``."""
+    from ralph.shell.paths import exists
+
+    here = start
+    while True:
+        if exists(os.path.join(here, ".git")):
+            return here
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
+
+
+_CWD_VARS = re.compile(r"\$\{?(PWD|OLDPWD|DIRSTACK)\b")
+
+
+def unplaced(text: str, dynamic: bool = False, cd: list[str] | None = None, cd_unknown: bool = False) -> str | None:
+    """Why the file a path names cannot be placed although it depends on where the shell is (None: it can be,
+    or it is an ordinary run-time value such as ``$OUT``).  A write there may be a write anywhere.
+
+    The one test both guards use: a relative path (or ``$PWD``, ``~+``) after a ``cd`` the guard could not follow
+    (:data:`CD_DATA`, ``cd_unknown``), a step of the line's directory stack (``~-``, ``~1``, ``$OLDPWD``), or a path
+    built by an operator out of a value the guard knows (``${PWD/a/b}``, ``${HOME%/*}``)."""
+    bare = text.lstrip('"')
+    if DERIVED.match(bare):
+        return f"`{text[:60]}` is built at run time out of a known directory"
+    if (_TILDE_STACK.match(bare) and not _TILDE_PWD.match(bare)) or (dynamic and _CWD_VARS.match(bare) and not bare.startswith(("$PWD", "${PWD}"))):
+        return f"`{text[:60]}` names a directory of the shell's stack (`$OLDPWD`, `~-`, `~N`), which the guard does not follow"
+    here = not bare.startswith(("/", "~", "$")) or bool(_TILDE_PWD.match(bare)) or (
+        dynamic and bare.startswith(("$PWD", "${PWD}")))
+    if here and (cd_unknown or CD_DATA in (cd or [])):
+        return f"`{text[:60]}` is relative to a directory only known at run time (an earlier `cd` the guard could not follow)"
+    return None

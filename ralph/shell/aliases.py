@@ -91,11 +91,32 @@ def _alias_command(w: Walker, value: str, st: State, flow: Flow) -> tuple[dict[s
 
 def call_function(w: Walker, name: str, args: list[Word], st: State, flow: Flow) -> None:
     """A call of a function defined on the line: its body again, with these arguments as ``$1``, ``$@`` ..."""
+    from ralph.shell.cwd import lose, put, settle, where
+
     w.calling.add(name)
+    bodies = w.bodies[name]
     try:
-        for body in w.bodies[name]:
+        if len(bodies) == 1 and name in st.functions:
+            # the function runs in this shell: its `cd` (and what it sets) stays after the call
+            saved = st.positional
+            st.positional = list(args)
+            try:
+                w.statement(bodies[0], st, flow)
+            finally:
+                st.positional = saved
+            return
+        start = where(st)
+        ends = []
+        for body in bodies:  # several definitions, or one made elsewhere (a subshell): which one runs is not known
             here = st.copy()
             here.positional = list(args)
             w.statement(body, here, flow)
+            ends.append(where(here))
+        if any(end != start for end in ends):
+            if name in st.functions:
+                settle(w, st, start, ends, f"`{name}` is defined more than once and changes the directory")
+            else:
+                put(st, start)
+                lose(w, st, f"`{name}` changes the directory, and may not be defined where it is called")
     finally:
         w.calling.discard(name)

@@ -196,3 +196,27 @@ def glob_links(base: str, pattern: list[str], follow_last: bool = False) -> list
         if head != os.path.normpath(os.path.dirname(match)):
             found.append(os.path.join(head, os.path.basename(match)))
     return found
+
+
+def through_links(path: str, links: dict[str, str]) -> str:
+    """The absolute ``path`` (``..`` not yet resolved) read component by component as the kernel reads it, with the
+    links made earlier on the line (``links``: link path -> its target, both absolute) followed where it passes
+    them: ``r/prd.md`` after ``ln -s ralph r`` is ``ralph/prd.md``, and ``l/../x`` is beside the link's target.
+    Links that exist already are left to :func:`real_path`; each component costs one unit of the budget."""
+    budget = active()
+    done = "/"
+    for _ in range(_MAX_LINKS):
+        rest = path.split("/")
+        jumped = False
+        for k, name in enumerate(rest):
+            budget.spend(1 + len(name))
+            if not name or name == ".":
+                continue
+            done = os.path.dirname(done) if name == ".." else os.path.join(done, name)
+            if done in links:
+                path = "/".join([links[done], *rest[k + 1 :]])
+                done, jumped = "/", True
+                break
+        if not jumped:
+            return done
+    return done

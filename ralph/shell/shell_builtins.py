@@ -36,7 +36,7 @@ def _source(w: Walker, call: Call) -> None:
     elif script.dynamic:
         w.opaque(f"`{call.name}` of a file named only at run time (`{script.text}`)", "name the file literally")
     elif is_stdin_path(script.text, w.cwd):
-        w.stdin_program(call.name, call.flow, call.st, shell=True)
+        w.stdin_program(call.name, call.flow, call.st, shell=True, here=True)  # sourced: runs in this shell
     else:
         w.result.scripts.append(script.text)
 
@@ -105,6 +105,9 @@ def _shopt(w: Walker, call: Call) -> None:
         w.opaque("`shopt` of options only known at run time", "give `shopt` literal option names")
         return
     setting = any(x.text.startswith("-") and "s" in x.text for x in words) or any(x.text == "-o" for x in words)
+    if any(x.text == "lastpipe" for x in words):  # the last command of a pipeline then runs in this shell
+        call.st.lastpipe = setting or call.st.lastpipe and not any(x.text.startswith("-") and "u" in x.text
+                                                                   for x in words)
     for x in words:
         if setting and x.text in _SHOPT_OPAQUE:
             w.opaque(f"`shopt -s {x.text}`: {_SHOPT_OPAQUE[x.text]}", f"leave `{x.text}` off")
@@ -190,11 +193,37 @@ def _getopts_builtin(w: Walker, call: Call) -> None:
         call.st.vars[call.words[2].text] = None
 
 
+_IN_SHELL = frozenset({"builtin", "command", "time"})
+"""Wrappers that run ``cd`` in this shell; any other (``env cd``, ``nice cd``, ``xargs cd``) runs a program
+``cd`` in a child process, which changes nothing here."""
+
+
 def _cd(w: Walker, call: Call) -> None:
+    """``cd``/``pushd``/``popd``: where the shell goes, followed through :mod:`ralph.shell.cwd` (lost wherever the
+    guard cannot be sure: a glob, a run-time value, the stack from before the line, a function shadowing it)."""
+    from ralph.shell.cwd import CANNOT_FAIL, lose, where
+    from ralph.shell.walker import MAYBE_FUNCTION
+
     emit(w, call)
-    opts, i = getopts(call.words, 1, set())
     st = call.st
+    if any(x not in _IN_SHELL for x in call.wrappers):
+        return  # a child process: the shell stays where it is
+    if not call.wrappers or call.wrappers[-1] == "time":
+        if call.name in st.functions:
+            return  # the function of that name runs, not the builtin (its body is followed at the call)
+        if MAYBE_FUNCTION in st.functions or MAYBE_FUNCTION + call.name in st.functions:
+            lose(w, st, f"`{call.name}` may run a function of that name or the builtin")
+            return
+    before = where(st)
+    st.cd_fail = None
+    opts, i = getopts(call.words, 1, set())
     here = (tuple(st.cd), st.cd_unknown)
+    if "-n" in opts and call.name in ("pushd", "popd"):  # the stack changes, the directory does not
+        if call.name == "popd" or call.words[i:i + 1] and (call.words[i].dynamic or call.words[i].glob):
+            st.dirstack = ()
+        elif call.words[i:]:
+            st.dirstack = (*st.dirstack, ((*st.cd, call.words[i].text), st.cd_unknown))
+        return
     if call.name == "popd":
         if call.words[i:] or not st.dirstack:  # `popd +N`, or a stack from before the line
             _cd_data(st, here)
@@ -217,43 +246,61 @@ def _cd(w: Walker, call: Call) -> None:
     if call.name == "pushd" and target.text.startswith(("+", "-")) and not target.dynamic:
         _cd_data(st, here)  # `pushd +N`: rotates a stack partly from before the line
         return
+    if target.text == "" and not target.dynamic:
+        return  # bash: `cd ''` stays where it is
     if call.name == "pushd":
         st.dirstack = (*st.dirstack, here)
-    if target.text == "-" and not target.dynamic:
+    if (target.text == "-" and not target.dynamic) or _OLDPWD.fullmatch(target.text):
         if st.oldcd is None:
             _cd_data(st, here)
         else:
             _cd_to(st, st.oldcd, here)
         return
-    if (target.input or target.output) and not _REPO_ROOT.fullmatch(target.text):
+    if _REPO_ROOT.fullmatch(target.text):
+        if any(name in st.vars for name in ("GIT_DIR", "GIT_WORK_TREE")):
+            _cd_data(st, here)
+        else:
+            from ralph.shell import TOPLEVEL
+
+            _cd_step(st, TOPLEVEL, here)
+        return
+    if target.input or target.output:
         _cd_data(st, here)
         return
-    if target.dynamic and not re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?(/[^$`]*)?", target.text):
+    if target.glob or (target.dynamic and not re.fullmatch(r"\$\{?(HOME|PWD|CLAUDE_PROJECT_DIR|TMPDIR|TMP|TEMP)\}?"
+                                                             r"(/[^$`*?\[]*)?", target.text)):
         st.oldcd = here
-        st.cd_unknown = True
+        lose(w, st, f"`{call.name} {target.text[:40]}` goes to a directory only known at run time")
         return
     step = target.text
     if "-P" in opts or (st.physical and "-L" not in opts):  # symlinks followed before `..`: `cd -P lod/..`
         from ralph.shell import resolve_path
 
-        where = resolve_path(step, w.cwd, w.home, target.dynamic, st.cd, st.cd_unknown, physical=True)
-        if where is None:
+        where_to = resolve_path(step, w.cwd, w.home, target.dynamic, st.cd, st.cd_unknown, physical=True)
+        if where_to is None:
             st.oldcd = here
-            st.cd_unknown = True
+            lose(w, st, f"`{call.name} -P {target.text[:40]}` goes to a directory only known at run time")
             return
-        step = where
+        step = where_to
     _cd_step(st, step, here)
+    if not target.dynamic and step.rstrip("/") not in ("~", w.home.rstrip("/")):  # not there now: may fail
+        from ralph.shell import resolve_path
+        from ralph.shell.paths import is_dir
+
+        path = resolve_path(step, w.cwd, w.home, False, list(before[0]), before[1])
+        st.cd_fail = CANNOT_FAIL if path is not None and is_dir(path) else before
 
 
+_OLDPWD = re.compile(r"\$\{?OLDPWD\}?")
 _REPO_ROOT = re.compile(r"\$\(\s*git\s+rev-parse\s+--show-toplevel\s*\)")
-"""``cd "$(git rev-parse --show-toplevel)"``: the repository's own root, not data (a place only known at run time,
-as before)."""
+"""``cd "$(git rev-parse --show-toplevel)"``: the repository's own root (the nearest directory up holding ``.git``),
+not data."""
 
 
 def _cd_step(st, step: str, here: tuple[tuple[str, ...], bool]) -> None:  # type: ignore[no-untyped-def]
     st.oldcd = here
     if len(st.cd) >= MAX_CDS:  # every path resolves through each step: keep that work bounded
-        st.cd_unknown = True
+        _cd_data(st, here)
     else:  # a literal, or one variable resolve_path may know (`cd "$CLAUDE_PROJECT_DIR"`)
         st.cd.append(step)
 

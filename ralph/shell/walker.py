@@ -27,6 +27,9 @@ from ralph.shell import MAX_DEPTH, Analysis, Command, WriteTarget, basename, res
 Val = Union[str, list, None]
 """A variable's value on this line: text, an array, or None (only known at run time)."""
 
+MAYBE_FUNCTION = "\x00maybe:"
+"""In ``State.functions``: ``MAYBE_FUNCTION + NAME``, a function that may or may not still be defined (``unset
+NAME``); ``MAYBE_FUNCTION`` alone, any name (``unset "$x"``)."""
 PUSH_BLOCK_VARS = re.compile(r"GIT_CONFIG_(COUNT|KEY_[0-9]+|VALUE_[0-9]+|PARAMETERS)$")
 """The variables that carry direct mode's git push block (and git's ``-c`` settings) to every git."""
 _NUMBER = re.compile(r"-?[0-9]+|0[xX][0-9a-fA-F]+|[0-9]+#[0-9A-Za-z@_]+")
@@ -88,6 +91,11 @@ class State:
     """``pushd``'s stack below the current directory, as ``oldcd``; what was there before the line is not known."""
     physical: bool = False
     """``set -P``/``set -o physical``: ``cd`` follows symlinks before ``..``."""
+    cd_fail: Any = None
+    """Set by a ``cd`` until its statement ends (:mod:`ralph.shell.cwd`): where the shell is if it failed, or
+    ``CANNOT_FAIL``; None: the last command was no ``cd``."""
+    lastpipe: bool = False
+    """``shopt -s lastpipe``: the last command of a pipeline runs in this shell (its ``cd`` stays)."""
 
     def copy(self) -> "State":
         if self.budget is not None:
@@ -95,7 +103,7 @@ class State:
                               + len(self.globs) + len(self.dirstack))
         return State(dict(self.vars), list(self.cd), self.cd_unknown, set(self.made), set(self.functions), self.stdin,
                      self.budget, set(self.inputs), self.positional, self.zero, set(self.globs), self.oldcd,
-                     self.dirstack, self.physical)
+                     self.dirstack, self.physical, None, self.lastpipe)
 
 
 @dataclass(frozen=True)
@@ -276,17 +284,18 @@ class Walker:
             self.result.pipes_into_shell = True
             self.result.pipe_detail = detail
 
-    def stdin_program(self, name: str, flow: Flow, st: State, shell: bool) -> None:
-        """``name`` reads its program from stdin: check where that comes from."""
+    def stdin_program(self, name: str, flow: Flow, st: State, shell: bool, here: bool = False) -> None:
+        """``name`` reads its program from stdin: check where that comes from (``here``: it runs in this shell,
+        ``source /dev/stdin``, so a ``cd`` or a variable in it stays)."""
         kind, value = flow.stdin or ("", "")
         if kind == "pipe":
             self.pipe(f"{value} | {name}")
             if shell and flow.piped_text is not None:
-                self.code(flow.piped_text, st.copy(), Flow(depth=flow.depth), f"`{name}` (its stdin)")
+                self.code(flow.piped_text, st if here else st.copy(), Flow(depth=flow.depth), f"`{name}` (its stdin)")
         elif kind == "procsub":
             self.pipe(f"{name} < {value}")
         elif kind == "text" and shell:
-            self.code(value, st.copy(), Flow(depth=flow.depth), f"`{name}` (its stdin)")
+            self.code(value, st if here else st.copy(), Flow(depth=flow.depth), f"`{name}` (its stdin)")
         elif kind == "dyn" and shell:
             self.opaque(
                 f"`{name}` runs a heredoc or here-string with parts only known at run time",
@@ -298,9 +307,16 @@ class Walker:
     # -- statements ---------------------------------------------------------------------------
 
     def statements(self, nodes: list[Any], st: State, flow: Flow) -> None:
-        for node in nodes:
+        from ralph.shell.cwd import after_statement
+
+        for k, node in enumerate(nodes):
             if node.is_named:
+                nxt = nodes[k + 1] if k + 1 < len(nodes) else None
+                if nxt is not None and nxt.type == "&":  # in the background: a subshell of its own
+                    self.statement(node, st.copy(), flow)
+                    continue
                 self.statement(node, st, flow)
+                after_statement(self, st)
 
     def statement(self, node: Any, st: State, flow: Flow) -> None:
         self.budget.spend(NODE_COST)
@@ -326,7 +342,63 @@ class Walker:
         )
 
     def _list(self, node: Any, st: State, flow: Flow) -> None:
-        self.statements(node.children, st, flow)
+        if node.type == "list":
+            self._and_or(node, st, flow)
+        else:
+            self.statements(node.children, st, flow)
+
+    def _and_or(self, node: Any, st: State, flow: Flow, redirects: list[Any] | None = None) -> None:
+        """``a && b || c``: which commands ran is known only at run time; the directory after each is followed
+        both ways (a ``cd`` that succeeds, one that fails) and lost where the ways part."""
+        from ralph.shell.cwd import CANNOT_FAIL, join, put, settle, where
+
+        items: list[tuple[str, Any]] = []
+        stack = [("", node)]
+        while stack:  # the grammar nests `a && b || c` to the left: ((a && b) || c)
+            op, item = stack.pop()
+            if item.type == "list":
+                kids = [c for c in item.children if c.type != "comment"]
+                named = [c for c in kids if c.is_named]
+                ops = [c.type for c in kids if not c.is_named]
+                if len(named) == 2 and len(ops) == 1 and ops[0] in ("&&", "||"):
+                    stack.append((ops[0], named[1]))
+                    stack.append((op, named[0]))
+                    continue
+            items.append((op, item))
+        before = where(st)
+        ok: Any = before
+        fail: Any = None
+        for k, (op, item) in enumerate(items):
+            tail = redirects if redirects is not None and k == len(items) - 1 else None  # `a && b > f`: b's
+            if op == "&&":
+                start, other = ok, fail
+            elif op == "||":
+                start, other = fail, ok
+            else:
+                start, other = ok, None
+            if start is None:  # it cannot run (`cd DIR || x` with DIR a directory): checked, its changes dropped
+                here = st.copy()
+                put(here, other if other is not None else before)
+                self._item(item, here, flow, tail)
+                continue
+            put(st, start)
+            st.cd_fail = None
+            self._item(item, st, flow, tail)
+            done = where(st)
+            failed = None if st.cd_fail == CANNOT_FAIL else st.cd_fail if st.cd_fail is not None else done
+            st.cd_fail = None
+            if op == "||":
+                ok, fail = join(other, done), failed
+            else:
+                ok, fail = done, join(other, failed)
+        settle(self, st, before, [ok, fail], "a `cd` in `a && b || c` may or may not have run (write each `cd` on "
+                                             "its own, `cd DIR && ...`)")
+
+    def _item(self, node: Any, st: State, flow: Flow, redirects: list[Any] | None) -> None:
+        if redirects is None:
+            self.statement(node, st, flow)
+        else:
+            self._with_redirects(node, redirects, st, flow)
 
     def _compound(self, node: Any, st: State, flow: Flow) -> None:
         if node.children and node.children[0].type == "((":
@@ -358,12 +430,20 @@ class Walker:
         found: tuple[str, ...] | None = None
         files: tuple[str, ...] | None = None
         for i, part in enumerate(parts):
+            last = i == len(parts) - 1
             stdin = (first_stdin or flow.stdin) if i == 0 else ("pipe", _lead(parts[i - 1]))
             text = first_text if i == 0 else _static_output(parts[i - 1])
             here = Flow(stdin=stdin, piped_out=i < len(parts) - 1 or flow.piped_out, depth=flow.depth,
                         piped_text=text, piped_paths=found if i else None, piped_files=files if i else None)
             mark = len(self.result.simple)
-            st_here = st.copy() if len(parts) > 1 else st
+            # each element runs in a subshell of its own; with `shopt -s lastpipe`, the last one may run in this
+            # shell (when job control is off): its `cd` then stays, or not
+            shared = len(parts) > 1 and last and st.lastpipe
+            st_here = st.copy() if len(parts) > 1 and not shared else st
+            if shared:
+                from ralph.shell.cwd import where
+
+                before = where(st)
             redirects = (first_redirects or []) if i == 0 else []
             if last_redirects and i == len(parts) - 1:
                 redirects = [*redirects, *last_redirects]
@@ -371,6 +451,11 @@ class Walker:
                 self._with_redirects(part, redirects, st_here, here)
             else:
                 self.statement(part, st_here, here)
+            if shared:
+                from ralph.shell.cwd import settle, where
+
+                settle(self, st, before, [before, where(st)], "`shopt -s lastpipe`: a `cd` at the end of a pipeline "
+                                                              "stays or not (job control decides)")
             if i < len(parts) - 1:  # what this element writes into the pipe, for the next one
                 written = self.result.simple[mark:]
                 found = _found_paths(written, flow.depth)
@@ -380,10 +465,45 @@ class Walker:
         self.statements(node.children, st, flow)
 
     def _if(self, node: Any, st: State, flow: Flow) -> None:
-        self.statements(node.children, st, flow)
+        """``if``: the conditions, then each branch from where they left the shell; the directory after it is
+        the branches' one, or lost."""
+        from ralph.shell.cwd import put, settle, where
+
+        branches: list[Any] = []
+        body: list[Any] = []
+        conditions: list[Any] = []
+        for i, child in enumerate(node.children):
+            if node.field_name_for_child(i) == "condition":
+                conditions.append(child)
+            elif child.type in ("elif_clause", "else_clause"):
+                branches.append(child)
+            elif child.is_named:
+                body.append(child)
+        self.statements(conditions, st, flow)
+        start = where(st)
+        ends = []
+        for branch in [body, *branches]:
+            put(st, start)
+            if isinstance(branch, list):
+                self.statements(branch, st, flow)
+            else:
+                self.statement(branch, st, flow)
+            ends.append(where(st))
+        if not any(b.type == "else_clause" for b in branches):
+            ends.append(start)
+        settle(self, st, start, ends, "a `cd` in one branch of `if` (which branch runs is known only at run time)")
 
     def _while(self, node: Any, st: State, flow: Flow) -> None:
-        self.statements(node.children, st, flow)
+        from ralph.shell.cwd import lose, where
+
+        body = node.child_by_field_name("body")
+        self.statements([c for c in node.children if c is not body], st, flow)
+        start = where(st)
+        if body is not None:
+            self.statement(body, st, flow)
+            if where(st) != start:  # the body runs any number of times: the next time from elsewhere
+                lose(self, st, "a `cd` in a loop body (it runs any number of times)")
+                self.statement(body, st, flow)
 
     def _do_group(self, node: Any, st: State, flow: Flow) -> None:
         self.statements(node.children, st, flow)
@@ -404,6 +524,9 @@ class Walker:
             self.sets(name, f"for {name} in")
             if any(w.input for w in values) or is_select:
                 st.inputs.add(name)
+        from ralph.shell.cwd import lose, where
+
+        start = where(st)
         for item in (values if known and not is_select else [None]):
             if name:
                 st.vars[name] = item.text if item is not None else None
@@ -413,6 +536,9 @@ class Walker:
                     st.globs.discard(name)
             if body is not None:
                 self.statement(body, st, flow)
+        if body is not None and not (known and not is_select) and where(st) != start:
+            lose(self, st, "a `cd` in a loop body (it runs any number of times)")  # none, once, or many times
+            self.statement(body, st, flow)
 
     def _c_for(self, node: Any, st: State, flow: Flow) -> None:
         for child in node.named_children:
@@ -425,7 +551,13 @@ class Walker:
                     self.sets(_text(name), f"for (({_text(name)}=...))")
                     st.vars[_text(name)] = "0"
             elif child.type == "do_group" or child.type == "compound_statement":
+                from ralph.shell.cwd import lose, where
+
+                start = where(st)
                 self.statement(child, st, flow)
+                if where(st) != start:  # none, once, or many times
+                    lose(self, st, "a `cd` in a loop body (it runs any number of times)")
+                    self.statement(child, st, flow)
             else:
                 self.arith(child, st)
 
@@ -433,14 +565,21 @@ class Walker:
         value = node.child_by_field_name("value")
         if value is not None:
             self.words(value, st, flow)
+        from ralph.shell.cwd import put, settle, where
+
+        start = where(st)
+        ends = [start]  # no pattern may match
         for item in node.named_children:
             if item.type != "case_item":
                 continue
+            put(st, start)
             for i, child in enumerate(item.children):
                 if item.field_name_for_child(i) == "value":
                     self.words(child, st, flow)
                 elif child.is_named:
                     self.statement(child, st, flow)
+            ends.append(where(st))
+        settle(self, st, start, ends, "a `cd` in one branch of `case` (which one runs is known only at run time)")
 
     def _function(self, node: Any, st: State, flow: Flow) -> None:
         name_node = node.child_by_field_name("name")
@@ -471,10 +610,7 @@ class Walker:
         # The grammar hangs `a && b > f` and `a | b > f` on the whole list or pipeline; bash binds the
         # redirection to the last command only.
         if body is not None and body.type == "list":
-            kids = [c for c in body.children if c.is_named]
-            for kid in kids[:-1]:
-                self.statement(kid, st, flow)
-            self._with_redirects(kids[-1] if kids else None, redirects, st, flow)
+            self._and_or(body, st, flow, redirects)
             return
         if body is not None and body.type == "pipeline":
             parts = [c for c in body.children if c.is_named and c.type != "comment"]
@@ -1030,6 +1166,9 @@ class Walker:
             return
         if name in st.inputs:
             flags["input"] = True
+        if name == "DIRSTACK" and name not in st.vars:  # `$DIRSTACK` is `${DIRSTACK[0]}`: the current directory
+            _push(out, "${PWD}", _DYNQ if quoted else _DYNU)
+            return
         if name in st.vars:
             value = st.vars[name]
             if isinstance(value, list):
@@ -1106,6 +1245,10 @@ class Walker:
             return
         if known_args and not ops:
             self._positional(name, _text(node), st, out, quoted, flags)
+            return
+        if name == "DIRSTACK" and name not in st.vars and not ops and (target is None or target.type != "subscript" or
+                                                                     _text(target.child_by_field_name("index")) == "0"):
+            _push(out, "${PWD}", run_time)  # `${DIRSTACK[0]}`: the current directory (other entries: unplaced)
             return
         value = st.vars.get(name) if name in st.vars else None
         if known_args and name.isdigit():
@@ -1383,6 +1526,12 @@ def unset_vars(w: Walker, words: list[Word], st: State) -> None:
         if not word.dynamic and word.text.startswith("-") and len(word.text) > 1:
             functions = functions or "f" in word.text
             continue
+        if word.dynamic:  # it may name a function too (`cd` shadowed or not)
+            st.functions.add(MAYBE_FUNCTION)
+        elif word.text in st.functions:
+            st.functions.discard(word.text)
+            if not functions:  # `unset NAME` removes the function only when no variable has that name
+                st.functions.add(MAYBE_FUNCTION + word.text)
         if not functions:
             w.sets(None if word.dynamic else word.text, "unset")
             from ralph.shell.environment import check_name
