@@ -21,8 +21,6 @@ from ralph.lazymodule import lazy_attributes
 
 if TYPE_CHECKING:
     from ralph.shell import (
-        CD_DATA,
-        DERIVED,
         PRIVILEGE_WRAPPERS,
         SHELLS,
         Analysis,
@@ -49,7 +47,7 @@ if TYPE_CHECKING:
     from ralph.shell.tools import find_roots
 
 __all__ = [
-    "CD_DATA", "DERIVED", "glob_links",
+    "glob_links",
     "CONTAINER_CLIS", "MAX_PATH", "PRIVILEGE_WRAPPERS", "SHELLS", "Analysis", "BudgetExceeded", "Command", "GitView",
     "Opaque", "ShellAnalysis", "WriteTarget", "active_budget", "analyze", "analyze_for", "basename", "budget_scope",
     "fetches", "find_may_act", "find_roots", "git_view", "has_long", "may_reach_git", "mount_fields", "parse_git",
@@ -58,7 +56,7 @@ __all__ = [
 ]
 
 __getattr__ = lazy_attributes(__name__, {
-    **dict.fromkeys(["CD_DATA", "DERIVED", "Analysis", "Command", "Opaque", "PRIVILEGE_WRAPPERS", "SHELLS", "ShellAnalysis", "WriteTarget",
+    **dict.fromkeys(["Analysis", "Command", "Opaque", "PRIVILEGE_WRAPPERS", "SHELLS", "ShellAnalysis", "WriteTarget",
                      "analyze", "analyze_for", "basename", "resolve_path", "unplaced"], "ralph.shell"),
     "BudgetExceeded": "ralph.shell.budget",
     "budget_scope": "ralph.shell.budget:scope",
