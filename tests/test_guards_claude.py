@@ -147,7 +147,7 @@ def test_push_block_spellings_and_config_writes_do_not_reach_the_remote(
     project.write_stories([story("US-001")])
     remote, tip = _bare_remote(project, tmp_path)
     cfg = f'[remote "origin"]\n\tpushurl = {remote}\n'
-    stall = "cd src; " * 32 + "rm -f " + " ".join(f"../x{i}/.." for i in range(8000))  # the guards' own work
+    stall = "cd src && " * 32 + "rm -f " + " ".join(f"../x{i}/.." for i in range(8000))  # the guards' own work
     script = IterationScript({1: [
         bash("git commit -q --allow-empty -m sneaky"),
         write(project.path / "push.py", PUSH_SCRIPT),
