@@ -43,6 +43,8 @@ _MAX_WORDS = 256
 _STDIN_FILE = re.compile(r"/dev/+(\./+)*(stdin|fd/+0)|/proc/+(self|thread-self|[0-9]+)/+fd/+0")
 # kinds of characters in a word being assembled
 _LIT, _QUOTED, _EXP, _DYNQ, _DYNU = range(5)
+_RUNTIME = frozenset({_DYNQ, _DYNU})
+_UNQUOTED_RUNTIME = frozenset({_EXP, _DYNU})
 
 
 @dataclass
@@ -927,6 +929,8 @@ class Walker:
                                                                           list[Word]]:
         """(the flow with the stdin they give, (operator, target) pairs, what the grammar hangs on a heredoc, the
         words written after a redirection's target, which bash reads as arguments)."""
+        if not nodes:  # most commands: nothing to read, the flow as it is
+            return flow, [], [], []
         stdin = flow.stdin
         pairs: list[tuple[str, str]] = []
         tails: list[Any] = []
@@ -949,7 +953,7 @@ class Walker:
                 stdin = self._heredoc(node, st, flow, pairs, queue, tails, extra) or stdin
             elif node.is_named:
                 self.unmodelled(node)
-        return replace(flow, stdin=stdin), pairs, tails, extra
+        return (flow if stdin is flow.stdin else replace(flow, stdin=stdin)), pairs, tails, extra
 
     def _file_redirect(self, node: Any, st: State, flow: Flow, pairs: list, stdin: Any, extra: list[Word]) -> Any:
         op = "".join(_text(c) for c in node.children if not c.is_named)
@@ -1716,8 +1720,7 @@ def _ansi_c(s: str) -> str:
 def _assemble(chars: list[tuple[str, int]], flags: dict, split: bool, budget: Budget) -> list[Word]:
     budget.spend(4 * len(chars))  # several passes over the characters below
     cut: list[bool] = []
-    variants = _brace_expand(chars, budget, _MAX_WORDS, cut) if any(ch == "{" and k == _LIT for ch, k in chars) \
-        else [chars]
+    variants = _brace_expand(chars, budget, _MAX_WORDS, cut) if ("{", _LIT) in chars else [chars]
     if cut:
         flags["truncated"] = True
     words: list[Word] = []
@@ -1725,20 +1728,21 @@ def _assemble(chars: list[tuple[str, int]], flags: dict, split: bool, budget: Bu
         budget.spend(4 * len(variant))
         pieces = _split(variant) if split else [variant]
         for piece in pieces:
-            text = "".join(ch for ch, _ in piece)
+            text = "".join([ch for ch, _ in piece])
             kinds = {k for _, k in piece}
-            if not text and piece and kinds <= {_EXP, _DYNU}:
+            if not text and piece and kinds <= _UNQUOTED_RUNTIME:
                 continue
+            dynamic = not kinds.isdisjoint(_RUNTIME)
             words.append(
                 Word(
                     text=text,
-                    dynamic=bool(kinds & {_DYNQ, _DYNU}),
-                    glob=_is_glob(piece),
+                    dynamic=dynamic,
+                    glob=_is_glob(piece) if ("*" in text or "?" in text or "[" in text) else False,
                     split=_DYNU in kinds,
                     positional=flags["positional"],
                     procsub=flags["procsub"],
                     output=flags.get("output", False),
-                    input=bool(flags.get("input")) and bool(kinds & {_DYNQ, _DYNU}),
+                    input=bool(flags.get("input")) and dynamic,
                 )
             )
     if not words and chars and not any(k in (_EXP, _DYNU) for _, k in chars):
@@ -1749,7 +1753,7 @@ def _assemble(chars: list[tuple[str, int]], flags: dict, split: bool, budget: Bu
 
 
 def _split(chars: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
-    if not any(k == _EXP and ch in " \t\n" for ch, k in chars):
+    if (" ", _EXP) not in chars and ("\t", _EXP) not in chars and ("\n", _EXP) not in chars:
         return [chars]
     out: list[list[tuple[str, int]]] = [[]]
     for ch, k in chars:
