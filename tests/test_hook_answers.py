@@ -133,3 +133,107 @@ def test_outside_a_loop_the_hook_helper_answers_later_calls_and_exits_when_idle(
     while sockets[0].exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not sockets[0].exists(), "the idle helper did not exit"
+
+
+def test_a_hook_call_outside_a_loop_loads_the_guards_without_their_config_models(tmp_path: Path) -> None:
+    """The config sections' models import pydantic; a hook call reads no config, so it never imports them (the
+    guards still answer), and a host built that way still gives every section when asked."""
+    probe = (
+        "import json, sys\n"
+        "from ralph.hooks.answers import handle_without_loop\n"
+        "payload = {'hook_event_name': 'PreToolUse', 'tool_name': 'Bash', 'tool_input': {'command': 'git push'},\n"
+        "           'session_id': 's', 'cwd': sys.argv[1]}\n"
+        "out = handle_without_loop(payload, {'HOME': sys.argv[1], 'CLAUDE_PROJECT_DIR': sys.argv[1]})\n"
+        "print(json.dumps([out, 'pydantic' in sys.modules]))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RALPH_STATE_DIR": str(tmp_path / "state"),
+           "RALPH_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    result = subprocess.run([sys.executable, "-P", "-c", probe, str(tmp_path)], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out, imported = json.loads(result.stdout)
+    assert out["hookSpecificOutput"]["permissionDecision"] == "deny" and "[git-push]" in out["hookSpecificOutput"][
+        "permissionDecisionReason"]
+    assert imported is False, "a hook call outside a loop imported pydantic"
+    lazy = PluginHost(environ={"RALPH_DISABLE_PLUGIN_AUTOLOAD": "1"}, sections=False)
+    eager = PluginHost(environ={"RALPH_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert lazy.config_sections() == eager.config_sections() and "claude" in lazy.config_sections()
+
+
+def test_the_hook_helper_keeps_its_plugins_per_switch_and_loads_a_newly_installed_guard(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph.hooks.answers import handle_without_loop
+    from ralph.hooks.daemon import Hosts
+
+    hosts = Hosts()
+    env = {"HOME": str(tmp_path), "CLAUDE_PROJECT_DIR": str(tmp_path)}
+    monkeypatch.setenv("RALPH_STATE_DIR", str(tmp_path / "state"))
+    first = hosts.get(env)
+    assert hosts.get(dict(env)) is first, "the same switches and plugins load the plugins again"
+    assert hosts.get({**env, "RALPH_DISABLE_PLUGINS": "dangerous-commands"}) is not first
+    payload = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "make fireworks"},
+               "session_id": "s", "cwd": str(tmp_path)}
+    assert handle_without_loop(payload, env, hosts.get(env)) == {}
+    # a guard plugin installed while the helper runs: a distribution on sys.path with a `ralph` entry point
+    site = tmp_path / "site"
+    (site / "fireworks_guard-1.0.dist-info").mkdir(parents=True)
+    (site / "fireworks_guard-1.0.dist-info" / "entry_points.txt").write_text(
+        "[ralph]\nfireworks = fireworks_guard\n")
+    (site / "fireworks_guard.py").write_text("raise ImportError('half written')\n")
+    monkeypatch.syspath_prepend(str(site))
+    broken = hosts.get(env)
+    assert broken is not first and [info.name for info in broken.failures] == ["fireworks"]
+    assert hosts.get(env) is not broken, "a host with a plugin that failed to load was kept"
+    (site / "fireworks_guard.py").write_text(  # the plugin fixed: the next call loads it
+        "from ralph.api import Denial, hookimpl\n\n\n"
+        "@hookimpl\n"
+        "def ralph_pre_tool_use(event):\n"
+        "    if 'fireworks' in str(event.tool_input.get('command')):\n"
+        "        return [Denial('fireworks', 'no fireworks: light a candle instead')]\n"
+        "    return []\n")
+    answer_now = handle_without_loop(payload, env, hosts.get(env))
+    assert "[fireworks] no fireworks" in answer_now["hookSpecificOutput"]["permissionDecisionReason"]
+    assert hosts.get(env) is hosts.get(env)
+    sys.modules.pop("fireworks_guard", None)
+
+
+def test_the_hook_helper_answers_before_it_looks_for_changed_code_and_exits_when_it_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper stats every file of ralph to see whether it changed; it does so after the answer went out,
+    and stops when it did."""
+    import threading
+
+    from ralph.hooks import daemon
+    from ralph.hooks.client import ask_loop
+
+    received = threading.Event()
+    order: list[str] = []
+    stamps = iter([1.0, 2.0])
+
+    def code_stamp() -> float:
+        if order:  # the look after an answer: wait until the caller has it (or give up)
+            received.wait(30)
+            order.append("looked" + (" after the answer" if received.is_set() else " before the answer"))
+        else:
+            order.append("started")
+        return next(stamps)
+
+    monkeypatch.setattr(daemon, "_code_stamp", code_stamp)
+    monkeypatch.setenv("RALPH_STATE_DIR", str(tmp_path / "state"))
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    socket_path = runtime / "helper.sock"
+    helper = threading.Thread(target=daemon.serve, args=(socket_path, 600.0), daemon=True)
+    helper.start()
+    while not socket_path.exists() and helper.is_alive():
+        received.wait(0.05)
+    payload = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "git push"},
+               "session_id": "s", "cwd": str(tmp_path)}
+    answer = ask_loop(str(socket_path), {"payload": payload, "env": {"HOME": str(tmp_path),
+                                                                    "CLAUDE_PROJECT_DIR": str(tmp_path)}})
+    received.set()
+    helper.join(60)
+    assert answer["output"]["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert order == ["started", "looked after the answer"]
+    assert not helper.is_alive(), "the helper kept serving after ralph's code changed"
+    assert not socket_path.exists()

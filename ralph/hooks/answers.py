@@ -152,9 +152,13 @@ def _stop(payload: dict[str, Any], context: HookContext) -> dict[str, Any]:
 # -- without a loop: the plugin used in an interactive Claude Code session ------------------
 
 
-def handle_without_loop(payload: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
-    """Answer with the same plugins in-process; Stop checks only when ``.ralph-active`` exists."""
-    from ralph.plugin.manager import PluginHost
+def handle_without_loop(payload: dict[str, Any], environ: dict[str, str], host: Any = None) -> dict[str, Any]:
+    """Answer with the same plugins in-process; Stop checks only when ``.ralph-active`` exists.
+
+    ``host``: the plugins to answer with (the hook helper keeps them between calls); by default
+    every installed plugin is loaded for this call, without their config sections (a hook call
+    reads no config, and the sections' models import pydantic).
+    """
     from ralph.loop.rundir import project_key, state_root
     from ralph.hooks.sessionstore import FileSession
 
@@ -162,7 +166,10 @@ def handle_without_loop(payload: dict[str, Any], environ: dict[str, str]) -> dic
     state_dir = state_root() / "projects" / project_key(project_dir, with_repo=False) / "hooks"
     state_dir.mkdir(parents=True, exist_ok=True)
     session = FileSession(state_dir / "sessions", str(payload.get("session_id") or ""))
-    host = PluginHost(environ=environ)
+    if host is None:
+        from ralph.plugin.manager import PluginHost
+
+        host = PluginHost(environ=environ, sections=False)
     stop_checks = None
     if payload.get("hook_event_name") == "Stop":
         stop_checks = _marker_stop_checks(project_dir, host)

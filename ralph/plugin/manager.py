@@ -240,9 +240,14 @@ class PluginHost:
         environ: dict[str, str] | None = None,
         load_entry_points: bool = True,
         only: Collection[str] | None = None,
+        sections: bool = True,
     ) -> None:
         """Load every installed plugin (``only``: just the entry points of these names,
-        e.g. the plugin behind one command) and the registries they fill."""
+        e.g. the plugin behind one command) and the registries they fill.
+
+        ``sections=False`` (the hook answered outside a loop) leaves the plugins' config sections
+        until :meth:`config_sections` asks: their models import pydantic, which a hook call does
+        not need (a plugin whose sections fail then stays loaded, so its guards still run)."""
         environ = dict(os.environ) if environ is None else environ
         self._environ = environ
         self.pm = pluggy.PluginManager("ralph")
@@ -278,7 +283,7 @@ class PluginHost:
         self.stores = self._registry("task store", "ralph_register_task_stores", TaskStore)
         self.gates = self._registry("gate", "ralph_register_gates", Gate)
         self.fleet_engines = self._registry("fleet engine", "ralph_register_fleet_engines", FleetEngine)
-        self._sections = self._collect_sections()
+        self._sections: list[tuple[str, dict[str, type]]] | None = self._collect_sections() if sections else None
 
     # -- loading ----------------------------------------------------------------
 
@@ -540,6 +545,8 @@ class PluginHost:
         """Every plugin's config section model by section name (a duplicate is an error naming both plugins)."""
         sections: dict[str, type] = {}
         definer: dict[str, str] = {}
+        if self._sections is None:
+            self._sections = self._collect_sections()
         for plugin_name, provided in self._sections:
             for name, model in provided.items():
                 if name in sections:
