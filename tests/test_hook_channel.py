@@ -204,3 +204,38 @@ def test_the_compiled_client_answers_as_the_source_does(tmp_path: Path) -> None:
     # where the run directory cannot take it: the source, as before
     (tmp_path / "a-file").write_text("")
     assert compiled_hook_command(tmp_path / "a-file" / "dir") == hook_command()
+
+
+def test_in_a_loop_the_client_exits_without_the_interpreters_teardown_its_output_and_status_intact(
+        tmp_path: Path) -> None:
+    """Only the client ran: it ends with ``posix._exit`` once its output is flushed (``-v`` shows the teardown's
+    ``# cleanup`` lines when it runs); its answer, a block and exit 2 come out as before."""
+    server = HookServer(lambda request: {"systemMessage": request["payload"]["tool_input"]["command"]},
+                        token="t").start()
+    env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"}
+
+    def run(text: str, environ: dict[str, str] = env) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-v", "-I", "-S", str(CLIENT)], input=text, capture_output=True,
+                              text=True, env=environ)
+
+    try:
+        answered = run(json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash",
+                                   "tool_input": {"command": "ls é"}}))
+        refused = run(json.dumps({"hook_event_name": "Stop"}), {**env, "RALPH_HOOK_TOKEN": "wrong"})
+        unreadable = run("[1, 2]")
+    finally:
+        server.stop()
+    assert answered.returncode == 0 and json.loads(answered.stdout) == {"systemMessage": "ls é"}
+    assert refused.returncode == 0 and json.loads(refused.stdout)["decision"] == "block"
+    assert "refused" in refused.stderr
+    assert unreadable.returncode == 2 and unreadable.stdout == ""
+    assert "ralph hook: the hook input is not a JSON object" in unreadable.stderr
+    for result in (answered, refused, unreadable):
+        assert "# cleanup" not in result.stderr
+    # outside a loop ralph and its plugins ran in the process: their exit handlers run, as always
+    alone = run(json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},
+                            "cwd": str(tmp_path)}),
+                {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RALPH_HOOK_DAEMON": "0",
+                 "RALPH_STATE_DIR": str(tmp_path / "state"), "CLAUDE_PROJECT_DIR": str(tmp_path)})
+    assert alone.returncode == 0 and json.loads(alone.stdout) == {}
+    assert "# cleanup" in alone.stderr

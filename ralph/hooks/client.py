@@ -36,6 +36,10 @@ imports no module beyond what Python itself loads except ``_socket`` and
 two, with ``re``, ``enum`` and ``selectors`` behind them, cost more than the
 rest of the call), and reads the environment from ``posix`` (:mod:`os` is
 another millisecond).  Where ``_json`` is missing or differs, it uses :mod:`json`.
+When nothing but the client ran (no ralph package loaded: no exit handlers to run) it
+ends with ``posix._exit`` once its output is flushed, skipping the interpreter's
+teardown (its last garbage collection and freeing every module: ~1.4 ms, a sixth
+of the call's CPU).
 """
 
 import sys
@@ -410,5 +414,20 @@ def main() -> int:
     return 0
 
 
+def end(code: int) -> int:
+    """Exit with ``code`` at once when only the client ran (its output flushed first: a failed flush raises,
+    and Python's own exit reports it); otherwise return ``code`` for a normal exit."""
+    if "ralph" in sys.modules:  # ralph and its plugins were loaded (outside a loop): let their exit handlers run
+        return code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        import posix
+    except ImportError:  # not a POSIX system
+        return code
+    posix._exit(code)
+    return code  # not reached
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(end(main()))
