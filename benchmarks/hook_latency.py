@@ -142,8 +142,11 @@ def main(argv: list[str]) -> None:
         loop.state.write(run_dir, IterationRecord(1, selection.mode, selection.story_id), selection, tasks.snapshot())
         bridge.start()
         command = hook_command()
-        # A normal install caches bytecode; PYTHONDONTWRITEBYTECODE (set on some CI machines) makes
-        # every hook process recompile ralph, so both are measured.
+        # A normal install caches bytecode; one without a cache it can use (a read-only install that was
+        # never compiled) compiles ralph in every hook process, so both are measured.  The hook runs with
+        # -I, which ignores PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX: -B and -X pycache_prefix
+        # (an empty directory) on its command line stand for that install.
+        no_cache = command.replace(" -I -S ", f" -I -S -B -X pycache_prefix={shlex.quote(str(root / 'nopyc'))} ", 1)
         base_env = {
             k: v for k, v in os.environ.items() if not k.startswith("RALPH_HOOK") and k != "PYTHONDONTWRITEBYTECODE"
         }
@@ -160,8 +163,7 @@ def main(argv: list[str]) -> None:
                 ("in loop, no wrapper", compiled_hook_command(run_dir), in_loop),
                 ("no loop, helper", command, helper_env),
                 ("no loop, in-process", command, alone),
-                ("no loop, in-process, no .pyc", command,
-                 {**alone, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(root / "nopyc")}),
+                ("no loop, in-process, no .pyc", no_cache, alone),
             )
             if "--loop-only" in argv:
                 setups = setups[:3]
