@@ -420,7 +420,8 @@ def end(code: int) -> int:
     if "ralph" in sys.modules:  # ralph and its plugins were loaded (outside a loop): let their exit handlers run
         return code
     sys.stdout.flush()
-    sys.stderr.flush()
+    if sys.stderr is not None:  # started without a stderr: nothing to flush there
+        sys.stderr.flush()
     try:
         import posix
     except ImportError:  # not a POSIX system
