@@ -11,7 +11,8 @@ provides (``RALPH_API = "2"`` in its module), or whose registration hook
 ``ralph plugins`` lists it and ``ralph --help`` still works, but ``ralph run``
 refuses to start until it is fixed or disabled (a missing validator, gate or
 guard must never be skipped silently; see docs/plugins.md, "When a plugin
-breaks").
+breaks").  A hook answered outside a loop builds its host with ``sections=False``:
+the config sections are asked for only when wanted.
 
 Every hook is called through pluggy (``ralph/plugin/calls.py``): wrappers
 (``@hookimpl(wrapper=True)``) work on the validation, guard, monitor, prompt and
