@@ -215,8 +215,9 @@ def test_in_a_loop_the_client_exits_without_the_interpreters_teardown_its_output
     env = {"RALPH_HOOK_SOCKET": str(server.path), "RALPH_HOOK_TOKEN": "t", "PATH": "/usr/bin:/bin"}
 
     def run(text: str, environ: dict[str, str] = env) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-v", "-I", "-S", str(CLIENT)], input=text, capture_output=True,
-                              text=True, env=environ)
+        loop = [LOOP] if "RALPH_HOOK_SOCKET" in environ else []
+        return subprocess.run([sys.executable, "-v", "-I", "-S", str(CLIENT), *loop], input=text,
+                              capture_output=True, text=True, env=environ)
 
     try:
         answered = run(json.dumps({"hook_event_name": "PreToolUse", "tool_name": "Bash",
