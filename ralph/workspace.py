@@ -34,7 +34,6 @@ a command where the checkout is (``docker exec``, ``bwrap``, a Ray actor call).
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import shutil
@@ -47,8 +46,9 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Sequence
 
 from ralph.errors import RalphError
-from ralph.workspace_inside import WorkspaceError, WorkspaceState, decode, encode
+from ralph.workspace_inside import CheckoutStatus, WorkspaceError, WorkspaceState, decode, encode
 from ralph.workspace_inside import capture as _capture
+from ralph.workspace_inside import checkout_status as _checkout_status
 from ralph.workspace_inside import under_any
 from ralph.workspace_inside import untracked_names as _untracked_names
 
@@ -90,10 +90,17 @@ def untracked_names(repo: Path) -> list[str]:
     return _untracked_names(repo, git)
 
 
-def capture(repo: Path, known: Iterable[str] = (), skip: Iterable[str] = ()) -> WorkspaceState:
+def checkout_status(repo: Path) -> CheckoutStatus:
+    """``HEAD``, its branch, whether tracked files changed and the untracked files of ``repo``, in one git call."""
+    return _checkout_status(repo, git)
+
+
+def capture(repo: Path, known: Iterable[str] = (), skip: Iterable[str] = (),
+            found: CheckoutStatus | None = None) -> WorkspaceState:
     """The state of ``repo`` (a checkout of this machine's that the loop trusts), with a bundle of
-    what a receiver that has the ``known`` commits lacks; untracked files at or under ``skip`` left out."""
-    return _capture(repo, known, git, skip)
+    what a receiver that has the ``known`` commits lacks; untracked files at or under ``skip`` left out
+    (``found``: its :func:`checkout_status` taken just before)."""
+    return _capture(repo, known, git, skip, found)
 
 
 def ignored_entries(repo: Path) -> frozenset[str]:
@@ -124,6 +131,8 @@ class Checked:
     objects: str = ""
     """The project's object directory (read as an alternate: the quarantine's objects build on it)."""
     members: list[tarfile.TarInfo] = field(default_factory=list)
+    head_tree: str = ""
+    """The tree of the state's ``HEAD`` (``tree`` when there is no diff)."""
 
     def env(self) -> dict[str, str]:
         """git's environment that sees the quarantined objects as well as the project's."""
@@ -136,11 +145,12 @@ class Checked:
 
 
 def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None,
-          ignored: frozenset[str] = frozenset()) -> Checked:
+          ignored: frozenset[str] = frozenset(), objects: str | None = None) -> Checked:
     """Check ``state`` (from a checkout the agent controlled) against ``repo`` without changing ``repo``.
 
     ``ignored``: what git ignored in ``repo`` when the run started (:func:`ignored_entries`), the person's
-    even after the agent's ``.gitignore`` stopped ignoring it.
+    even after the agent's ``.gitignore`` stopped ignoring it; ``objects``: ``repo``'s object directory
+    when the caller knows it.
     Returns the :class:`Checked` state (call :meth:`Checked.discard` when not applying it);
     :class:`WorkspaceRefused` names what broke a rule (see the module's docstring).
     """
@@ -149,27 +159,23 @@ def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None,
     quarantine = Path(tempfile.mkdtemp(prefix="ralph-incoming-"))
     checked = Checked(state, quarantine, "")
     try:
-        checked.objects = _objects_dir(repo)
+        checked.objects = objects or _objects_dir(repo)
         (quarantine / "objects" / "pack").mkdir(parents=True)
         env = checked.env()
         if state.bundle is not None:
             _receive_bundle(repo, state, env)
-        if git(repo, "cat-file", "-t", state.head, env=env, check=False).stdout.strip() != b"commit":
-            raise WorkspaceRefused(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
-        if must_descend and git(repo, "merge-base", "--is-ancestor", must_descend, state.head, env=env,
-                                check=False).returncode:
+        checked.head_tree = _commit_tree(repo, state.head, env)
+        if must_descend and must_descend != state.head and git(
+                repo, "merge-base", "--is-ancestor", must_descend, state.head, env=env, check=False).returncode:
             raise WorkspaceRefused(
                 f"the workspace's HEAD {state.head[:12]} does not descend from {must_descend[:12]} "
                 "(history was rewritten on the other side); nothing was applied"
             )
         base = must_descend or _head_or_none(repo)
-        committed = _tree_entries(repo, state.head, env)
-        _check_entries(committed, "the commit")
-        checked.tree = _tree_with_diff(repo, state, checked)
-        same = checked.tree == _tree_of(repo, state.head, env)
-        tracked = committed if same else _tree_entries(repo, checked.tree, env)
-        if not same:
-            _check_entries(tracked, "the uncommitted changes")
+        committed = _checked_entries(repo, checked.head_tree, env, "the commit")
+        checked.tree = _tree_with_diff(repo, state, checked) if state.diff else checked.head_tree
+        same = checked.tree == checked.head_tree
+        tracked = committed if same else _checked_entries(repo, checked.tree, env, "the uncommitted changes")
         checked.members, untracked_links = _check_untracked(repo, state.untracked, tracked)
         _check_links(repo, committed if same else committed + tracked, untracked_links, base, env)
         _check_ignored_here(repo, committed if same else committed + tracked, checked.members, ignored)
@@ -178,6 +184,15 @@ def check(repo: Path, state: WorkspaceState, *, must_descend: str | None = None,
     except BaseException:
         checked.discard()
         raise
+
+
+def _commit_tree(repo: Path, commit: str, env: dict[str, str]) -> str:
+    """The tree of ``commit`` (:class:`WorkspaceRefused` when ``commit`` is not a commit here), one git call."""
+    out = git(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)", input=f"{commit}\n{commit}^{{tree}}\n".encode(),
+              env=env, check=False).stdout.decode("utf-8", "replace").split("\n")
+    if len(out) < 2 or out[0] != f"{commit} commit" or not out[1].endswith(" tree"):
+        raise WorkspaceRefused(f"commit {commit[:12]} is missing in {repo} and was not shipped")
+    return out[1].split(" ", 1)[0]
 
 
 def _objects_dir(repo: Path) -> str:
@@ -227,12 +242,25 @@ def _is_sha(text: str) -> bool:
     return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
-def _tree_of(repo: Path, commit: str, env: dict[str, str]) -> str:
-    return git(repo, "rev-parse", f"{commit}^{{tree}}", env=env).stdout.decode().strip()
-
-
 Entry = tuple[str, str, str]
 """(mode, object id, path) of one tree entry."""
+
+
+_CHECKED_TREES: dict[str, list[Entry]] = {}
+"""Trees that passed :func:`_check_entries`, by id (a tree's id names its entries: they cannot change)."""
+CHECKED_TREES_KEPT = 8
+
+
+def _checked_entries(repo: Path, tree: str, env: dict[str, str], what: str) -> list[Entry]:
+    """The entries of ``tree``, checked by :func:`_check_entries` (once per tree id)."""
+    entries = _CHECKED_TREES.get(tree)
+    if entries is None:
+        entries = _tree_entries(repo, tree, env)
+        _check_entries(entries, what)
+        while len(_CHECKED_TREES) >= CHECKED_TREES_KEPT:
+            del _CHECKED_TREES[next(iter(_CHECKED_TREES))]
+        _CHECKED_TREES[tree] = entries
+    return entries
 
 
 def _tree_entries(repo: Path, tree: str, env: dict[str, str]) -> list[Entry]:
@@ -384,9 +412,11 @@ def _check_untracked(repo: Path, data: bytes, tracked: list[Entry]) -> tuple[lis
             members = archive.getmembers()
     except (tarfile.TarError, EOFError, ValueError) as exc:
         raise WorkspaceRefused(f"the untracked files are not a tar archive ({exc})") from None
+    if not members:
+        return [], {}
     files = {path for _mode, _sha, path in tracked}
     tracked_links = {path for mode, _sha, path in tracked if mode == "120000"}
-    tracked_dirs = {str(parent) for path in files for parent in PurePosixPath(path).parents if str(parent) != "."}
+    tracked_dirs = {path[:end] for path in files for end in _slashes(path)}
     names: set[str] = set()
     links: dict[str, str] = {}
     for member in members:
@@ -415,6 +445,14 @@ def _check_untracked(repo: Path, data: bytes, tracked: list[Entry]) -> tuple[lis
                                        "nothing was applied")
     _check_host_parents(repo, names)
     return members, links
+
+
+def _slashes(path: str) -> Iterable[int]:
+    """Where ``path``'s parent directories end (``a/b/c``: 1 and 3), without a ``PurePosixPath`` per path."""
+    end = path.find("/")
+    while end > 0:
+        yield end
+        end = path.find("/", end + 1)
 
 
 def _check_host_parents(repo: Path, names: Iterable[str]) -> None:
@@ -501,14 +539,15 @@ def _one_line(text: str) -> str:
 
 
 def mirror(repo: Path, state: WorkspaceState, *, branch: str | None = None, must_descend: str | None = None,
-           ignored: frozenset[str] = frozenset()) -> None:
+           ignored: frozenset[str] = frozenset(), objects: str | None = None) -> None:
     """Make ``repo`` exactly ``state``: ``HEAD`` (on ``branch``), tracked changes and untracked files;
-    nothing at or under ``ignored`` (what git ignored when the run started) is written or removed.
+    nothing at or under ``ignored`` (what git ignored when the run started) is written or removed
+    (``objects``: ``repo``'s object directory, when the caller knows it).
 
     Everything is checked before anything changes (:func:`check`): on a refusal
     :class:`WorkspaceRefused` (a :class:`WorkspaceError`) is raised and ``repo`` is as it was.
     """
-    checked = check(repo, state, must_descend=must_descend, ignored=ignored)
+    checked = check(repo, state, must_descend=must_descend, ignored=ignored, objects=objects)
     try:
         _keep_objects(repo, checked)
         _apply(repo, checked, branch, ignored)
@@ -542,7 +581,7 @@ def _apply(repo: Path, checked: Checked, branch: str | None, ignored: frozenset[
     else:
         git(repo, "checkout", "-q", "-f", "--detach", state.head)
     tree_index = {"GIT_INDEX_FILE": str(checked.quarantine / "index")}
-    if checked.tree != _tree_of(repo, state.head, {}):
+    if checked.tree != checked.head_tree:
         git(repo, "read-tree", checked.tree, env=tree_index)
         out = git(repo, "diff-index", "--cached", "-z", "--name-status", "--no-renames", state.head,
                   env=tree_index).stdout.split(b"\0")
@@ -578,7 +617,7 @@ def _apply(repo: Path, checked: Checked, branch: str | None, ignored: frozenset[
 
 def _added_paths(repo: Path, commit: str, checked: Checked) -> list[str]:
     """Paths of the result tree that ``commit`` lacks (untracked here: the project's index is ``commit``)."""
-    if checked.tree == _tree_of(repo, commit, {}):
+    if checked.tree == checked.head_tree:
         return []
     out = git(repo, "diff-tree", "-r", "-z", "--name-only", "--no-renames", "--diff-filter=A", commit,
               checked.tree).stdout
@@ -605,7 +644,7 @@ def receive_branch(repo: Path, state: WorkspaceState, branch: str) -> str:
     current = git(repo, "rev-parse", "-q", "--verify", ref, check=False).stdout.decode().strip()
     if current == state.head:
         return "unchanged"
-    checked = check(repo, dataclasses.replace(state, diff=b"", untracked=b""), must_descend=current or None)
+    checked = check(repo, state.replace(diff=b"", untracked=b""), must_descend=current or None)
     try:
         current_head_ref = git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.decode().strip()
         if current_head_ref == ref:
@@ -687,6 +726,7 @@ class AgentCheckout:
         self.ignored: frozenset[str] | None = None
         """What git ignored in the project at the first ship-in: the person's, never shipped either way
         (not even once the agent's ``.gitignore`` stops ignoring it)."""
+        self._objects: str | None = None
         self._lock = threading.RLock()
 
     def ship_in_request(self, fresh: bool = False) -> tuple[list[str], bytes]:
@@ -697,8 +737,9 @@ class AgentCheckout:
                 self.known.clear()
             if self.ignored is None:
                 self.ignored = ignored_entries(self.project)
-            state = capture(self.project, self.known, skip=self.ignored)
-            branch = _branch(self.project)
+            found = checkout_status(self.project)
+            state = capture(self.project, self.known, skip=self.ignored, found=found)
+            branch = found.branch if found.branch is not None and found.head else _branch(self.project)
             self.base, self.branch = state.head, branch
             self.shipped_bytes = state.size
             argv = [*self.command, "apply", self.path, *(["--fresh"] if fresh else [])]
@@ -752,8 +793,10 @@ class AgentCheckout:
                     state, _ = decode(result.stdout)
                 except WorkspaceError as exc:
                     raise WorkspaceRefused(str(exc)) from None
+                if self._objects is None:
+                    self._objects = _objects_dir(self.project)
                 mirror(self.project, state, branch=self.branch, must_descend=self.base,
-                       ignored=self.ignored or frozenset())
+                       ignored=self.ignored or frozenset(), objects=self._objects)
             except WorkspaceRefused as exc:
                 if keep is not None:
                     exc.args = (f"{exc.args[0]} (kept as {_keep(keep, result.stdout)})",)

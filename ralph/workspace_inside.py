@@ -23,17 +23,23 @@ imports nothing of ralph: it runs as a file (``-I -S``) in images that have only
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import stat
 import subprocess
 import sys
-import tarfile
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+
+TYPE_CHECKING = False  # (not typing's: importing typing costs as much as a git call here)
+if TYPE_CHECKING:
+    import tarfile
+    from typing import Any, Callable, Iterable
+
+    GitRunner = Callable[..., "subprocess.CompletedProcess[bytes]"]
+    """``git(repo, *args, input=None, check=True, env=None)``: one git call, bytes out."""
+
+# ``tarfile``, ``io`` and ``tempfile`` are imported where a state has untracked files or commits to carry:
+# both sides start this file once per exchange, and most exchanges carry neither.
 
 FORMAT = b"ralph-workspace/1\n"
 """The first line of every shipped state."""
@@ -82,24 +88,48 @@ class WorkspaceError(Exception):
     """A workspace state that cannot be captured or applied; the target was left as it was."""
 
 
-@dataclass
 class WorkspaceState:
-    """Everything that differs between two checkouts of one repository, as bytes."""
+    """Everything that differs between two checkouts of one repository, as bytes.
 
-    head: str
-    """The commit checked out (``HEAD``)."""
-    bundle: bytes | None
-    """A git bundle with the commits the receiver lacks (None: it has ``head``)."""
-    diff: bytes
-    """``git diff --binary HEAD``: every change to tracked files, staged or not."""
-    untracked: bytes
-    """A tar of the untracked files git does not ignore (regular files and symlinks)."""
-    untracked_names: list[str] = field(default_factory=list)
+    A plain class rather than a dataclass: this file starts once per exchange, and :mod:`dataclasses`
+    (with the :mod:`inspect` it imports) would be a third of its imports."""
+
+    __slots__ = ("head", "bundle", "diff", "untracked", "untracked_names")
+
+    def __init__(self, head: str, bundle: bytes | None, diff: bytes, untracked: bytes,
+                 untracked_names: list[str] | None = None) -> None:
+        self.head = head
+        """The commit checked out (``HEAD``)."""
+        self.bundle = bundle
+        """A git bundle with the commits the receiver lacks (None: it has ``head``)."""
+        self.diff = diff
+        """``git diff --binary HEAD``: every change to tracked files, staged or not."""
+        self.untracked = untracked
+        """A tar of the untracked files git does not ignore (regular files and symlinks; no bytes: none)."""
+        self.untracked_names: list[str] = [] if untracked_names is None else untracked_names
+        """The untracked files' names (as captured, or as checked)."""
 
     @property
     def size(self) -> int:
         """Bytes that travel."""
         return len(self.bundle or b"") + len(self.diff) + len(self.untracked)
+
+    def replace(self, **changes: Any) -> "WorkspaceState":
+        """A copy with ``changes`` (field name to value)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return WorkspaceState(**fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkspaceState):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
+
+    def __repr__(self) -> str:
+        return (f"WorkspaceState(head={self.head!r}, bundle={len(self.bundle or b'')} bytes, diff={len(self.diff)} "
+                f"bytes, untracked={self.untracked_names!r})")
 
 
 GIT = ["git"]
@@ -123,10 +153,6 @@ def find_git(checkout: Path) -> str:
     if found is None or inside(found):
         raise WorkspaceError("git was not found on PATH outside the checkout")
     return os.path.abspath(found)
-
-
-GitRunner = Callable[..., "subprocess.CompletedProcess[bytes]"]
-"""``git(repo, *args, input=None, check=True, env=None)``: one git call, bytes out."""
 
 
 def run_git(repo: Path, *args: str, input: bytes | None = None, check: bool = True,  # noqa: A002
@@ -216,21 +242,79 @@ def untracked_names(repo: Path, git: GitRunner = run_git) -> list[str]:
     return [name for name in out.decode("utf-8", "surrogateescape").split("\0") if name]
 
 
-def capture(repo: Path, known: Iterable[str] = (), git: GitRunner = run_git, skip: Iterable[str] = ()) -> WorkspaceState:
+STATUS_ARGS = ("status", "--porcelain=v2", "-z", "--branch", "--no-ahead-behind", "--untracked-files=all",
+               "--ignore-submodules=all", "--no-renames")
+
+
+class CheckoutStatus:
+    """What one ``git status`` says of a checkout: where three or four git calls would each ask a part."""
+
+    __slots__ = ("head", "branch", "changed", "untracked")
+
+    def __init__(self, head: str, branch: str | None, changed: bool, untracked: list[str] | None) -> None:
+        self.head = head
+        """The commit ``HEAD`` is (``""``: none, or status named none)."""
+        self.branch = branch
+        """The branch ``HEAD`` is on (None: detached, or a name status cannot say plainly)."""
+        self.changed = changed
+        """Whether a tracked file differs from ``HEAD`` (in the index or the work tree): ``git diff HEAD``
+        has something to say.  True as well for any record this does not know."""
+        self.untracked = untracked
+        """The untracked files git does not ignore, as :func:`untracked_names` lists them (None: not known
+        from this status)."""
+
+
+def checkout_status(repo: Path, git: GitRunner = run_git) -> CheckoutStatus:
+    """``HEAD``, its branch, whether tracked files changed, and the untracked files, in one git call."""
+    out = git(repo, *STATUS_ARGS).stdout
+    found = CheckoutStatus("", None, False, [])
+    for record in out.split(b"\0"):
+        kind = record[:2]
+        if not record or record == b"# branch.oid (initial)":
+            continue
+        if record.startswith(b"# branch.oid "):
+            oid = record[len(b"# branch.oid "):].decode("ascii", "replace")
+            found.head = oid if _is_commit_id(oid) else ""
+        elif record.startswith(b"# branch.head "):
+            try:
+                name = record[len(b"# branch.head "):].decode("utf-8")
+            except UnicodeDecodeError:
+                name = "(detached)"
+            found.branch = None if name == "(detached)" else name
+        elif kind == b"# ":
+            continue
+        elif kind == b"? " and found.untracked is not None:
+            found.untracked.append(record[2:].decode("utf-8", "surrogateescape"))
+        else:  # "1", "u" (and "2", not asked for: its second path is a record of its own) is a change
+            found.changed = True
+            if kind not in (b"1 ", b"u "):
+                found.untracked = None
+    return found
+
+
+def _is_commit_id(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def capture(repo: Path, known: Iterable[str] = (), git: GitRunner = run_git, skip: Iterable[str] = (),
+            found: CheckoutStatus | None = None) -> WorkspaceState:
     """The state of ``repo``, with a bundle of what a receiver that has the ``known`` commits lacks.
 
     Untracked files travel as what they are: regular files (their bytes and executable bit) and
     symlinks (their target text); fifos, sockets and devices do not travel.  Nothing is written into
     ``repo`` (no ref, no index refresh): a checkout whose agent still runs can be captured.  Untracked
     files at or under a path of ``skip`` (what git ignored there when the run started) do not travel.
+    ``found``: the :func:`checkout_status` of ``repo`` taken just before (else it is taken here).
     """
-    current = head(repo, git)
+    found = found or checkout_status(repo, git)
+    current = found.head or head(repo, git)
     wanted = [sha for sha in known if sha]
     bundle = None if current in wanted else _bundle(repo, current, wanted, git)
     diff = git(repo, "diff", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames",
-               "HEAD").stdout
+               "HEAD").stdout if found.changed or not found.head else b""
     skipped = frozenset(skip)
-    names = [name for name in untracked_names(repo, git) if not under_any(name, skipped)]
+    listed = found.untracked if found.untracked is not None else untracked_names(repo, git)
+    names = [name for name in listed if not under_any(name, skipped)]
     tar, shipped = _tar(repo, names)
     return WorkspaceState(current, bundle, diff, tar, shipped)
 
@@ -244,8 +328,7 @@ def capture_isolated(repo: Path, known: Iterable[str] = ()) -> WorkspaceState:
     its ``.git`` is read: a capture, which may run while the agent's processes still run and in a
     container that outlives it, never starts a program of the agent's."""
     source = repo / ".git"
-    with tempfile.TemporaryDirectory(prefix="ralph-capture-") as tmp:
-        private = Path(tmp)
+    with _private_dir("ralph-capture-") as private:
         (private / "config").write_bytes(CHECKOUT_CONFIG.encode())
         try:
             fd = os.open(source / "HEAD", os.O_RDONLY | os.O_NOFOLLOW)
@@ -277,16 +360,13 @@ def under_any(name: str, entries: "frozenset[str] | set[str]") -> bool:
 
 def _bundle(repo: Path, current: str, known: list[str], git: GitRunner) -> bytes | None:
     exclusions = [f"^{sha}" for sha in known if _has_commit(repo, sha, git)]
-    with tempfile.TemporaryDirectory(prefix="ralph-bundle-") as tmp:
-        path = Path(tmp) / "ship.bundle"
-        result = git(repo, "-c", "pack.compression=1", "bundle", "create", "-q", str(path), "HEAD", *exclusions,
-                     check=False)
-        if result.returncode != 0:
-            if b"empty bundle" in result.stderr:  # HEAD is an ancestor of what the receiver has
-                return None
-            message = result.stderr.decode("utf-8", "replace").strip()
-            raise WorkspaceError(f"git bundle create in {repo}: {message}")
-        return path.read_bytes()
+    result = git(repo, "-c", "pack.compression=1", "bundle", "create", "-q", "-", "HEAD", *exclusions, check=False)
+    if result.returncode != 0:
+        if b"empty bundle" in result.stderr:  # HEAD is an ancestor of what the receiver has
+            return None
+        message = result.stderr.decode("utf-8", "replace").strip()
+        raise WorkspaceError(f"git bundle create in {repo}: {message}")
+    return result.stdout
 
 
 def _has_commit(repo: Path, sha: str, git: GitRunner) -> bool:
@@ -294,6 +374,12 @@ def _has_commit(repo: Path, sha: str, git: GitRunner) -> bool:
 
 
 def _tar(repo: Path, names: list[str]) -> tuple[bytes, list[str]]:
+    """A tar of the untracked ``names`` that are regular files or symlinks (no bytes when there are none)."""
+    if not names:
+        return b"", []
+    import io
+    import tarfile
+
     buffer = io.BytesIO()
     shipped = []
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
@@ -320,7 +406,7 @@ def _tar(repo: Path, names: list[str]) -> tuple[bytes, list[str]]:
             else:
                 continue  # a fifo, socket or device is not data
             shipped.append(name)
-    return buffer.getvalue(), shipped
+    return (buffer.getvalue() if shipped else b""), shipped
 
 
 # -- apply ---------------------------------------------------------------------------------------
@@ -337,31 +423,42 @@ def apply(repo: Path, state: WorkspaceState, branch: str | None = None, *, fresh
     repo = Path(repo)
     repo.mkdir(parents=True, exist_ok=True)
     _own_git_dir(repo, fresh, git)
+    _write_file(repo, ".git/HEAD", (f"ref: refs/heads/{branch}\n" if branch else f"{state.head}\n").encode(), 0o644)
     if state.bundle is not None:
+        import tempfile
+
         with tempfile.TemporaryDirectory(prefix="ralph-bundle-") as tmp:
             path = Path(tmp) / "in.bundle"
             path.write_bytes(state.bundle)
             git(repo, "bundle", "unbundle", str(path))  # the objects only: no ref is written
-    if not _has_commit(repo, state.head, git):
-        raise WorkspaceError(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
     # The agent's index is not trusted: its stat data and flags (assume-unchanged, skip-worktree) decide
-    # which files the checkout below rewrites, so a file it marked "unchanged" would keep the agent's
-    # bytes while the project got others.  A fresh index of the shipped HEAD, stat data re-read from
-    # the files (a file whose bytes differ stays modified), and the checkout makes every one right.
+    # which files a checkout rewrites, so a file it marked "unchanged" would keep the agent's bytes while
+    # the project got others.  So the index is made anew from the shipped HEAD by ``git reset`` (on the
+    # branch ``HEAD`` was written to above), which takes a file's stat data only where its bytes hash to
+    # the commit's; what the status after it sees changed, a checkout makes right.  Stat data is trusted
+    # only from that reset on: no process of the agent's runs in between.
     _remove(repo, ".git/index")
-    git(repo, "read-tree", state.head)
-    git(repo, "update-index", "-q", "--refresh", check=False)
-    if branch:
-        git(repo, "checkout", "-q", "-f", "-B", branch, state.head)
-    else:
-        git(repo, "checkout", "-q", "-f", "--detach", state.head)
+    reset = git(repo, "reset", "-q", state.head, "--", check=False)
+    if reset.returncode != 0:
+        if not _has_commit(repo, state.head, git):
+            raise WorkspaceError(f"commit {state.head[:12]} is missing in {repo} and was not shipped")
+        message = reset.stderr.decode("utf-8", "replace").strip() or f"exit {reset.returncode}"
+        raise WorkspaceError(f"git reset in {repo}: {message}")
+    found = checkout_status(repo, git)
+    listed = found.untracked
+    if found.changed or listed is None:
+        git(repo, "checkout", "-q", "-f")  # the work tree as the index (HEAD) is: only what differs is written
+        listed = untracked_names(repo, git)  # (the checkout may have put back a .gitignore)
     members = _members(state.untracked)
     wanted = {member.name for member in members}
-    for name in sorted(set(untracked_names(repo, git)) - wanted, reverse=True):
+    for name in sorted(set(listed) - wanted, reverse=True):
         _remove(repo, name)
     if state.diff:
         git(repo, "apply", "--binary", "--whitespace=nowarn", "-", input=state.diff)
     if members:
+        import io
+        import tarfile
+
         with tarfile.open(fileobj=io.BytesIO(state.untracked), mode="r") as archive:
             for member in members:
                 data = archive.extractfile(member).read() if member.isreg() else b""  # type: ignore[union-attr]
@@ -389,6 +486,9 @@ def _own_git_dir(repo: Path, fresh: bool, git: GitRunner) -> None:
 def _members(data: bytes) -> list[tarfile.TarInfo]:
     if not data:
         return []
+    import io
+    import tarfile
+
     with tarfile.open(fileobj=io.BytesIO(data), mode="r") as archive:
         members = archive.getmembers()
     for member in members:
@@ -506,6 +606,56 @@ def _replace(dir_fd: int, name: str, data: bytes, mode: int, link: str | None) -
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
+class _private_dir:
+    """A directory of this process's own under the temporary directory (``with``: removed after), made
+    without :mod:`tempfile` (whose imports cost more than this whole side's work when nothing changed)."""
+
+    def __init__(self, prefix: str) -> None:
+        base = os.environ.get("TMPDIR") or "/tmp"
+        for _ in range(100):
+            path = os.path.join(base, prefix + os.urandom(8).hex())
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue
+            self.path = Path(path)
+            return
+        raise WorkspaceError(f"no private directory could be made in {base}")
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *_exc: object) -> None:
+        _remove_all(self.path)
+
+
+def _remove_all(path: Path) -> None:
+    """Remove ``path`` and what is in it (links as themselves, never followed)."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            _remove_all(Path(entry.path))
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _tar_error() -> type[Exception]:
+    """``tarfile.TarError`` once :mod:`tarfile` was imported (by a state with untracked files), else an
+    exception nothing raises."""
+    module = sys.modules.get("tarfile")
+    return module.TarError if module is not None else WorkspaceError
+
+
 # -- the command line ----------------------------------------------------------------------------
 
 
@@ -526,7 +676,7 @@ def main(argv: list[str]) -> int:
         out.write(data)
         out.flush()
         return 0
-    except (WorkspaceError, OSError, tarfile.TarError) as exc:
+    except (WorkspaceError, OSError, _tar_error()) as exc:
         sys.stderr.write(f"ralph workspace {command}: {exc}\n")
         return APPLY_FAILED if command == "apply" else 1
 

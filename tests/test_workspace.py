@@ -459,3 +459,116 @@ def test_a_phase_clock_adds_each_phase_since_the_previous_lap() -> None:
     clock.lap("sandbox")
     clock.lap("ship_in")
     assert clock.laps == {"ship_in": 3.5, "sandbox": 7.5}
+
+
+def counting(calls: list[tuple[str, ...]]) -> Any:
+    """``inside.run_git`` that records each call's arguments."""
+    def run(repo: Path, *args: str, **kw: Any) -> Any:
+        calls.append(args)
+        return inside.run_git(repo, *args, **kw)
+    return run
+
+
+def inside_exchange(project: Path, checkout: Path, tmp_path: Path) -> tuple[AgentCheckout, Any]:
+    import sys
+
+    from ralph.workspace import inside_script
+
+    return AgentCheckout(project, str(checkout), [sys.executable, "-I", "-S", str(inside_script())]), local_inside(tmp_path)
+
+
+def test_a_ship_in_puts_the_projects_bytes_back_whatever_the_agents_index_and_stat_data_say(pair, tmp_path) -> None:
+    """The agent's index is never what decides which files the ship-in rewrites: flags, forged stat data,
+    a mode, a deleted file, a file made a directory, a .gitignore that hides a stray file."""
+    project, _ = pair
+    for name, text in [("a.txt", "a\n"), ("b.txt", "b\n"), ("c.txt", "c\n"), ("d.txt", "d\n"), ("e.sh", "e\n"),
+                       ("f.txt", "f\n"), ("sub/g.txt", "g\n"), (".gitignore", "*.log\n")]:
+        (project / name).parent.mkdir(exist_ok=True)
+        (project / name).write_text(text)
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "-m", "files")
+    checkout = tmp_path / "agent-checkout"
+    exchange, run = inside_exchange(project, checkout, tmp_path)
+    exchange.ship_in(run)
+    reference = {path: (checkout / path).stat() for path in ("a.txt", "c.txt")}
+
+    (checkout / "a.txt").write_text("A\n")
+    git(checkout, "update-index", "--assume-unchanged", "a.txt")
+    (checkout / "b.txt").write_text("B\n")
+    git(checkout, "update-index", "--skip-worktree", "b.txt")
+    (checkout / "c.txt").write_text("C\n")  # same size, the old mtime: only the bytes differ
+    os.utime(checkout / "c.txt", ns=(reference["c.txt"].st_atime_ns, reference["c.txt"].st_mtime_ns))
+    (checkout / "d.txt").unlink()
+    (checkout / "e.sh").chmod(0o755)
+    (checkout / "f.txt").unlink()
+    (checkout / "f.txt").mkdir()
+    (checkout / "f.txt" / "inner").write_text("x\n")
+    (checkout / "sub" / "g.txt").write_text("G\n")
+    (checkout / ".gitignore").write_text("*.log\nstray.txt\n")
+    (checkout / "stray.txt").write_text("the agent's\n")
+    (checkout / "kept.log").write_text("ignored: the agent's own\n")
+
+    exchange.ship_in(run)
+
+    for path in ("a.txt", "b.txt", "c.txt", "d.txt", "e.sh", "f.txt", "sub/g.txt", ".gitignore"):
+        assert (checkout / path).read_bytes() == (project / path).read_bytes(), path
+    assert not (checkout / "e.sh").stat().st_mode & 0o111
+    assert not (checkout / "stray.txt").exists()  # not ignored once the project's .gitignore is back
+    assert (checkout / "kept.log").exists()  # ignored files stay the agent's
+    assert git(checkout, "status", "--porcelain") == ""
+    assert {line[0] for line in git(checkout, "ls-files", "-v").splitlines()} == {"H"}  # no flag left in the index
+
+
+def test_an_unchanged_checkout_is_shipped_into_with_two_git_calls_and_no_file_rewritten(pair, tmp_path) -> None:
+    project, node = pair
+    before = {path: (node / path).stat().st_mtime_ns for path in ("notes.txt", "blob.bin")}
+    calls: list[tuple[str, ...]] = []
+
+    inside.apply(node, capture(project, [head(project)]), "main", git=counting(calls))
+
+    assert [call[0] for call in calls] == ["reset", "status"]
+    assert {path: (node / path).stat().st_mtime_ns for path in before} == before
+    assert git(node, "symbolic-ref", "HEAD") == "refs/heads/main\n" and head(node) == head(project)
+
+
+def test_a_ship_in_replaces_a_linked_head_and_never_writes_through_it(pair, tmp_path) -> None:
+    project, node = pair
+    outside = tmp_path / "outside"
+    outside.write_text("the person's\n")
+    (node / ".git" / "HEAD").unlink()
+    (node / ".git" / "HEAD").symlink_to(outside)
+
+    inside.apply(node, capture(project), "main")
+
+    assert outside.read_text() == "the person's\n"
+    assert not (node / ".git" / "HEAD").is_symlink() and head(node) == head(project)
+
+
+def test_an_unchanged_checkout_is_captured_with_one_git_call_and_no_diff_or_tar(pair) -> None:
+    project, node = pair
+    calls: list[tuple[str, ...]] = []
+
+    state = inside.capture(node, [head(project)], counting(calls))
+
+    assert [call[0] for call in calls] == ["status"]
+    assert (state.head, state.bundle, state.diff, state.untracked) == (head(project), None, b"", b"")
+
+
+def test_the_status_lists_the_untracked_files_ls_files_lists(pair) -> None:
+    """One status stands in for ``rev-parse``, ``diff``'s emptiness and ``ls-files --others``: the same names,
+    odd ones included (spaces, a newline, a leading "? ", bytes that are not UTF-8, a nested repository)."""
+    _, node = pair
+    names = ["plain.txt", "with space.txt", "new\nline.txt", "? looks like a record", "dir/deeper/file.txt"]
+    for name in names:
+        (node / name).parent.mkdir(parents=True, exist_ok=True)
+        (node / name).write_text("x\n")
+    (node / os.fsdecode(b"bytes-\xff.txt")).write_text("x\n")
+    git(node / "dir", "init", "-q", "nested")
+    found = inside.checkout_status(node)
+    assert sorted(found.untracked or []) == sorted(inside.untracked_names(node))
+    assert (found.head, found.branch, found.changed) == (head(node), "main", False)
+    (node / "notes.txt").write_text("changed\n")
+    assert inside.checkout_status(node).changed
+    git(node, "add", "notes.txt")
+    git(node, "checkout", "-q", "--detach")
+    assert (inside.checkout_status(node).changed, inside.checkout_status(node).branch) == (True, None)

@@ -270,14 +270,12 @@ class RayRunner(Runner):
         timeout: float | None,
         cancel: threading.Event,
     ) -> ProcessOutcome:
-        import dataclasses
-
         from ralph.api.workspace import capture
 
         assert self._project is not None, "prepare() was not called"
         shipped = capture(self._project, self._known)
         # what to restore if the node dies (its commits are the project's own: no bundle needed)
-        start = dataclasses.replace(shipped, bundle=None)
+        start = shipped.replace(bundle=None)
         deadline = None if timeout is None else time.monotonic() + timeout
         for attempt in (1, 2):
             try:
