@@ -247,19 +247,23 @@ Entry = tuple[str, str, str]
 
 
 _CHECKED_TREES: dict[str, list[Entry]] = {}
-"""Trees that passed :func:`_check_entries`, by id (a tree's id names its entries: they cannot change)."""
+"""Trees that passed :func:`_check_entries`, by id (a tree's id names its entries: they cannot change), the
+oldest first; a bring-back of work that changed no file lists no tree."""
 CHECKED_TREES_KEPT = 8
+_checked_trees_lock = threading.Lock()
 
 
 def _checked_entries(repo: Path, tree: str, env: dict[str, str], what: str) -> list[Entry]:
-    """The entries of ``tree``, checked by :func:`_check_entries` (once per tree id)."""
-    entries = _CHECKED_TREES.get(tree)
+    """The entries of ``tree`` (present in ``repo`` with ``env``), checked by :func:`_check_entries` once per id."""
+    with _checked_trees_lock:
+        entries = _CHECKED_TREES.get(tree)
     if entries is None:
         entries = _tree_entries(repo, tree, env)
         _check_entries(entries, what)
-        while len(_CHECKED_TREES) >= CHECKED_TREES_KEPT:
-            del _CHECKED_TREES[next(iter(_CHECKED_TREES))]
-        _CHECKED_TREES[tree] = entries
+        with _checked_trees_lock:
+            while len(_CHECKED_TREES) >= CHECKED_TREES_KEPT:
+                del _CHECKED_TREES[next(iter(_CHECKED_TREES))]
+            _CHECKED_TREES[tree] = entries
     return entries
 
 
