@@ -10,6 +10,7 @@ simple case.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ralph.shell import CD_DATA
@@ -55,7 +56,7 @@ def lose(w: Any, st: Any, why: str) -> None:
     put(st, lost(where(st)))
 
 
-def settle(w: Any, st: Any, before: Where, alternatives: list[Where | None], why: str) -> None:
+def settle(w: Any, st: Any, before: Where, alternatives: Sequence[Where | None], why: str) -> None:
     """After a construct whose branches may have ended in different places: one place, or lost."""
     place: Where | None = None
     for alt in alternatives:

@@ -727,8 +727,8 @@ def _pathspec_writes(w: Any, call: Any, v: GitView, base: str) -> None:
         literal = spec
         if _MAGIC.search(spec):  # git matches wildcards across `/`: anything under the literal directory
             parts = spec.split("/")
-            first = next(k for k, part in enumerate(parts) if _MAGIC.search(part))
-            literal = "/".join(parts[:first]) or "."
+            magic_at = next(k for k, part in enumerate(parts) if _MAGIC.search(part))
+            literal = "/".join(parts[:magic_at]) or "."
         add_write(w, call, _word(call, _join_base(base, literal)), into=True, follow=False, skips_git=True, via=via)
     if whole:
         add_write(w, call, _top(w, call, base), into=True, follow=False, skips_git=True, via=f"{via} (the whole tree)")
@@ -767,14 +767,15 @@ def _apply_writes(w: Any, call: Any, v: GitView, base: str, given: set[str], pat
     top = _top(w, call, base)
     root = Word(os.path.join(top.text, directory) if directory else top.text, top.dynamic)
     inputs = [_word(call, _join_base(base, p)) for p in patches if p != "-"]
-    names: list[str] | None = []
+    names: list[str] = []
+    unreadable = False
     for source in inputs or [None]:
         found = _patch_names(w, call, [source] if source is not None else [])
         if found is None:
-            names = None
+            unreadable = True
             break
         names.extend(found)
-    if names is None:
+    if unreadable:
         add_write(w, call, root, into=True, follow=False, skips_git=True, via="git apply (names the guard cannot read)")
         return
     for name in dict.fromkeys(names):
