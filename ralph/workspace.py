@@ -714,14 +714,24 @@ class AgentCheckout:
     agent's processes are gone (and for the Stop checks, while it runs); each takes the runner's
     ``run_inside`` primitive.  A runner that starts the ship-in itself uses :meth:`ship_in_request`.
     Methods are serialized: a Stop check's bring-back and the run's own never interleave.
+
+    ``objects``: where the sandbox keeps the loop's own object store for the checkout (its path as the
+    workspace side sees it), which only a ship-in writes and every other sandbox shows read-only.  The
+    checkout is then written from it alone: a blob the agent forged in the checkout's ``.git/objects``
+    never reaches the gates.  Commits brought back go into it with the next ship-in (their objects
+    re-hashed there by git), so that ship-in bundles the agent's latest commits once more.
     """
 
-    def __init__(self, project: Path, path: str | PurePosixPath, command: Sequence[str]) -> None:
+    def __init__(self, project: Path, path: str | PurePosixPath, command: Sequence[str],
+                 objects: str | PurePosixPath | None = None) -> None:
         self.project = Path(project)
         self.path = str(path)
         self.command = list(command)
+        self.objects = str(objects) if objects is not None else None
         self.known: set[str] = set()
-        """Commits the checkout is known to have (only the others travel in a bundle)."""
+        """Commits the checkout is known to have where a ship-in reads them (only the others travel in a bundle)."""
+        self.received: set[str] = set()
+        """Commits brought back that are only in the agent's own object store (with ``objects``)."""
         self.base: str | None = None
         """``HEAD`` as last shipped in: what the work brought back must descend from."""
         self.branch: str | None = None
@@ -739,6 +749,7 @@ class AgentCheckout:
         with self._lock:
             if fresh:
                 self.known.clear()
+                self.received.clear()
             if self.ignored is None:
                 self.ignored = ignored_entries(self.project)
             found = checkout_status(self.project)
@@ -746,7 +757,7 @@ class AgentCheckout:
             branch = found.branch if found.branch is not None and found.head else _branch(self.project)
             self.base, self.branch = state.head, branch
             self.shipped_bytes = state.size
-            argv = [*self.command, "apply", self.path, *(["--fresh"] if fresh else [])]
+            argv = [*self.command, "apply", self.path, *(["--fresh"] if fresh else []), *self._objects_args()]
             return argv, encode(state, branch=branch)
 
     def shipped(self) -> None:
@@ -771,7 +782,10 @@ class AgentCheckout:
     def bring_back_request(self) -> list[str]:
         """The argv that captures the checkout (its state on stdout)."""
         with self._lock:
-            return [*self.command, "capture", self.path, *sorted(self.known)]
+            return [*self.command, "capture", self.path, *self._objects_args(), *sorted(self.known | self.received)]
+
+    def _objects_args(self) -> list[str]:
+        return ["--objects", self.objects] if self.objects else []
 
     def bring_back(self, run_inside: RunInside, keep: Path | None = None) -> WorkspaceState:
         """Capture the checkout where it is, check what came back and mirror it onto the project.
@@ -805,7 +819,7 @@ class AgentCheckout:
                 if keep is not None:
                     exc.args = (f"{exc.args[0]} (kept as {_keep(keep, result.stdout)})",)
                 raise
-            self.known.add(state.head)
+            (self.received if self.objects else self.known).add(state.head)
             return state
 
 

@@ -4,14 +4,20 @@ A sandboxed runner keeps the agent on a checkout of its own (a container's volum
 sandbox's directory, a Ray node's temp directory) and runs this file there, never ralph's host-side
 code and never host git on the agent's ``.git``::
 
-    python3 -I -S workspace_inside.py apply CHECKOUT            # a shipped state on stdin
-    python3 -I -S workspace_inside.py capture CHECKOUT [KNOWN]  # the checkout's state on stdout
+    python3 -I -S workspace_inside.py apply CHECKOUT [--objects DIR]            # a shipped state on stdin
+    python3 -I -S workspace_inside.py capture CHECKOUT [--objects DIR] [KNOWN]  # the state on stdout
 
 ``apply`` makes ``CHECKOUT`` exactly the shipped state (``HEAD`` on the shipped branch, the
-uncommitted diff, the untracked files), after putting back the parts of its ``.git`` that decide
-which programs git runs (``config``, ``hooks/``, ``info/attributes``, alternates): whatever the agent
-left there never runs in the next container, the gates' included.  ``capture`` writes the
-checkout's state, with a bundle of the commits a peer that has the ``KNOWN`` commits lacks.
+uncommitted diff, the untracked files, and nothing else: what the agent left there untracked or
+ignored is removed), after putting back the parts of its ``.git`` that decide which programs git runs
+(``config``, ``hooks/``, ``info/attributes``, alternates): whatever the agent left there never runs in
+the next container, the gates' included.  ``capture`` writes the checkout's state, with a bundle of
+the commits a peer that has the ``KNOWN`` commits lacks.
+
+``--objects DIR``: the loop's own object store for the checkout, which only ``apply`` writes (the
+agent's sandboxes show it read-only).  The shipped commits go there, the checkout is written from
+there alone, and the checkout's ``.git/objects`` borrows from it (an alternate): an object the agent
+forged in its own store (git does not re-hash a loose object it reads) never reaches a file.
 Nothing here trusts what it reads back: the loop's side (:mod:`ralph.workspace`) checks a captured
 state as bytes before anything touches the project.
 
@@ -319,7 +325,7 @@ def capture(repo: Path, known: Iterable[str] = (), git: GitRunner = run_git, ski
     return WorkspaceState(current, bundle, diff, tar, shipped)
 
 
-def capture_isolated(repo: Path, known: Iterable[str] = ()) -> WorkspaceState:
+def capture_isolated(repo: Path, known: Iterable[str] = (), objects: Path | None = None) -> WorkspaceState:
     """:func:`capture` of an agent's checkout without reading what the agent configured in its ``.git``.
 
     git runs with a private git directory made here (``GIT_DIR``): the loop's config, a copy of the
@@ -343,6 +349,8 @@ def capture_isolated(repo: Path, known: Iterable[str] = ()) -> WorkspaceState:
             (private / "refs").mkdir()
         env = {"GIT_DIR": str(private), "GIT_WORK_TREE": str(repo), "GIT_OBJECT_DIRECTORY": str(source / "objects"),
                "GIT_INDEX_FILE": str(source / "index")}
+        if objects is not None:  # the loop's store, whatever the agent did to its alternates
+            env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(objects)
 
         def isolated(where: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
             return run_git(where, *args, **{**kw, "env": {**env, **(kw.get("env") or {})}})
@@ -413,24 +421,34 @@ def _tar(repo: Path, names: list[str]) -> tuple[bytes, list[str]]:
 
 
 def apply(repo: Path, state: WorkspaceState, branch: str | None = None, *, fresh: bool = False,
-          git: GitRunner = run_git) -> None:
+          git: GitRunner = run_git, objects: Path | None = None) -> None:
     """Make ``repo`` exactly ``state``: ``HEAD`` (on ``branch``), tracked changes and untracked files.
 
     For the agent's side (the state comes from the loop, the checkout is the agent's): ``.git``'s
-    program-deciding parts are put back first (``fresh``: ``.git`` is made anew), and untracked
-    files are written without following a link on the way.
+    program-deciding parts are put back first (``fresh``: ``.git`` is made anew), every untracked or
+    ignored entry the agent left is removed (the gates see the project's state, not the agent's
+    leftovers), and untracked files are written without following a link on the way.  ``objects``:
+    the loop's object store (see the module's docstring; ``fresh`` empties it too).
     """
     repo = Path(repo)
     repo.mkdir(parents=True, exist_ok=True)
     _own_git_dir(repo, fresh, git)
     _write_file(repo, ".git/HEAD", (f"ref: refs/heads/{branch}\n" if branch else f"{state.head}\n").encode(), 0o644)
+    if objects is not None:
+        git = _trusted_store(repo, Path(objects), fresh, git)
     if state.bundle is not None:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="ralph-bundle-") as tmp:
             path = Path(tmp) / "in.bundle"
             path.write_bytes(state.bundle)
-            git(repo, "bundle", "unbundle", str(path))  # the objects only: no ref is written
+            if objects is None:
+                git(repo, "bundle", "unbundle", str(path))  # the objects only: no ref is written
+            else:  # the pack alone: unbundle's check walks the checkout's refs, whose commits are the agent's
+                end = state.bundle.find(b"\n\n")
+                if end < 0:
+                    raise WorkspaceError("the shipped bundle has no header")
+                git(repo, "index-pack", "--stdin", "--fix-thin", input=state.bundle[end + 2:])
     # The agent's index is not trusted: its stat data and flags (assume-unchanged, skip-worktree) decide
     # which files a checkout rewrites, so a file it marked "unchanged" would keep the agent's bytes while
     # the project got others.  So the index is made anew from the shipped HEAD by ``git reset`` (on the
@@ -450,9 +468,12 @@ def apply(repo: Path, state: WorkspaceState, branch: str | None = None, *, fresh
         git(repo, "checkout", "-q", "-f")  # the work tree as the index (HEAD) is: only what differs is written
         listed = untracked_names(repo, git)  # (the checkout may have put back a .gitignore)
     members = _members(state.untracked)
-    wanted = {member.name for member in members}
-    for name in sorted(set(listed) - wanted, reverse=True):
-        _remove(repo, name)
+    # Everything untracked goes, ignored or not (a folder that ignores itself, a nested repository, a
+    # virtualenv): the agent's later processes and the gates get the project's tracked state, its
+    # untracked files and what the runner mounts from this machine, as the person's tree has them.
+    leftovers = git(repo, "ls-files", "-z", "--others", "--directory").stdout.decode("utf-8", "surrogateescape")
+    for name in sorted({name.rstrip("/") for name in leftovers.split("\0") if name}, reverse=True):
+        _remove_stubborn(repo, name)
     if state.diff:
         git(repo, "apply", "--binary", "--whitespace=nowarn", "-", input=state.diff)
     if members:
@@ -463,6 +484,40 @@ def apply(repo: Path, state: WorkspaceState, branch: str | None = None, *, fresh
             for member in members:
                 data = archive.extractfile(member).read() if member.isreg() else b""  # type: ignore[union-attr]
                 _write_member(repo, member, data)
+
+
+def _trusted_store(repo: Path, objects: Path, fresh: bool, git: GitRunner) -> GitRunner:
+    """The loop's object store ``objects`` made ready (emptied when ``fresh``), the checkout's alternate;
+    a git runner that reads and writes objects there alone."""
+    import shutil
+
+    if fresh and objects.is_dir():
+        for child in list(objects.iterdir()):
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    for name in ("pack", "info"):
+        (objects / name).mkdir(parents=True, exist_ok=True)
+    _write_file(repo, ".git/objects/info/alternates", f"{objects}\n".encode(), 0o644)
+    own = {"GIT_OBJECT_DIRECTORY": str(objects)}
+
+    def trusted(where: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
+        return git(where, *args, **{**kw, "env": {**own, **(kw.get("env") or {})}})
+
+    return trusted
+
+
+def _remove_stubborn(repo: Path, name: str) -> None:
+    """:func:`_remove`, after making the directories the agent locked (mode 000) this user's again."""
+    try:
+        _remove(repo, name)
+    except PermissionError:
+        for directory, names, _files in os.walk(repo / name):  # no agent process runs meanwhile
+            for child in names:
+                path = os.path.join(directory, child)
+                if stat.S_ISDIR(os.lstat(path).st_mode):
+                    os.chmod(path, 0o700)
+        if stat.S_ISDIR(os.lstat(repo / name).st_mode):
+            os.chmod(repo / name, 0o700)
+        _remove(repo, name)
 
 
 def _own_git_dir(repo: Path, fresh: bool, git: GitRunner) -> None:
@@ -660,18 +715,28 @@ def _tar_error() -> type[Exception]:
 
 
 def main(argv: list[str]) -> int:
-    """``apply CHECKOUT [--fresh]`` (state on stdin) or ``capture CHECKOUT [KNOWN ...]`` (state on stdout)."""
+    """``apply CHECKOUT [--fresh] [--objects DIR]`` (state on stdin) or ``capture CHECKOUT [--objects DIR]
+    [KNOWN ...]`` (state on stdout)."""
+    usage = "usage: workspace_inside.py apply CHECKOUT [--fresh] [--objects DIR] | capture CHECKOUT [--objects DIR] [KNOWN ...]\n"
     if len(argv) < 2 or argv[0] not in ("apply", "capture"):
-        sys.stderr.write("usage: workspace_inside.py apply CHECKOUT [--fresh] | capture CHECKOUT [KNOWN ...]\n")
+        sys.stderr.write(usage)
         return 2
-    command, checkout = argv[0], Path(argv[1])
+    command, checkout, rest = argv[0], Path(argv[1]), list(argv[2:])
+    objects = None
+    if "--objects" in rest:
+        at = rest.index("--objects")
+        if at + 1 >= len(rest) or not os.path.isabs(rest[at + 1]):
+            sys.stderr.write(usage)
+            return 2
+        objects = Path(rest[at + 1])
+        del rest[at:at + 2]
     try:
         GIT[0] = find_git(checkout)
         if command == "apply":
             state, header = decode(sys.stdin.buffer.read())
-            apply(checkout, state, header.get("branch"), fresh="--fresh" in argv[2:])
+            apply(checkout, state, header.get("branch"), fresh="--fresh" in rest, objects=objects)
             return 0
-        data = encode(capture_isolated(checkout, argv[2:]))
+        data = encode(capture_isolated(checkout, rest, objects))
         out = sys.stdout.buffer
         out.write(data)
         out.flush()

@@ -259,7 +259,11 @@ def test_the_trusted_tests_run_with_the_projects_dependency_directories_not_the_
     finals = [(e["iteration"], e["gate"], e["passed"]) for e in project.events("final_gate")]
     assert "return a - b" in (project.path / "calc.py").read_text() or not final["passes"]
     assert not (result.returncode == 0 and final["passes"]), (finals, result.stdout[-1500:])
-    assert any(gate == "test-integrity" and not passed for _i, gate, passed in finals), finals
+    # the agent's interpreter never decided a gate: the `tests` gate failed without it (the ship-in clears the
+    # agent's ignored `.tox` from its checkout) or the trusted run on the final tree ran the project's own `.tox`
+    gates = [*project.events("gate"), *project.events("final_gate")]
+    assert any(not e["passed"] for e in gates), finals
+    assert not any(e["gate"] == "tests" and e["passed"] for e in gates), [e.get("output", "")[-300:] for e in gates]
 
 
 def test_un_ignoring_a_file_of_the_person_does_not_ship_it_into_the_sandbox(run_bwrap: Any,

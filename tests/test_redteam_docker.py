@@ -92,9 +92,10 @@ def test_the_trusted_run_does_not_use_a_virtualenv_the_agent_made_in_its_checkou
     approved = project.story("US-001").get("passes") is True
     assert not (result.returncode == 0 and approved), (
         "a story whose code fails the person's tests ended approved, exit 0:\n" + result.stdout[-3000:])
-    # the story-start tests ran on the final tree with the person's own virtualenv, and failed on the code
-    finals = [e for e in project.events("final_gate") if e["gate"] == "test-integrity"]
-    assert finals and not finals[-1]["passed"] and "-1 != 5" in finals[-1]["output"], finals
+    # the tests ran without the agent's virtualenv and failed on the code: the `tests` gate (the ship-in clears
+    # what the agent left ignored in its checkout) or the story-start tests on the final tree (the person's own)
+    failed = [e for e in [*project.events("gate"), *project.events("final_gate")] if not e["passed"]]
+    assert any("-1 != 5" in e.get("output", "") for e in failed), failed
 
 
 # -- 2. the allowlist: a listener on this machine's bridge address that is not allowlisted --------------

@@ -514,19 +514,19 @@ def test_a_ship_in_puts_the_projects_bytes_back_whatever_the_agents_index_and_st
         assert (checkout / path).read_bytes() == (project / path).read_bytes(), path
     assert not (checkout / "e.sh").stat().st_mode & 0o111
     assert not (checkout / "stray.txt").exists()  # not ignored once the project's .gitignore is back
-    assert (checkout / "kept.log").exists()  # ignored files stay the agent's
+    assert not (checkout / "kept.log").exists()  # ignored leftovers of the agent's go too: the gates see the project
     assert git(checkout, "status", "--porcelain") == ""
     assert {line[0] for line in git(checkout, "ls-files", "-v").splitlines()} == {"H"}  # no flag left in the index
 
 
-def test_an_unchanged_checkout_is_shipped_into_with_two_git_calls_and_no_file_rewritten(pair, tmp_path) -> None:
+def test_an_unchanged_checkout_is_shipped_into_with_three_git_calls_and_no_file_rewritten(pair, tmp_path) -> None:
     project, node = pair
     before = {path: (node / path).stat().st_mtime_ns for path in ("notes.txt", "blob.bin")}
     calls: list[tuple[str, ...]] = []
 
     inside.apply(node, capture(project, [head(project)]), "main", git=counting(calls))
 
-    assert [call[0] for call in calls] == ["reset", "status"]
+    assert [call[0] for call in calls] == ["reset", "status", "ls-files"]  # ls-files: the agent's ignored leftovers
     assert {path: (node / path).stat().st_mtime_ns for path in before} == before
     assert git(node, "symbolic-ref", "HEAD") == "refs/heads/main\n" and head(node) == head(project)
 

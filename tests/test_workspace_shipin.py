@@ -127,3 +127,68 @@ def test_path_outside_drops_entries_inside_the_project_by_name_and_resolved(tmp_
     assert path_outside(os.pathsep.join(entries), project) == "/usr/bin"
     kept = path_outside(os.pathsep.join(entries), project, keep=(str(project / ".venv"),))
     assert kept == os.pathsep.join([str(project / ".venv" / "bin"), "/usr/bin"])
+
+
+# -- what the agent left in its checkout, at the next ship-in ----------------------------------------------------
+
+def test_a_ship_in_leaves_nothing_of_the_agents_untracked_or_ignored_files(project: Path, tmp_path: Path) -> None:
+    """A self-ignoring package, a nested repository, ignored bytecode and a locked directory the agent left:
+    the next ship-in (the gates') removes them all; the project's untracked files are written again."""
+    checkout_exchange, run, checkout = exchange(project, tmp_path)
+    (project / "scratch.txt").write_text("the person's untracked file\n")
+    checkout_exchange.ship_in(run)
+    (checkout / "calc").mkdir()
+    (checkout / "calc" / ".gitignore").write_text("*\n")
+    (checkout / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    git(checkout, "init", "-q", "nested")
+    (checkout / "nested" / "x.py").write_text("x = 1\n")
+    (checkout / "config" / "__pycache__").mkdir()
+    (checkout / "config" / "__pycache__" / "forged.pyc").write_bytes(b"\0")
+    (checkout / "locked" / "inner").mkdir(parents=True)
+    (checkout / "locked" / "inner" / ".gitignore").write_text("*\n")
+    (checkout / "locked" / "inner").chmod(0)
+    assert "calc" not in git(checkout, "status", "--porcelain")  # hidden from git
+
+    checkout_exchange.ship_in(run)
+
+    left = sorted(p.relative_to(checkout).as_posix() for p in checkout.rglob("*") if ".git" not in p.parts)
+    assert left == [".gitignore", "calc.py", "config", "config/settings.toml", "scratch.txt"]
+
+
+def test_a_forged_object_in_the_checkout_never_reaches_a_file(project: Path, tmp_path: Path) -> None:
+    """The agent rewrites the loose object of a blob the loop already has (no later bundle carries it) and marks
+    the file unchanged: the ship-in writes the project's bytes, from the loop's own object store."""
+    import zlib
+
+    objects = tmp_path / "loop-objects"
+    checkout = tmp_path / "checkout"
+    checkout_exchange = AgentCheckout(project, str(checkout), [sys.executable, "-I", "-S", str(inside_script())],
+                                      objects=str(objects))
+    here, calls = run_here(tmp_path), []
+
+    def run(argv: Any, stdin: bytes) -> InsideResult:
+        calls.append(list(argv))
+        return here(argv, stdin)
+
+    checkout_exchange.ship_in(run)
+    (checkout / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    git(checkout, "commit", "-qam", "wrong")
+    checkout_exchange.bring_back(run)  # the loop has calc.py's blob from now on
+    assert (project / "calc.py").read_text().endswith("a - b\n")
+    checkout_exchange.ship_in(run)
+    sha = git(checkout, "rev-parse", "HEAD:calc.py").strip()
+    forged = b"def add(a, b):\n    return a + b\n"
+    loose = checkout / ".git" / "objects" / sha[:2] / sha[2:]
+    loose.parent.mkdir(exist_ok=True)
+    if loose.exists():
+        loose.chmod(0o644)
+    loose.write_bytes(zlib.compress(b"blob %d\0" % len(forged) + forged))
+    (checkout / "calc.py").write_bytes(forged)
+    git(checkout, "update-index", "--assume-unchanged", "calc.py")
+
+    checkout_exchange.ship_in(run)
+
+    assert (checkout / "calc.py").read_text().endswith("a - b\n")
+    state = checkout_exchange.bring_back(run)
+    assert state.head == head(project) and state.diff == b""
+    assert not any("--fresh" in argv for argv in calls)  # every ship-in kept the checkout's .git: no retry

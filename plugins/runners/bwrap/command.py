@@ -22,7 +22,8 @@ Mounts, in this order (a later one covers an earlier one):
 5. read-only paths the sandbox needs (this Python, ralph's packages, the agent's CLI, ``ro_binds``);
 6. the run directory and the hook socket's directory read-only, the agent CLI's run-owned config
    home read-write, and the runner's private directory read-only at :data:`PRIVATE_MOUNT` (the
-   network relays' sockets, the ``ralph`` command for ``ralph ask``);
+   network relays' sockets, the ``ralph`` command for ``ralph ask``, the loop's object store of the
+   checkout, read-write only in the workspace side's sandbox);
 7. extra read-write paths (a gate's working directory outside the project).
 """
 
@@ -76,6 +77,9 @@ class Layout:
     """Bytes each private directory may hold (None: the kernel's default, half the memory)."""
     checkout_read_only: bool = False
     """Show the checkout read-only (a look at the project itself, before the run has a checkout)."""
+    private_read_write: list[str] = field(default_factory=list)
+    """Entries of ``private`` shown read-write at their place under :data:`PRIVATE_MOUNT` (the workspace side's
+    sandbox writes the loop's object store of the checkout there; every other sandbox reads it)."""
 
 
 def hidden_roots(home: str | None, extra: list[Path]) -> list[Path]:
@@ -133,6 +137,8 @@ def bwrap_argv(bwrap: str, layout: Layout, command: list[str], features: Feature
         argv += ["--ro-bind", str(path), str(path)]
     if layout.private is not None:
         argv += ["--ro-bind", str(layout.private), str(PRIVATE_MOUNT)]
+        for name in layout.private_read_write:
+            argv += ["--bind", str(layout.private / name), str(PRIVATE_MOUNT / name)]
     for path in layout.read_write:
         argv += ["--bind", str(path), str(path)]
     argv += ["--chdir", str(layout.chdir), "--", *command]

@@ -221,10 +221,12 @@ class BwrapRunner(Runner):
         base = Path(os.path.expanduser(cfg.checkout_dir)) if cfg.checkout_dir else Path(tempfile.gettempdir())
         base.mkdir(parents=True, exist_ok=True)
         self._state = Path(tempfile.mkdtemp(prefix="ralph-bwrap-", dir=base))
-        for name in ("checkout", "private", "private/bin", "private/net"):
+        for name in ("checkout", "private", "private/bin", "private/net", "private/objects"):
             (self._state / name).mkdir(mode=0o700)
         (self._state / "private" / "gitconfig").write_text(GITCONFIG, encoding="utf-8")
-        self._checkout = AgentCheckout(self._project, str(self._project), [_python(), "-I", "-S", str(inside_script())])
+        # private/objects: the loop's object store of the checkout, read-write only in the workspace side's sandbox
+        self._checkout = AgentCheckout(self._project, str(self._project), [_python(), "-I", "-S", str(inside_script())],
+                                       objects=str(PRIVATE_MOUNT / "objects"))
         self._toolchain = self._toolchain_of(self._project)
 
     def cleanup(self) -> None:
@@ -264,6 +266,7 @@ class BwrapRunner(Runner):
 
         layout = self._layout(self._project)
         layout.toolchain = []  # a capture never lists the project's own toolchain as the agent's files
+        layout.private_read_write = ["objects"]  # only here: the loop's object store for the checkout
         argv_all = bwrap_argv(probe().binary, layout, list(argv), probe().features)
         code, out, err = _bounded_run(argv_all, stdin, env=self._plain_env(), cwd=self._state)
         return InsideResult(code, out, err)

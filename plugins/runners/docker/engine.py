@@ -50,6 +50,9 @@ SHIP_TIMEOUT = 900.0
 MAX_EXCHANGE_BYTES = 2 << 30
 """Bytes read from a capture (the workspace exchange refuses a state larger than this)."""
 INSIDE_SCRIPT = "/opt/ralph/workspace/workspace_inside.py"
+OBJECTS_DIR = "/opt/ralph/objects"
+"""Where the loop's object store of the checkout (a volume of its own) appears: read-write in the workspace
+container only, read-only in the agent's and the gates' (the checkout's ``.git`` borrows from it)."""
 """Where the workspace container has ralph's stdlib-only checkout side (mounted read-only)."""
 
 
@@ -172,6 +175,8 @@ class Sandbox:
         self.network: Any = None
         self.proxy: Any = None
         self.volume: Any = None
+        self.objects: Any = None
+        """The volume of the loop's object store for the checkout (:data:`OBJECTS_DIR`)."""
         self.workspace: Any = None
         """The workspace container: the checkout's side of every exchange (never the agent's code)."""
         self.checkout: Any = None
@@ -219,18 +224,20 @@ class Sandbox:
             except docker.errors.NotFound:
                 pass
             self.network = None
-        if self.volume is not None:
+        for volume in (self.volume, self.objects):
+            if volume is None:
+                continue
             try:
-                self.volume.remove(force=True)
+                volume.remove(force=True)
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError:  # still in use by a container being removed: retried once
                 time.sleep(0.5)
                 try:
-                    self.volume.remove(force=True)
+                    volume.remove(force=True)
                 except docker.errors.DockerException:
                     pass
-            self.volume = None
+        self.volume = self.objects = None
 
     def _labels(self, role: str) -> dict[str, str]:
         return project_labels(self.project_dir, role, self.owner)
@@ -253,6 +260,9 @@ class Sandbox:
     def _checkout_mount(self) -> Mount:
         return Mount(str(self.project_dir), self.volume.name, type="volume")
 
+    def _objects_mount(self, read_only: bool = True) -> Mount:
+        return Mount(OBJECTS_DIR, self.objects.name, type="volume", read_only=read_only)
+
     def _make_checkout(self) -> None:
         """The volume at the project's path, owned by the agent's user, and the workspace container on it."""
         from ralph.api.workspace import AgentCheckout
@@ -261,13 +271,16 @@ class Sandbox:
         if not image_present(self.client, image):
             raise SandboxError(f"the sandbox image {image!r} does not exist: {BUILD_HINT}")
         self.volume = self.client.volumes.create(name=f"{self.name}-checkout", labels=self._labels("checkout"))
+        self.objects = self.client.volumes.create(name=f"{self.name}-objects", labels=self._labels("objects"))
         self._make_workspace()
         if not self._agent_is_root():
-            code, _, err = self._exec_bytes(["chown", self.options.user, str(self.project_dir)], b"", user="0:0")
+            code, _, err = self._exec_bytes(["chown", self.options.user, str(self.project_dir), OBJECTS_DIR], b"",
+                                            user="0:0")
             if code != 0:
                 raise SandboxError(f"cannot give the agent's checkout to {self.options.user}: "
                                    + err.decode("utf-8", "replace")[:300])
-        self.checkout = AgentCheckout(self.project_dir, str(self.project_dir), ["python3", "-I", "-S", INSIDE_SCRIPT])
+        self.checkout = AgentCheckout(self.project_dir, str(self.project_dir), ["python3", "-I", "-S", INSIDE_SCRIPT],
+                                      objects=OBJECTS_DIR)
 
     def run_inside(self, argv: Any, stdin: bytes) -> Any:
         """``argv`` fed ``stdin`` in the workspace container, as the agent's user: the primitive of
@@ -356,7 +369,8 @@ class Sandbox:
             labels=self._labels("workspace"),
             user="0:0",
             working_dir="/",
-            mounts=[self._checkout_mount(), Mount(INSIDE_SCRIPT, str(inside_script()), type="bind", read_only=True)],
+            mounts=[self._checkout_mount(), self._objects_mount(read_only=False),
+                    Mount(INSIDE_SCRIPT, str(inside_script()), type="bind", read_only=True)],
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.options.tmpfs_size},mode=1777"},
             environment={"HOME": "/tmp"},
             network_mode="none",
@@ -486,7 +500,7 @@ class Sandbox:
 
     def mounts_for(self, spec: ProcessSpec) -> tuple[list[Mount], list[str]]:
         """(mounts, argv rewritten for the container)."""
-        mounts = [self._checkout_mount()]
+        mounts = [self._checkout_mount(), self._objects_mount()]
         for name, path in hook_packages().items():
             mounts.append(Mount(f"{IN_CONTAINER_LIB}/{name}", str(path), type="bind", read_only=True))
         channel = spec.channel
@@ -729,7 +743,7 @@ class Sandbox:
         self.ship_in()
         clock.lap("ship_in")
         if Path(cwd).resolve().is_relative_to(self.project_dir.resolve()):
-            mounts = [self._checkout_mount()]
+            mounts = [self._checkout_mount(), self._objects_mount()]
         else:
             mounts = [Mount(str(cwd), str(cwd), type="bind"), *self._project_dependencies(Path(cwd), shared)]
         env = {
