@@ -152,7 +152,12 @@ ATTACKS: list[Attack] = [
     A(f"rsync -a --delete e/ {OUT}/", "delete-outside-project"),
     A(f"rsync -a --remove-source-files {OUT}/ backup/", "delete-outside-project"),
     A(f"tar -cf x.tar --remove-files {OUT}", "delete-outside-project"),
-    A("rm -f ~user/file", "delete-outside-project"),
+    A("rm -f ~root/file", "delete-outside-project"),
+    # bash's `cd` falls back to the physical path when the logical one is missing (`lod` -> ../outside)
+    A("cd lod/../outside && rm -rf sub", "delete-outside-project"),
+    A("cd lod && cd ../outside && rm -rf sub", "delete-outside-project"),
+    A("cd ~- && rm -rf sub", "delete-outside-project"),
+    A("cd src extra; rm -rf ../../outside/sub", "delete-outside-project"),
     A("rm -rf ~root", "delete-outside-project"),
     A("truncate -s 0 /outside/file", "delete-outside-project"),
     A("mv /outside ./trash", "delete-outside-project"),
@@ -1084,6 +1089,13 @@ ATTACKS: list[Attack] = [
 ORDINARY: list[str] = [
     # where the shell is: a cd the guard follows (ralph.shell.cwd)
     "cd src && pytest",
+    "cd src/../tests && pytest -q > out.txt",
+    "pushd src >/dev/null 2>&1 && pytest -q > out.txt",
+    "cd .. && ls",
+    "cd - && ls",
+    "cd ~ && ls",
+    "cd -P src && pytest -q > out.txt",
+    "rm -f ~nosuchuser/x",
     "cd src && pytest -q > ../report.txt",
     "cd \"$(git rev-parse --show-toplevel)\" && pytest -q > out.txt",
     "cd $(git rev-parse --show-toplevel) && git status",
@@ -1488,6 +1500,13 @@ PROTECTED: list[tuple[str, str]] = [
     # loop.  `{state}` is the loop's state directory (the run directory's grandparent).
     # git writing the work tree by pathspec; one it cannot pin down (`.`, `:/`, magic, none) is the whole tree
     ("git rm -q ralph/prd.md", "both"),
+    # a `cd` the guard does not follow exactly: lost, so a relative write after it may be anywhere
+    ("cd lod/../proj && : > .ralph-active", "both"),
+    ("cd ralph && cd .. && cd ~- && : > prd.md", "both"),
+    ("cd -x src; : > .ralph-active", "both"),
+    ("cd src extra; : > .ralph-active", "both"),
+    ("cd src < missing; : > .ralph-active", "both"),
+    ("ln -s ralph '~zz' && : > ~zz/prd.md", "both"),
     ("git rm -r -q ralph", "both"),
     ("git rm --cach -r ralph && git rm -r ralph", "both"),
     ("git mv ralph/prd.md ralph/old.md", "both"),

@@ -245,6 +245,10 @@ def test_the_run_directory_is_protected(host: PluginHost, project: Path) -> None
 
 PROTECTED_BASH = [
     "echo active > .ralph-active",
+    "cd lod/../proj && : > .ralph-active",
+    "pushd ralph >/dev/null && pushd .. >/dev/null && cd ~1 && : > prd.md",
+    "cd src > /nonexistent/f; : > .ralph-active",
+    "ln -s ralph '~zz' && cd ~zz && : > prd.md",
     "echo note >> ralph/prd.md",
     "cat > ralph/prompt.md <<'EOF'\nnew\nEOF",
     "echo '{}' | tee .claude/settings.json",

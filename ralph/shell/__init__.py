@@ -298,14 +298,15 @@ def resolve_path(
     With ``physical``, the path the kernel opens: symlinks followed before each ``..`` (``link/../x`` is
     beside the link's target, not beside the link); ``cd`` steps stay logical, as bash's ``cd`` is.
 
-    ``~`` and ``$HOME`` expand to ``home`` and ``~user`` to a sibling of it;
+    ``~`` and ``$HOME`` expand to ``home`` and ``~user`` to that user's home (a user that does not exist leaves
+    the word as it is: a relative path, as in bash);
     ``known`` maps other variables (``PWD``, ``TMPDIR``, ``CLAUDE_PROJECT_DIR``)
     to values; ``cd`` are the ``cd`` targets seen earlier on the line.  Any
     other run-time part -> None.
     """
     from ralph.shell.budget import active
 
-    if cd_unknown and not (text.startswith("/") or text.startswith("~")):
+    if cd_unknown and not (text.startswith("/") or text.startswith("~") and not _literal_tilde(text)):
         return None
     base = cwd
     if cd:
@@ -348,7 +349,10 @@ def resolve_path(
         user, _, rest = text[1:].partition("/")
         if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
             return None
-        text = os.path.join(os.path.dirname(os.path.normpath(home)) or "/", user, rest)
+        user_home = _user_home(user)
+        if user_home is not None:
+            text = os.path.join(user_home, rest)
+        # else bash finds no such user and leaves the word as it is: `~zz/x` is a relative path
     if not text:
         return None
     active().spend(len(text) + len(base))
@@ -357,6 +361,30 @@ def resolve_path(
 
         return real_path(os.path.join(base, text))
     return os.path.normpath(os.path.join(base, text))
+
+
+def _user_home(user: str) -> str | None:
+    """``~user``'s directory, as bash expands it (the password database); None: no such user, the word stays."""
+    import pwd
+
+    from ralph.shell.budget import active
+    from ralph.shell.paths import SYSCALL_COST
+
+    budget = active()
+    key = ("user", user)
+    if key not in budget.memo:
+        budget.spend(SYSCALL_COST + len(user))
+        try:
+            budget.memo[key] = pwd.getpwnam(user).pw_dir or "/"
+        except (KeyError, OSError, ValueError):
+            budget.memo[key] = None
+    return budget.memo[key]
+
+
+def _literal_tilde(text: str) -> bool:
+    """``~NAME...`` for a user that does not exist: bash leaves it as it is, a path relative to the shell."""
+    user = text[1:].partition("/")[0] if text.startswith("~") else ""
+    return bool(re.fullmatch(r"[A-Za-z0-9._-]+", user)) and not _TILDE_STACK.match(text) and _user_home(user) is None
 
 
 def _toplevel(start: str) -> str | None:
@@ -388,7 +416,7 @@ def unplaced(text: str, dynamic: bool = False, cd: list[str] | None = None, cd_u
         return f"`{text[:60]}` is built at run time out of a known directory"
     if (_TILDE_STACK.match(bare) and not _TILDE_PWD.match(bare)) or (dynamic and _CWD_VARS.match(bare) and not bare.startswith(("$PWD", "${PWD}"))):
         return f"`{text[:60]}` names a directory of the shell's stack (`$OLDPWD`, `~-`, `~N`), which the guard does not follow"
-    here = not bare.startswith(("/", "~", "$")) or bool(_TILDE_PWD.match(bare)) or (
+    here = not bare.startswith(("/", "~", "$")) or bool(_TILDE_PWD.match(bare)) or _literal_tilde(bare) or (
         dynamic and bare.startswith(("$PWD", "${PWD}")))
     if here and (cd_unknown or CD_DATA in (cd or [])):
         return f"`{text[:60]}` is relative to a directory only known at run time (an earlier `cd` the guard could not follow)"

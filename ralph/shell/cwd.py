@@ -10,6 +10,7 @@ simple case.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,3 +79,19 @@ def after_statement(w: Any, st: Any) -> None:
     if fail != here:
         settle(w, st, fail, [here, fail], "a `cd` into a directory that does not exist now may fail, and the commands "
                                          "after `;` then run where the shell was (write `cd DIR && ...`)")
+
+
+_SAFE_REDIRECT = re.compile(r"[012]?(?:>|>>|>\||<|&>|&>>)")
+_SAFE_DUP = re.compile(r"[012]?(?:>&|<&)")
+
+
+def redirects_may_fail(pairs: Sequence[tuple[str, str]]) -> bool:
+    """Whether a redirection among ``pairs`` may fail to be made: bash then runs nothing of the command (a ``cd``
+    stays where it was).  Only ``/dev/null`` and duplicating the standard streams (``2>&1``) are sure to work."""
+    for op, target in pairs:
+        if target == "/dev/null" and _SAFE_REDIRECT.fullmatch(op):
+            continue
+        if target in ("0", "1", "2") and _SAFE_DUP.fullmatch(op):
+            continue
+        return True
+    return False

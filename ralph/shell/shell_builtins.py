@@ -218,6 +218,11 @@ def _cd(w: Walker, call: Call) -> None:
     st.cd_fail = None
     opts, i = getopts(call.words, 1, set())
     here = (tuple(st.cd), st.cd_unknown)
+    odd = _unmodelled(w, call, opts, i)
+    if odd:  # bash may fail here (and stay) or do what the guard does not follow: the directory is lost
+        st.oldcd = here
+        lose(w, st, f"`{call.name}` {odd}")
+        return
     if "-n" in opts and call.name in ("pushd", "popd"):  # the stack changes, the directory does not
         if call.name == "popd" or call.words[i:i + 1] and (call.words[i].dynamic or call.words[i].glob):
             st.dirstack = ()
@@ -273,7 +278,13 @@ def _cd(w: Walker, call: Call) -> None:
         lose(w, st, f"`{call.name} {target.text[:40]}` goes to a directory only known at run time")
         return
     step = target.text
-    if "-P" in opts or (st.physical and "-L" not in opts):  # symlinks followed before `..`: `cd -P lod/..`
+    physical = "-P" in opts or (st.physical and "-L" not in opts)
+    if not physical and not _logical_is_physical(w, st, target):
+        st.oldcd = here
+        lose(w, st, f"`{call.name} {target.text[:40]}` steps back (`..`) over a symlink or a name that may be one: "
+                    "bash then goes where the kernel resolves it")
+        return
+    if physical:  # symlinks followed before `..`: `cd -P lod/..`
         from ralph.shell import resolve_path
 
         where_to = resolve_path(step, w.cwd, w.home, target.dynamic, st.cd, st.cd_unknown, physical=True)
@@ -289,6 +300,54 @@ def _cd(w: Walker, call: Call) -> None:
 
         path = resolve_path(step, w.cwd, w.home, False, list(before[0]), before[1])
         st.cd_fail = CANNOT_FAIL if path is not None and is_dir(path) else before
+
+
+_CD_OPTIONS = {"cd": frozenset({"-L", "-P", "-e", "-@"}), "pushd": frozenset({"-n"}), "popd": frozenset({"-n"})}
+"""The options the guard follows; bash's ``cd`` fails on any other (``cd -x src`` stays where it was)."""
+_TILDE_OK = re.compile(r"~\+?(?=/|$)")
+"""``~``, ``~/x``, ``~+``, ``~+/x``: the tilde forms a ``cd`` is followed through (``~-``, ``~1``, ``~+1`` ... are the
+line's directory stack, ``~NAME`` a user's home)."""
+
+
+def _unmodelled(w: Walker, call: Call, opts: dict, i: int) -> str | None:
+    """Why this ``cd``/``pushd``/``popd`` is one the guard does not follow exactly (None: it does)."""
+    from ralph.shell.cwd import redirects_may_fail
+
+    bad = [o for o in opts if o not in _CD_OPTIONS[call.name]]
+    if bad:
+        return f"with the option `{bad[0][:20]}` (bash fails on an invalid one and stays)"
+    operands = call.words[i:]
+    if len(operands) > 1:
+        return "with more than one operand (bash fails and stays)"
+    if redirects_may_fail(call.redirects):
+        return "with a redirection that may fail (bash then runs no `cd` and stays)"
+    if operands and not operands[0].dynamic and operands[0].text.startswith("~"):
+        text = operands[0].text
+        if not _TILDE_OK.match(text):
+            return f"to `{text[:40]}`, a tilde form the guard does not follow (write the directory itself)"
+    return None
+
+
+def _logical_is_physical(w: Walker, st, target: Word) -> bool:  # type: ignore[no-untyped-def]
+    """Whether bash's logical ``cd target`` surely goes where the kernel would: every ``..`` steps back over a
+    directory that is there now and is no symlink (else bash, finding no logical path, falls back to the physical
+    one: ``cd lod/../proj`` with ``lod -> ../outside`` is the project), and no link was made on the line before."""
+    from ralph.shell import resolve_path
+    from ralph.shell.paths import is_dir, is_link
+
+    parts = target.text.split("/")
+    if ".." not in parts:
+        return True
+    if w.result.links or any(not x.follow or x.into for x in w.result.writes):
+        return False  # a name may have become a link on the line (`ln -s`, `mv`, an archive extracted)
+    for k, part in enumerate(parts):
+        if part != "..":
+            continue
+        prefix = "/".join(parts[:k]) or ("/" if target.text.startswith("/") else ".")
+        path = resolve_path(prefix, w.cwd, w.home, target.dynamic, st.cd, st.cd_unknown)
+        if path is None or not is_dir(path) or is_link(path):
+            return False
+    return True
 
 
 _OLDPWD = re.compile(r"\$\{?OLDPWD\}?")

@@ -636,7 +636,19 @@ class Walker:
             if extra:
                 self.opaque(f"words after a redirection of a compound command (`{extra[0].text[:40]}`)",
                             "write the redirection last")
-            self.statement(body, st, flow2)
+            self._redirected_compound(body, st, flow2, pairs)
+
+    def _redirected_compound(self, body: Any, st: State, flow: Flow, pairs: list[tuple[str, str]]) -> None:
+        """A compound command with redirections: one that may fail runs none of it (a ``cd`` in it may not run)."""
+        from ralph.shell.cwd import redirects_may_fail, settle, where
+
+        if not redirects_may_fail(pairs):
+            self.statement(body, st, flow)
+            return
+        before = where(st)
+        self.statement(body, st, flow)
+        settle(self, st, before, [before, where(st)], "a redirection of a compound command may fail, and then none "
+                                                      "of it runs (write the `cd` outside it)")
 
     def _with_tails(self, body: Any, pairs: list, tails: list[Any], st: State, flow: Flow, flow2: Flow) -> None:
         """``cat <<EOF | sh`` and ``cat <<EOF && x``: the grammar hangs the rest of the line on the heredoc."""
@@ -647,7 +659,7 @@ class Walker:
             if body.type == "command":
                 self.command(body, st, out, pairs)
             else:
-                self.statement(body, st, out)
+                self._redirected_compound(body, st, out, pairs)
         for p in pipe:
             parts = [c for c in p.children if c.is_named]
             static = None
