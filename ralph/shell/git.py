@@ -9,7 +9,7 @@ an alias may name another alias (a loop is opaque), and an alias starting with
 :func:`inspect` (called by the shell walker for every ``git``) records as opaque
 what makes git run other programs the guard cannot follow: configuration keys
 such as ``core.pager``, ``core.sshCommand``, ``core.fsmonitor``, ``--config-env``,
-``rebase --exec``, ``submodule foreach``, ``bisect run``, ``filter-branch``,
+``rebase --exec``, ``grep -O``, ``submodule foreach``, ``bisect run``, ``filter-branch``,
 ``--upload-pack``, a subcommand that is not a git command it knows (an alias
 from a config file, a ``git-*`` program on PATH), and ``git config`` writes of
 such keys or of aliases.
@@ -441,6 +441,31 @@ def _difftool(w: Any, call: Any, args: list[str]) -> None:
         w.opaque("`git difftool --extcmd` runs a command", "use `git diff`")
 
 
+def _grep(w: Any, call: Any, args: list[str]) -> None:
+    """``git grep -O[CMD]``/``--open-files-in-pager[=CMD]`` (any abbreviation) runs CMD (or the pager) through
+    ``sh -c`` with the matching files as its arguments."""
+    from ralph.shell.progutil import has_long
+
+    codes: list[str] = []
+    found = False
+    for k, a in enumerate(args):
+        if a == "--":
+            break
+        if a.startswith("--") and has_long([a], "--open-files-in-pager", 4):
+            found = True
+            codes.append(a.partition("=")[2])
+        elif a.startswith("-") and not a.startswith("--") and short_flag([a], "O", stop="efABCm"):
+            found = True
+            codes.append(a[a.index("O") + 1 :])
+    if not found:
+        return
+    w.opaque("`git grep --open-files-in-pager` runs a command (through the shell) on the matching files",
+             "use `git grep` without -O and open the files yourself")
+    for code in codes:
+        if code:
+            w.code(code, call.st.copy(), _flow(call), "`git grep --open-files-in-pager`")
+
+
 def _transport_programs(w: Any, sub: str, args: list[str]) -> None:
     from ralph.shell.progutil import has_long
 
@@ -541,6 +566,7 @@ _SUBCOMMANDS = {
     "mergetool": _difftool,
     "clone": _clone,
     "config": _config,
+    "grep": _grep,
 }
 
 

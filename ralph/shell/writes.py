@@ -13,6 +13,7 @@ that write files named in their arguments and records each as a :class:`~ralph.s
   given or the names in the diff under ``-d DIR``/the cwd;
 - downloads: ``curl -o``/``--output``/``-O`` with ``--output-dir``/``-D``/``-c``/``--trace``...,
   ``wget -O``/``-P``/``-o``/``-a``;
+- ``touch``/``mkdir``/``mkfifo``/``mknod``: the names they create;
 - ``sort -o``, ``uniq IN OUT``, ``split``/``csplit`` prefixes, ``ed``/``ex`` files, ``logsave`` logs;
 - any other program's ``-o PATH``/``--output[=]PATH``/``--output-file``/``--outfile``/``-out``/
   ``--log-file`` (compilers, ``go build -o``, ``openssl -out`` ...), when the value is a path.
@@ -29,8 +30,8 @@ import os
 import re
 
 from ralph.shell import WriteTarget
-from ralph.shell.progutil import (SED_LONGS, Handler, Unreadable, expand_long, has_long, long_option, read_regular,
-                                  run_code)
+from ralph.shell.progutil import (SED_LONGS, Handler, Unreadable, expand_long, has_long, is_stdin_path, long_option,
+                                  read_regular, run_code)
 from ralph.shell.walker import Call, Walker, Word
 
 
@@ -542,28 +543,86 @@ def _split(w: Walker, call: Call) -> None:
         add_write(w, call, Word(prefix.text + "*", prefix.dynamic, True, input=prefix.input))
 
 
+_GAWK_LONGS = frozenset({"--assign", "--bignum", "--characters-as-bytes", "--copyright", "--csv", "--debug",
+                         "--dump-variables", "--exec", "--field-separator", "--file", "--gen-pot", "--help", "--include",
+                         "--lint", "--load", "--no-optimize", "--non-decimal-data", "--optimize", "--posix",
+                         "--pretty-print", "--profile", "--re-interval", "--sandbox", "--source", "--traditional",
+                         "--trace", "--use-lc-numeric", "--version", "--lint-old"})
+"""Every long option of gawk (its getopt_long takes any unambiguous prefix: ``--inc`` is ``--include``)."""
+_GAWK_VALUES = frozenset({"--assign", "--exec", "--field-separator", "--file", "--include", "--load", "--source"})
+_AWK_DIRECTIVE = re.compile(r"@\s*(include|load)\b")
+
+
 def _awk_in_place(w: Walker, call: Call) -> None:
-    """``gawk -i inplace PROGRAM FILE...`` (``--include=inplace``): the files are rewritten."""
+    """gawk's in-place editing: ``-i inplace`` (``--include``, any abbreviation), or ``@include "inplace"``/
+    ``@load`` in the program.  Built by construction: any ``-i``/``-l`` (a library may be ``inplace`` under
+    another name), any ``@include``/``@load`` in the program text, or a program file the guard cannot read
+    (stdin, a FIFO, one only known at run time or missing now) counts as writing every file operand."""
+    from ralph.shell import resolve_path
+
     words = call.words
-    texts = [x.text for x in words]
-    inplace = any(texts[k] in ("-i", "--include") and k + 1 < len(texts) and texts[k + 1] in ("inplace", "inplace.awk")
-                  for k in range(1, len(texts))) or any(t in ("--include=inplace", "-iinplace") for t in texts)
-    if not inplace:
-        return
-    i, program_given = 1, False
+    loads = False
+    programs: list[Word] = []
+    texts: list[str] = []
+    i = 1
     while i < len(words):
-        t = words[i].text
-        if t in ("-i", "--include", "-f", "--file", "-v", "--assign", "-F", "--field-separator", "-l", "--load"):
-            program_given = program_given or t in ("-f", "--file")
-            i += 2
-            continue
-        if t.startswith("-") and not words[i].dynamic and t != "-":
-            i += 1
-            continue
-        break
-    for word in words[i + (0 if program_given else 1) :]:
-        if "=" not in word.text or word.dynamic:  # `var=value` operands are assignments, not files
-            add_write(w, call, word)
+        word = words[i]
+        t = word.text
+        if word.dynamic or not t.startswith("-") or t == "-":
+            break
+        i += 1
+        if t == "--":
+            break
+        value: Word | None
+        if t.startswith("--"):
+            key, eq, inline = t.partition("=")
+            name = long_option(key, _GAWK_LONGS) or key
+            if eq:
+                value = Word(inline, word.dynamic, word.glob, input=word.input)
+            elif name in _GAWK_VALUES and i < len(words):
+                value, i = words[i], i + 1
+            else:
+                value = None
+            opt = {"--include": "-i", "--load": "-l", "--file": "-f", "--exec": "-E", "--source": "-e"}.get(name, name)
+        else:
+            opt, value = "", None
+            for j in range(1, len(t)):
+                if t[j] in "fFvilEe":
+                    opt = "-" + t[j]
+                    if t[j + 1 :]:
+                        value = Word(t[j + 1 :], word.dynamic, word.glob, input=word.input)
+                    elif i < len(words):
+                        value, i = words[i], i + 1
+                    break
+                if t[j] in "dDLop":  # optional values, attached only
+                    break
+        if opt in ("-i", "-l"):
+            loads = True
+        elif opt in ("-f", "-E") and value is not None:
+            programs.append(value)
+        elif opt == "-e" and value is not None:
+            texts.append(value.text)
+            loads = loads or value.dynamic
+        if opt == "-E":
+            break
+    if not programs and not texts and i < len(words):
+        texts.append(words[i].text)
+        loads = loads or words[i].dynamic
+        i += 1
+    for program in programs:
+        path = None if program.dynamic else resolve_path(program.text, w.cwd, w.home, False, call.st.cd,
+                                                         call.st.cd_unknown)
+        try:
+            if path is None or program.input or is_stdin_path(path):
+                raise Unreadable(program.text)
+            texts.append(read_regular(path).decode("utf-8", "replace"))
+        except OSError:
+            loads = True
+    if not loads and not any(_AWK_DIRECTIVE.search(text) for text in texts):
+        return
+    for word in words[i:]:
+        if ("=" not in word.text or word.dynamic) and word.text != "-":  # `var=value` operands are assignments
+            add_write(w, call, word, via=f"{call.name} (in place)")
 
 
 def _sponge(w: Walker, call: Call) -> None:
@@ -656,6 +715,20 @@ def _fallocate(w: Walker, call: Call) -> None:
     for word in ops:
         add_write(w, call, word, truncates=rewrites)
 
+
+
+def _creates(w: Walker, call: Call) -> None:
+    """``touch``/``mkdir [-p]``/``mkfifo``/``mknod NAME TYPE``: a new file, directory or FIFO at each name.
+    Creating is writing for the protected paths (a FIFO where the loop reads its state blocks the loop)."""
+    name = call.name
+    if name == "touch":
+        opts, ops = parse_options(call.words, 1, "drt", frozenset({"--date", "--reference", "--time"}))
+    else:
+        opts, ops = parse_options(call.words, 1, "m", frozenset({"--mode"}), optional=frozenset({"--context"}))
+    if name == "mknod":
+        ops = ops[:1]
+    for word in ops:
+        add_write(w, call, word, truncates=False)  # `mkdir -p a/b`: a's place is inside b's
 
 
 # -- in-place editors, programs that remove their input -----------------------------------------------------
@@ -829,7 +902,7 @@ _NOT_OUTPUT = frozenset(
      "readlink", "realpath", "stat", "file", "find", "which", "type", "command", "echo", "printf", "test", "[",
      "cp", "mv", "install", "ln", "link", "rsync", "scp", "tar", "gtar", "bsdtar", "unzip", "7z", "7za", "7zr", "cpio",
      "patch", "curl", "wget", "sort", "uniq", "split", "csplit", "logsave", "sponge", "zip", "sqlite3", "duckdb",
-     "dd", "awk", "gawk", "script", "xxd", "fallocate"})
+     "dd", "awk", "gawk", "script", "xxd", "fallocate", "touch", "mkdir", "mkfifo", "mknod"})
 """Programs whose ``-o`` is no output file (``ls -o``, ``ssh -o Option``, ``ps -o fields`` ...) or that are
 read elsewhere."""
 
@@ -897,6 +970,7 @@ WRITERS: dict[str, Handler] = {
     "script": _script,
     "xxd": _xxd,
     "fallocate": _fallocate,
+    **dict.fromkeys(("touch", "mkdir", "mkfifo", "mknod"), _creates),
     "sed": _in_place,
     "gsed": _in_place,
     "perl": _in_place,
