@@ -81,6 +81,8 @@ def test_ordinary_command_is_allowed(host: PluginHost, project: Path, command: s
 
 def _in_loop(project: Path, command: str) -> str:
     (project / "x.patch").write_text("--- a/ralph/prd.md\n+++ b/ralph/prd.md\n@@ -1 +1 @@\n-a\n+b\n")
+    (project / "prog.awk").write_text("{ print $1 }\n")
+    (project / "x.awk").write_text("@include \"inplace\"\n1\n")
     return command.format(state=project.parent, scratch=project.parent / "scratch")
 
 

@@ -388,6 +388,8 @@ def _check_analysis(analysis: Analysis, ctx: _Ctx) -> None:
 
 def _check_write(write: WriteTarget, ctx: _Ctx) -> None:
     """A file (or with ``into``, any file under a directory) the line writes."""
+    if write.anywhere:
+        return  # no place to check (protected_files denies it in a loop)
     if write.input:
         _deny_input_target(write.path, "writes", ctx)
     _check_startup_file(write.path, ctx)

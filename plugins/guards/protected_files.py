@@ -220,7 +220,7 @@ def _check_bash(event: HookEvent, command: str) -> list[Denial]:
     links = _links(prot, analysis.links)
     for write in analysis.writes:
         # an `into` write (an archive extracted, a tree copied) may write any name under its directory
-        if write.input or prot.uncertain(write.path, write.dynamic, write.cd, write.cd_unknown):
+        if write.input or write.anywhere or prot.uncertain(write.path, write.dynamic, write.cd, write.cd_unknown):
             return _deny_uncertain(write.path, analysis.cwd_lost)
         if any(prot.hit(p, remove=write.into, glob=write.glob)
                for p in prot.places(write.path, write.dynamic, write.cd, write.cd_unknown, links)):

@@ -157,6 +157,8 @@ class WriteTarget:
     itself (``mv``, ``ln -f``)."""
     skips_git: bool = False
     """With ``into``: the program never writes a ``.git`` under ``path`` (git's own work-tree writes)."""
+    anywhere: bool = False
+    """A program writes files the guard cannot place (an option it does not model): in a loop, any file."""
 
 
 @dataclass(frozen=True)

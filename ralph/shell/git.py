@@ -198,7 +198,6 @@ def short_flag(args: list[str], letters: str, stop: str = "") -> str | None:
     return None
 
 
-_CONFIG_VALUES = frozenset({"-f", "--file", "--blob", "--type", "--default", "--comment", "--value", "--url"})
 _CONFIG_READS = frozenset({"--get", "--get-all", "--get-regexp", "--list", "-l", "--get-urlmatch", "--get-color",
                            "--get-colorbool", "--show-origin", "--name-only", "--show-scope"})
 _CONFIG_ACTIONS = frozenset({"set", "unset", "get", "list", "edit", "rename-section", "remove-section"})
@@ -220,45 +219,36 @@ class ConfigCall:
 
 
 def config_call(args: list[str]) -> ConfigCall:
-    """Read ``git config ARGS`` the way git does (options with values, the classic and the subcommand forms)."""
+    """Read ``git config ARGS`` the way git does (options with values and abbreviated, the classic and the
+    subcommand forms)."""
+    from ralph.shell import gitopts
+
     action: str = ""
     file: str | None = None
     scope: str | None = None
-    ops: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        key, eq, inline = a.partition("=")
-        if a.startswith("-") and (key if eq else a) in _CONFIG_VALUES:
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if (key if eq else a) in ("-f", "--file"):
-                file = value
-            i += 1 if eq else 2
-            continue
-        if a.startswith("-f") and not a.startswith("--") and len(a) > 2:
-            file = a[2:]
-        elif a in _CONFIG_READS:
+    opts, ops = gitopts.parse("config", args)
+    for name, value in opts:
+        if name in ("-f", "--file"):
+            file = value if value is not None else ""
+        elif name in _CONFIG_READS:
             action = action or "get"
-        elif a in ("--unset", "--unset-all"):
+        elif name in ("--unset", "--unset-all"):
             action = "unset"
-        elif a in ("-e", "--edit"):
+        elif name in ("-e", "--edit"):
             action = "edit"
-        elif a in ("--rename-section", "--remove-section"):
-            action = a[2:]
-        elif a in ("--add", "--replace-all"):
+        elif name in ("--rename-section", "--remove-section"):
+            action = name[2:]
+        elif name in ("--add", "--replace-all"):
             action = action or "set"
-        elif a in ("--global", "--system", "--local", "--worktree"):
-            scope = a[2:]
-        elif not a.startswith("-"):
-            ops.append(a)
-        i += 1
+        elif name in ("--global", "--system", "--local", "--worktree"):
+            scope = name[2:]
     if not action and ops and ops[0] in _CONFIG_ACTIONS:
         action, ops = ops[0], ops[1:]
     if not action:
         action = "set" if len(ops) >= 2 else "get"
-    name = normalise_key(ops[0]) if ops else None
+    key = normalise_key(ops[0]) if ops else None
     given = ops[1] if len(ops) > 1 else None
-    return ConfigCall(action, file, name, given, scope)
+    return ConfigCall(action, file, key, given, scope)
 
 
 def inspect(w: Any, call: Any) -> None:
@@ -331,12 +321,12 @@ def _tree_writes(w: Any, call: Any, v: GitView) -> None:
             where = base
         if where is not None:
             add_write(w, call, _word(call, where), into=True, skips_git=True, via=f"git {sub}")
-        prefix = next((a.split("=", 1)[1] for a in args if a.startswith("--prefix=")), None)
-        if sub == "checkout-index" and prefix:
-            add_write(w, call, _word(call, prefix), into=True, skips_git=True, via="git checkout-index --prefix")
     if not isinstance(tree, str):  # with --work-tree/GIT_WORK_TREE the whole tree counts already (above)
         _pathspec_writes(w, call, v, base)
-    operands = [a for a in args if not a.startswith("-")]
+    from ralph.shell import gitopts
+
+    gitopts.record(w, call, sub, args, lambda text: _word(call, _join_base(base, text)))
+    operands = gitopts.parse(sub, args)[1] if sub in ("clone", "init") else []
     if sub == "clone" and len(operands) >= 2:
         add_write(w, call, _word(call, operands[1]), into=True, skips_git=True, via="git clone")
     elif sub == "init":  # DIR/.git, or .git where git runs
@@ -353,16 +343,6 @@ def _tree_writes(w: Any, call: Any, v: GitView) -> None:
                 args[k + 1] if a == "--directory" and k + 1 < len(args) else None)
             if directory is not None:
                 add_write(w, call, _word(call, directory), into=True, via="git apply --directory")
-    elif sub == "worktree" and operands[:1] == ["add"] and len(operands) >= 2:
-        add_write(w, call, _word(call, operands[1]), into=True, skips_git=True, via="git worktree add")
-    for k, a in enumerate(args):
-        if a in ("-o", "--output", "--output-directory") and k + 1 < len(args) and sub in ("archive", "format-patch",
-                                                                                            "diff", "log", "show"):
-            add_write(w, call, _word(call, args[k + 1]), into=sub == "format-patch", via=f"git {sub} {a}")
-        elif a.startswith(("--output=", "--output-directory=")):
-            add_write(w, call, _word(call, a.split("=", 1)[1]), into=sub == "format-patch", via=f"git {sub}")
-    if sub == "bundle" and operands[:1] == ["create"] and len(operands) > 1:
-        add_write(w, call, _word(call, operands[1]), via="git bundle create")
 
 
 def _flow(call: Any, reads_output: bool = False) -> Any:
@@ -448,7 +428,7 @@ def _grep(w: Any, call: Any, args: list[str]) -> None:
 
     codes: list[str] = []
     found = False
-    for k, a in enumerate(args):
+    for a in args:
         if a == "--":
             break
         if a.startswith("--") and has_long([a], "--open-files-in-pager", 4):

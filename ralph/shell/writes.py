@@ -36,14 +36,14 @@ from ralph.shell.walker import Call, Walker, Word
 
 
 def add_write(w: Walker, call: Call, word: Word | str, *, truncates: bool = True, into: bool = False,
-              follow: bool = True, via: str | None = None, skips_git: bool = False) -> None:
+              follow: bool = True, via: str | None = None, skips_git: bool = False, anywhere: bool = False) -> None:
     """Record that ``call`` writes ``word`` (a file, or with ``into`` any name under that directory)."""
     if isinstance(word, str):
         word = Word(word)
     w.budget.spend(64)
     w.result.writes.append(WriteTarget(word.text, word.dynamic, word.glob, list(call.st.cd), call.st.cd_unknown,
                                        via or call.name, truncates=truncates, input=word.input, into=into,
-                                       follow=follow, skips_git=skips_git))
+                                       follow=follow, skips_git=skips_git, anywhere=anywhere))
 
 
 def parse_options(words: list[Word], start: int, shorts: str, longs: frozenset[str], optional: frozenset[str] = frozenset(),
