@@ -391,7 +391,11 @@ class RayRunner(Runner):
         import dataclasses
 
         if self._loop_channel is not None and spec.channel is not None:
-            spec = dataclasses.replace(spec, channel=self.agent_channel(self._loop_channel))
+            node = self.agent_channel(self._loop_channel)
+            old, new = spec.channel.hook_peer, node.hook_peer
+            if old and new and old != new:  # a retry's new actor serves the hooks: the client must expect it
+                spec = _repeer(spec, f"--loop={old}", f"--loop={new}")
+            spec = dataclasses.replace(spec, channel=node)
         if spec.files:
             self._call(self._actor.put_files.remote({str(path): text for path, text in spec.files.items()}))
         return spec
@@ -402,6 +406,18 @@ class RayRunner(Runner):
             return
         with open(Path(self._loop_channel.run_dir) / "ray.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"ts": time.time(), **data}) + "\n")
+
+
+def _repeer(spec: ProcessSpec, old: str, new: str) -> ProcessSpec:
+    """``spec`` with the hook client's ``--loop=`` naming the new actor, in its argv and in the files it
+    writes (the agent rendered its settings for the actor that was lost)."""
+    import dataclasses
+
+    return dataclasses.replace(
+        spec,
+        argv=[arg.replace(old, new) for arg in spec.argv],
+        files={path: text.replace(old, new) for path, text in spec.files.items()},
+    )
 
 
 def _translate(value: Any, old: str, new: str) -> Any:
