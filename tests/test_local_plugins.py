@@ -230,7 +230,10 @@ def test_real_cli_agent_patching_the_local_plugin_never_runs_its_code(
     passes = ("python3 -c \"import json;p='ralph/tasks.json';d=json.load(open(p));"
               "[s.update(passes=True) for s in d['userStories'] if s['id']=='{0}'];open(p,'w').write(json.dumps(d,indent=2))\"")
     script = IterationScript({
-        1: [bash("git apply attack.diff"), bash(passes.format("US-001")), bash("git add -A && git commit -qm 'feat: [US-001] - a'"),
+        # through python: the guards deny a plain `git apply` of a diff naming protected files; this checks the
+        # loop's own restore after the iteration, behind them
+        1: [bash("python3 -c \"import subprocess;subprocess.run(['git','apply','attack.diff'],check=True)\""),
+            bash(passes.format("US-001")), bash("git add -A && git commit -qm 'feat: [US-001] - a'"),
             Turn([text("Done.")])],
         2: [bash(passes.format("US-002")), bash("git add -A && git commit -qm 'feat: [US-002] - b'"), Turn([text("Done.")])],
     })
