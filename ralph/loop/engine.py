@@ -370,8 +370,8 @@ class Loop:
                 return self._finish(EXIT_INTERRUPTED, "interrupted", tasks)
             if self.limits.global_time_up():
                 return self._finish(EXIT_GLOBAL_TIMEOUT, "global hard timeout reached: the loop stopped cleanly", tasks)
-            status = tree_status(self.project_dir)  # one git call: the person's-changes look, HEAD, untracked files
-            changed = self.gap.since_last_iteration(status)  # no agent ran since: a person's change, never the agent's
+            # HEAD, untracked files and the person's-changes look: no agent ran since, a change is a person's
+            status, changed = self.gap.look()  # right after the last iteration_over: its status (no git call)
             if changed:
                 self.emit("person_changed", iteration=iteration + 1, paths=changed)
                 return self._finish(EXIT_USAGE, describe_person_changes(changed, iteration + 1), tasks)
@@ -400,6 +400,7 @@ class Loop:
                 self.gap.iteration_over()
                 stop = self.limits.wait_out(record, counted=False)
                 self.refs.read_again()
+                self.gap.waited()
                 if stop is not None:
                     return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
                 iteration -= 1
@@ -435,6 +436,7 @@ class Loop:
             if limited:  # the iteration did work (it counts, its gates ran); wait before the next one
                 stop = self.limits.wait_out(record, counted=True)
                 self.refs.read_again()
+                self.gap.waited()
                 if stop is not None:
                     return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
         return self._finish(EXIT_EXHAUSTED, f"max iterations ({self.config.max_iterations}) reached", tasks)

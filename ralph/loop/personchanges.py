@@ -7,7 +7,11 @@ waits out a usage limit, say) is a person's: an editor saving ``tasks.json``, ``
 ``git checkout -- ralph/prd.md``.  Once the next iteration has run, the loop can no longer tell
 that change from the agent's: it would undo it and blame the agent.  So it looks in the gap:
 :func:`take` at the end of an iteration, :func:`changes` at the start of the next.  A change stops
-the run before the agent starts, leaving the project exactly as the person made it.
+the run before the agent starts, leaving the project exactly as the person made it.  When the next
+iteration starts right away (the loop waited for nothing and ran nothing in between), the gap has no
+width: the status taken at the end is the start's too (:meth:`PersonChanges.look`), one git call
+less; a change a person makes then is one made just after the look, which no look could tell from the
+agent's.  A wait (a usage limit) opens the gap again (:meth:`PersonChanges.waited`).
 
 What the state covers: ``HEAD`` and the branch, every path ``git status`` lists (with a digest of
 its content, so a second edit of a file already modified counts), and the loop's own inputs even
@@ -64,10 +68,29 @@ class PersonChanges:
         self.skipped = skipped
         self.left: TreeState | None = None
         """The project as the last iteration left it (None: no iteration is over yet)."""
+        self._status: TreeStatus | None = None
+        """The status :meth:`iteration_over` took, until :meth:`look` or :meth:`waited` (the gap has no width)."""
 
     def iteration_over(self) -> None:
         """The loop is done with an iteration: what it left is the state the next one must start from."""
-        self.left = take(self.project_dir, self.watched(), self.skipped())
+        status = tree_status(self.project_dir)
+        self.left = take(self.project_dir, self.watched(), self.skipped(), status)
+        self._status = status
+
+    def waited(self) -> None:
+        """Time passed since :meth:`iteration_over` (the loop waited out a limit): :meth:`look` looks again."""
+        self._status = None
+
+    def look(self) -> tuple[TreeStatus, list[str]]:
+        """At an iteration's start: the project's ``git status`` and what changed since :meth:`iteration_over`.
+
+        Called right after it (nothing waited, nothing ran in between: the engine's next step), the status it
+        took is now's and the gap is empty; otherwise one git call and the comparison."""
+        status, self._status = self._status, None
+        if status is not None:
+            return status, []
+        status = tree_status(self.project_dir)
+        return status, self.since_last_iteration(status)
 
     def since_last_iteration(self, status: TreeStatus | None = None) -> list[str]:
         """What changed since :meth:`iteration_over` (empty: nothing, or no iteration yet); ``status``: the
