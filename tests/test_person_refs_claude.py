@@ -198,3 +198,43 @@ def test_a_rewritten_run_branch_keeps_the_accepted_history(
     assert (ralph_project.path / "US-001.txt").read_text() == "hello"
     assert ralph_project.story("US-001")["reviewStatus"] == "approved"  # the review itself stands
     assert any(v["check"] == "run-branch" and v["iteration"] == 2 for v in ralph_project.events("violation"))
+
+
+MOVE_IN_PLACE = """
+import os, subprocess
+path = '.git/refs/heads/main'
+other = subprocess.run(['git', 'commit-tree', 'HEAD^{tree}', '-p', 'HEAD', '-m', 'elsewhere'],
+                       capture_output=True, text=True, check=True).stdout.strip()
+before = os.stat(path)
+with open(path, 'r+') as handle:
+    handle.write(other + '\\n')
+os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+after = os.stat(path)
+assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+open('moved.flag', 'w').write(other)
+"""
+
+
+def test_a_branch_moved_in_place_with_its_size_and_mtime_kept_is_put_back(
+    ralph_project, scripted_model, claude_binary, claude_agent_env
+) -> None:
+    """The ref guard reuses its last ``for-each-ref`` listing while the stat key of everything it came from is the
+    same (``ralph/loop/refkey.py``).  Iteration 1 waits past the key's 2-second window (the checks' listing is keyed
+    and reused); in iteration 2 the agent rewrites the person's ``main`` in place to another commit, puts its mtime
+    back and waits again: the file's ctime, which no process can set, changed the key, git read the refs again and
+    ``main`` is back."""
+    ralph_project.write_stories([story("US-001")], branchName=RUN_BRANCH)
+    main = sha(ralph_project, "main")
+    script = IterationScript({
+        1: [bash("sleep 3"), Turn([text("Looking around.")])],
+        2: [bash(py(MOVE_IN_PLACE)), bash("sleep 3"), Turn([text("Done.")])],
+    })
+    server = scripted_model(script)
+    result = run_loop(ralph_project, server.url, claude_agent_env, "-n", "2")
+
+    assert result.returncode == 1, result.stderr
+    other = (ralph_project.path / "moved.flag").read_text()  # the attack ran
+    assert other != main and sha(ralph_project, "main") == main
+    (restored,) = ralph_project.events("refs_restored")
+    assert restored["iteration"] == 2 and restored["refs"][0]["ref"] == "refs/heads/main"
+    assert restored["refs"][0]["moved_to"] == other and restored["failed"] == []

@@ -118,6 +118,11 @@ class RefGuard:
         self._read: dict[str, Ref] | None = None
         """The refs as the last check found and left them (it put nothing back): the next refresh starts from
         them instead of reading them again, unless :meth:`read_again` was called in between."""
+        self._known: tuple[object, dict[str, Ref]] | None = None
+        """The refs git listed last and the stat key of everything that answer came from
+        (:mod:`ralph.loop.refkey`), taken before git read them: while the key is the same, so is the answer."""
+        self._tips: set[str] = set()
+        """The tips of the refs git listed last (the objects the next key covers)."""
 
     # -- taking the copy --------------------------------------------------------------------------
 
@@ -145,7 +150,7 @@ class RefGuard:
 
         Right after a check that put nothing back, "now" is what that check read (one git call less per
         iteration); a ref moved since is then found by the next check like any move during the iteration."""
-        refs, self._read = (self._read if self._read is not None else read_refs(self.project_dir)), None
+        refs, self._read = (self._read if self._read is not None else self._refs_now()), None
         loops, persons = self._loops, self._persons
         self.protected = {
             name: ref for name, ref in refs.items()
@@ -158,6 +163,24 @@ class RefGuard:
                                   for name, ref in self.protected.items() if ref.sha and not ref.symref})
             self._synced = dict(self.protected)
             self._write_record()
+
+    def _refs_now(self) -> dict[str, Ref]:
+        """Every ref as git lists it now: the last listing when nothing it came from changed since (same stat
+        key, :mod:`ralph.loop.refkey`), else ``for-each-ref`` (after the ``.git`` checks, as every git call)."""
+        from ralph.loop.refkey import NoKey, ref_key
+
+        try:
+            key: object = ref_key(self.project_dir, self._tips)
+        except NoKey:
+            key = None
+        if key is not None and self._known is not None and self._known[0] == key:
+            return dict(self._known[1])
+        refs = read_refs(self.project_dir)
+        tips = {ref.sha for ref in refs.values()}
+        # the key covers the objects of the tips it was taken for: a listing with other tips is keyed next time
+        self._known = (key, dict(refs)) if key is not None and tips == self._tips else None
+        self._tips = tips
+        return refs
 
     def read_again(self) -> None:
         """The next :meth:`refresh` reads the refs itself: time passed since the last check (a wait), or code
@@ -257,7 +280,7 @@ class RefGuard:
         """
         violations = []
         self._read = None
-        refs = read_refs(self.project_dir)
+        refs = self._refs_now()
         moved: dict[str, Ref | None] = {
             name: now if now is not None and (now.sha or now.symref) else None
             for name, ref in self.protected.items() if (now := refs.get(name)) != ref

@@ -1,0 +1,114 @@
+"""A stat key of everything ``git for-each-ref`` reads to list the refs and their tips' object types.
+
+The ref guard reads every ref after the agent's session and after the gates' (:mod:`ralph.loop.personrefs`).
+Git's answer is a function of files only: ``packed-refs``, the loose refs and the directories under ``refs/``
+(of the git directory and of a worktree's common directory), the config that names the ref storage, and, for
+the object type of each tip, the loose object's file and directory and the pack directory's files.  When none
+of them changed since the last read, the answer is the last one, and the guard reuses it instead of starting
+git again.
+
+"Changed" is decided on ``lstat``: device, inode, size, mode, link count, mtime and **ctime** of every one of
+those entries (a missing one counted as missing).  A process cannot set ctime: any write, rename, link,
+``chmod`` or ``utime`` sets it to the current time, so a ref moved in place with its size and mtime kept
+still changes the key.  Because timestamps are coarse, an entry changed within the last seconds gives no key
+(git reads again, as git itself treats a "racy" index entry).  There is no key either (git is always asked)
+when the layout is anything but plain: a reftable, a symlink, fifo or other odd entry anywhere in what is
+keyed, borrowed objects (``objects/info/alternates``), a ref whose tip object is missing, or more entries
+than :data:`MAX_ENTRIES`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+RACY_NS = 2_000_000_000
+"""An entry changed this recently gives no key (a change in the same clock tick would keep its times)."""
+MAX_ENTRIES = 4000
+"""More entries than this (a repository with very many loose refs or packs): no key, git reads every time."""
+KEYED_FILES = ("packed-refs", "config", "config.worktree")
+"""Files of each git directory in the key beside ``refs/`` (the config names the ref storage)."""
+
+Key = tuple[tuple[object, ...], ...]
+
+
+def _now() -> int:
+    return time.time_ns()
+
+
+class NoKey(Exception):
+    """The layout is not plain (or something changed just now): git must be asked."""
+
+
+def _info(path: str, *, absent_ok: bool = True) -> tuple[object, ...]:
+    """``path``'s stat key; ``(path, "absent")`` when it is not there; NoKey for anything racy."""
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        if absent_ok:
+            return (path, "absent")
+        raise NoKey(path) from None
+    except OSError:
+        raise NoKey(path) from None
+    if _now() - max(info.st_mtime_ns, info.st_ctime_ns) <= RACY_NS:
+        raise NoKey(path)
+    return (path, info.st_dev, info.st_ino, info.st_size, info.st_mode, info.st_nlink, info.st_mtime_ns,
+            info.st_ctime_ns)
+
+
+def _tree(top: str, out: list[tuple[object, ...]]) -> None:
+    """Every directory and regular file under ``top`` (``top`` itself included); NoKey for anything else."""
+    entry = _info(top)
+    out.append(entry)
+    if entry[1] == "absent":
+        return
+    if not stat.S_ISDIR(entry[4]):  # type: ignore[arg-type]
+        raise NoKey(top)
+    try:
+        names = sorted(os.listdir(top))
+    except OSError:
+        raise NoKey(top) from None
+    for name in names:
+        path = os.path.join(top, name)
+        info = _info(path, absent_ok=False)
+        if len(out) >= MAX_ENTRIES:
+            raise NoKey(top)
+        if stat.S_ISDIR(info[4]):  # type: ignore[arg-type]
+            _tree(path, out)
+        elif stat.S_ISREG(info[4]):  # type: ignore[arg-type]
+            out.append(info)
+        else:
+            raise NoKey(path)
+
+
+def ref_key(project_dir: Path, tips: Iterable[str]) -> Key:
+    """The key of the refs of the repository git finds from ``project_dir`` and of the objects ``tips``; NoKey
+    when there is none (see the module).  The git directories are found again each time (a ``.git`` swapped for
+    another directory, a gitfile or a link gives other roots, or other inodes)."""
+    from ralph.gitmeta import discover
+
+    roots = discover(project_dir)
+    if not roots:
+        raise NoKey(str(project_dir))
+    out: list[tuple[object, ...]] = [tuple(str(root) for root in roots)]
+    for root in roots:
+        base = str(root)
+        if _info(os.path.join(base, "reftable"))[1] != "absent":  # git's own format: not keyed here
+            raise NoKey(os.path.join(base, "reftable"))
+        for name in KEYED_FILES:
+            out.append(_info(os.path.join(base, name)))
+        _tree(os.path.join(base, "refs"), out)
+    objects = os.path.join(str(roots[-1]), "objects")
+    if _info(os.path.join(objects, "info", "alternates"))[1] != "absent":
+        raise NoKey("alternates")
+    _tree(os.path.join(objects, "pack"), out)
+    for sha in sorted(set(tips)):
+        if len(sha) not in (40, 64) or not all(c in "0123456789abcdef" for c in sha):
+            raise NoKey(sha)  # a missing tip ("") or a name git did not give
+        loose = os.path.join(objects, sha[:2])
+        out.append(_info(loose))
+        out.append(_info(os.path.join(loose, sha[2:])))
+    return tuple(out)
