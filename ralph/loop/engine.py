@@ -398,9 +398,9 @@ class Loop:
             if limited and record.rejected:
                 # the meter saw the model answer nothing and the tree is unchanged: nothing to count or gate
                 self.gap.iteration_over()
+                self.gap.waiting()
                 stop = self.limits.wait_out(record, counted=False)
                 self.refs.read_again()
-                self.gap.waited()
                 if stop is not None:
                     return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
                 iteration -= 1
@@ -434,9 +434,9 @@ class Loop:
             if record.promise:
                 self.emit("false_completion", iteration=iteration)
             if limited:  # the iteration did work (it counts, its gates ran); wait before the next one
+                self.gap.waiting()
                 stop = self.limits.wait_out(record, counted=True)
                 self.refs.read_again()
-                self.gap.waited()
                 if stop is not None:
                     return self._finish(EXIT_USAGE_LIMIT, stop, tasks)
         return self._finish(EXIT_EXHAUSTED, f"max iterations ({self.config.max_iterations}) reached", tasks)

@@ -11,7 +11,8 @@ the run before the agent starts, leaving the project exactly as the person made 
 iteration starts right away (the loop waited for nothing and ran nothing in between), the gap has no
 width: the status taken at the end is the start's too (:meth:`PersonChanges.look`), one git call
 less; a change a person makes then is one made just after the look, which no look could tell from the
-agent's.  A wait (a usage limit) opens the gap again (:meth:`PersonChanges.waited`).
+agent's.  Before a wait (a usage limit) the state is taken, digests included (:meth:`PersonChanges.waiting`),
+and the next look compares.
 
 What the state covers: ``HEAD`` and the branch, every path ``git status`` lists (with a digest of
 its content, so a second edit of a file already modified counts), and the loop's own inputs even
@@ -67,25 +68,27 @@ class PersonChanges:
         self.watched = watched
         self.skipped = skipped
         self.left: TreeState | None = None
-        """The project as the last iteration left it (None: no iteration is over yet)."""
+        """The project as the last iteration left it, taken when the loop is about to wait (None: no wait yet)."""
         self._status: TreeStatus | None = None
-        """The status :meth:`iteration_over` took, until :meth:`look` or :meth:`waited` (the gap has no width)."""
+        """The status :meth:`iteration_over` took, until :meth:`look` or :meth:`waiting` (the gap has no width)."""
 
     def iteration_over(self) -> None:
-        """The loop is done with an iteration: what it left is the state the next one must start from."""
-        status = tree_status(self.project_dir)
-        self.left = take(self.project_dir, self.watched(), self.skipped(), status)
-        self._status = status
+        """The loop is done with an iteration: what it left is the state the next one must start from (its
+        ``git status`` now; the digests only when the loop waits, :meth:`waiting`)."""
+        self._status = tree_status(self.project_dir)
+        self.left = None
 
-    def waited(self) -> None:
-        """Time passed since :meth:`iteration_over` (the loop waited out a limit): :meth:`look` looks again."""
-        self._status = None
+    def waiting(self) -> None:
+        """The loop is about to wait (a usage limit) right after :meth:`iteration_over`: the state it left is
+        taken now, and :meth:`look` looks again and compares."""
+        status, self._status = self._status, None
+        self.left = take(self.project_dir, self.watched(), self.skipped(), status)
 
     def look(self) -> tuple[TreeStatus, list[str]]:
         """At an iteration's start: the project's ``git status`` and what changed since :meth:`iteration_over`.
 
         Called right after it (nothing waited, nothing ran in between: the engine's next step), the status it
-        took is now's and the gap is empty; otherwise one git call and the comparison."""
+        took is now's and the gap is empty; after :meth:`waiting`, one git call and the comparison."""
         status, self._status = self._status, None
         if status is not None:
             return status, []
@@ -93,7 +96,7 @@ class PersonChanges:
         return status, self.since_last_iteration(status)
 
     def since_last_iteration(self, status: TreeStatus | None = None) -> list[str]:
-        """What changed since :meth:`iteration_over` (empty: nothing, or no iteration yet); ``status``: the
+        """What changed since :meth:`waiting` (empty: nothing, or no wait yet); ``status``: the
         project's ``git status`` taken just now, when the caller has it."""
         if self.left is None:
             return []
