@@ -166,3 +166,20 @@ def test_a_swapped_git_directory_gives_another_key(repo: Path, tmp_path: Path) -
     (repo / ".git").write_text(f"gitdir: {tmp_path / 'moved.git'}\n")  # the same refs, reached through a gitfile
     settle()
     assert refkey.ref_key(repo, {head}) != before
+
+
+def test_thousands_of_loose_refs_are_listed_by_git_without_a_walk_first(repo: Path, tmp_path: Path,  # noqa: F811
+                                                                        reads: list[Path],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(refkey, "MAX_ENTRIES", 5)
+    for number in range(6):
+        sh(repo, "tag", f"t{number}")
+    refs, _ = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    settle()
+    walks: list[int] = []
+    real = refkey.ref_key
+    monkeypatch.setattr(refkey, "ref_key", lambda *args: walks.append(1) or real(*args))
+    for _ in range(3):
+        assert refs.check(RECORD, checkpoint, set()) == []
+    assert len(walks) == 1 and len(reads) == 4  # the start's listing and one per check

@@ -123,6 +123,8 @@ class RefGuard:
         (:mod:`ralph.loop.refkey`), taken before git read them: while the key is the same, so is the answer."""
         self._tips: set[str] = set()
         """The tips of the refs git listed last (the objects the next key covers)."""
+        self._keyed = True
+        """False once the refs were too many to key (:class:`ralph.loop.refkey.TooMany`): for the rest of the run."""
 
     # -- taking the copy --------------------------------------------------------------------------
 
@@ -167,12 +169,16 @@ class RefGuard:
     def _refs_now(self) -> dict[str, Ref]:
         """Every ref as git lists it now: the last listing when nothing it came from changed since (same stat
         key, :mod:`ralph.loop.refkey`), else ``for-each-ref`` (after the ``.git`` checks, as every git call)."""
-        from ralph.loop.refkey import NoKey, ref_key
+        from ralph.loop.refkey import NoKey, TooMany, ref_key
 
-        try:
-            key: object = ref_key(self.project_dir, self._tips)
-        except NoKey:
-            key = None
+        key: object = None
+        if self._keyed:
+            try:
+                key = ref_key(self.project_dir, self._tips)
+            except TooMany:
+                self._keyed = False  # thousands of loose refs: git lists them every time, no walk first
+            except NoKey:
+                pass
         if key is not None and self._known is not None and self._known[0] == key:
             return dict(self._known[1])
         refs = read_refs(self.project_dir)

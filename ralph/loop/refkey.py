@@ -43,6 +43,10 @@ class NoKey(Exception):
     """The layout is not plain (or something changed just now): git must be asked."""
 
 
+class TooMany(NoKey):
+    """More entries than :data:`MAX_ENTRIES`: not worth keying (the walk would cost more than git)."""
+
+
 def _info(path: str, *, absent_ok: bool = True) -> tuple[object, ...]:
     """``path``'s stat key; ``(path, "absent")`` when it is not there; NoKey for anything racy."""
     try:
@@ -75,7 +79,7 @@ def _tree(top: str, out: list[tuple[object, ...]]) -> None:
         path = os.path.join(top, name)
         info = _info(path, absent_ok=False)
         if len(out) >= MAX_ENTRIES:
-            raise NoKey(top)
+            raise TooMany(top)
         if stat.S_ISDIR(info[4]):  # type: ignore[arg-type]
             _tree(path, out)
         elif stat.S_ISREG(info[4]):  # type: ignore[arg-type]
