@@ -20,6 +20,9 @@ loop-file checks, the gates (their tree guard, the test-integrity look) and the 
 reporter and JSONL event log).  The default plugins (entry points) are loaded as in ``ralph run``.
 Console output goes to /dev/null and run directories to a temporary ``RALPH_STATE_DIR``.
 
+Before the 2nd iteration the script pauses 2.1 s, as an agent session would: what the run's start wrote is
+then past the 2-second windows of the ``.git`` checks and of the ref guard's key.
+
 Reported per size, over the steady iterations (between the 2nd and the last ``iteration_started``):
 
 * wall time per iteration (median gap between ``iteration_started`` events) and **CPU time** per
