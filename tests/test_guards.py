@@ -713,7 +713,8 @@ def test_git_hooks_are_not_written_by_any_tool(host: PluginHost, project: Path) 
 @pytest.mark.parametrize("command", ["sort -o ralph/prd.md evil.txt", "curl -s -o ralph/prompt.md file:///tmp/evil.txt",
                                      "patch -s ralph/prd.md evil.diff", "tar -xf evil.tar",
                                      "awk -i inplace '{print \"EVIL\"}' ralph/prompt.md",
-                                     "gawk --include=inplace -v x=1 '{print}' ralph/prd.md"])
+                                     "gawk --include=inplace -v x=1 '{print}' ralph/prd.md",
+                                     "mkdir -p .claude && cd .cl*/ && echo '{\"disableAllHooks\": true}' > settings.json"])
 def test_writes_the_loop_used_to_restore_are_denied_first(host: PluginHost, project: Path, command: str) -> None:
     """The loop restores protected files after an iteration (tests/test_trust_loop_claude.py); these writes of
     them are denied before they run, in both runners."""
