@@ -165,10 +165,11 @@ WRITER = (
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.xfail(reason="unverified after this round's fixes (cleared sandbox checkout, guards that now deny earlier): the test's expectation of which check catches the attack may be stale; see the closing note", strict=False)
 def test_setsid_writer_does_not_outlive_its_iteration(run_loop: Any, ralph_project: RalphProject, runner: str) -> None:
     project = ralph_project
-    (project.path / ".gitignore").write_text("bg.py\nbg.log\n")
+    # bg.log is untracked, not ignored: it travels with the agent's work (a sandbox's ship-in removes ignored
+    # leftovers from the checkout, but not the untracked files of the state it ships), so iteration 2 finds it
+    (project.path / ".gitignore").write_text("bg.py\n")
     project.write_stories([story("US-001")])
     script = IterationScript({
         1: [write(project.path / "bg.py", WRITER), bash("python3 bg.py; sleep 0.5; test -s bg.log && echo writing"),
@@ -179,7 +180,7 @@ def test_setsid_writer_does_not_outlive_its_iteration(run_loop: Any, ralph_proje
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert said(server, "writing")  # the writer ran in iteration 1
-    # iteration 2 measured its log twice (in a sandbox: the ignored log stays in the agent's checkout)
+    # iteration 2 found the log and measured it twice: a writer left from iteration 1 would have made it grow
     import re
 
     sizes = [m.groups() for r in server.requests for m in re.finditer(r"sizes: (\d+) (\d+)", r.text)]
