@@ -150,6 +150,8 @@ def test_no_key_for_what_is_not_plain_or_changed_just_now(repo: Path, tmp_path: 
         (lambda: (dotgit / "objects" / "info" / "alternates").write_text("/elsewhere\n"),
          lambda: (dotgit / "objects" / "info" / "alternates").unlink()),
         (lambda: os.mkfifo(dotgit / "refs" / "tags" / "fifo"), lambda: (dotgit / "refs" / "tags" / "fifo").unlink()),
+        (lambda: (dotgit / "refs" / "heads" / "odd").write_text("ref: ORIG_HEAD\n"),
+         lambda: (dotgit / "refs" / "heads" / "odd").unlink()),
     ]:
         make()
         with pytest.raises(refkey.NoKey):
@@ -183,3 +185,14 @@ def test_thousands_of_loose_refs_are_listed_by_git_without_a_walk_first(repo: Pa
     for _ in range(3):
         assert refs.check(RECORD, checkpoint, set()) == []
     assert len(walks) == 1 and len(reads) == 4  # the start's listing and one per check
+
+
+def test_a_symbolic_ref_to_head_is_never_reused(repo: Path, tmp_path: Path, reads: list[Path]) -> None:  # noqa: F811
+    # git lists it with HEAD's branch as its target: it resolves through HEAD, which the key leaves out
+    (repo / ".git" / "refs" / "heads" / "follows-head").write_text("ref: HEAD\n")
+    refs, _ = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    settle()
+    for _ in range(3):
+        refs.check(RECORD, checkpoint, set())
+    assert len(reads) == 4  # the start's listing and one per check

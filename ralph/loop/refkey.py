@@ -14,7 +14,8 @@ still changes the key.  Because timestamps are coarse, an entry changed within t
 (git reads again, as git itself treats a "racy" index entry).  There is no key either (git is always asked)
 when the layout is anything but plain: a reftable, a symlink, fifo or other odd entry anywhere in what is
 keyed, borrowed objects (``objects/info/alternates``), a ref whose tip object is missing, or more entries
-than :data:`MAX_ENTRIES`.
+than :data:`MAX_ENTRIES`, or a symbolic ref to something outside ``refs/`` (``ref: HEAD`` resolves through a
+file the key leaves out): every loose ref's first bytes are read for that.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ def _info(path: str, *, absent_ok: bool = True) -> tuple[object, ...]:
             info.st_ctime_ns)
 
 
-def _tree(top: str, out: list[tuple[object, ...]]) -> None:
-    """Every directory and regular file under ``top`` (``top`` itself included); NoKey for anything else."""
+def _tree(top: str, out: list[tuple[object, ...]], refs: bool = True) -> None:
+    """Every directory and regular file under ``top`` (``top`` itself included); NoKey for anything else (and,
+    ``refs``, for a symbolic ref out of ``refs/``)."""
     entry = _info(top)
     out.append(entry)
     if entry[1] == "absent":
@@ -81,11 +83,27 @@ def _tree(top: str, out: list[tuple[object, ...]]) -> None:
         if len(out) >= MAX_ENTRIES:
             raise TooMany(top)
         if stat.S_ISDIR(info[4]):  # type: ignore[arg-type]
-            _tree(path, out)
+            _tree(path, out, refs)
         elif stat.S_ISREG(info[4]):  # type: ignore[arg-type]
             out.append(info)
+            if refs:
+                _within_refs(path)
         else:
             raise NoKey(path)
+
+
+def _within_refs(path: str) -> None:
+    """NoKey when the loose ref at ``path`` is a symbolic ref to a name outside ``refs/``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        raise NoKey(path) from None
+    try:
+        head = os.read(fd, 16)
+    finally:
+        os.close(fd)
+    if head.startswith(b"ref:") and not head[4:].lstrip(b" \t").startswith(b"refs/"):
+        raise NoKey(path)
 
 
 def ref_key(project_dir: Path, tips: Iterable[str]) -> Key:
@@ -108,7 +126,7 @@ def ref_key(project_dir: Path, tips: Iterable[str]) -> Key:
     objects = os.path.join(str(roots[-1]), "objects")
     if _info(os.path.join(objects, "info", "alternates"))[1] != "absent":
         raise NoKey("alternates")
-    _tree(os.path.join(objects, "pack"), out)
+    _tree(os.path.join(objects, "pack"), out, refs=False)
     for sha in sorted(set(tips)):
         if len(sha) not in (40, 64) or not all(c in "0123456789abcdef" for c in sha):
             raise NoKey(sha)  # a missing tip ("") or a name git did not give
