@@ -159,6 +159,8 @@ def review_that_hides_code(project: RalphProject, run_loop: Any, runner: str) ->
 
 def approval_of_a_tree_that_fails(project: RalphProject, run_loop: Any, runner: str) -> None:
     project_with_check(project)
+    if runner != "direct":
+        return approval_of_a_tree_that_fails_in_a_sandbox(project, run_loop, runner)
     # build/ is ignored: not code, so the review may leave it; but the tests fail on the tree it approves
     script = IterationScript({
         1: implement("US-001"),
@@ -183,6 +185,24 @@ def approval_of_a_tree_that_fails(project: RalphProject, run_loop: Any, runner: 
     prompt3 = (project.run_dirs()[-1] / "iteration-003.prompt.md").read_text(encoding="utf-8")
     assert "no build/flag" in prompt3  # the verbatim output of the failed final gate
     assert project.story("US-001")["reviewCount"] == 2 and project.story("US-001")["passes"] is True
+
+
+def approval_of_a_tree_that_fails_in_a_sandbox(project: RalphProject, run_loop: Any, runner: str) -> None:
+    """In a sandbox the ignored ``build/flag`` the review leaves stays in its own checkout: ignored files never
+    travel, so the tree the loop checks and the person gets is the one the tests gate passed. The final
+    check runs there (in the sandbox) and passes, and the person's tree passes ``check.py``."""
+    script = IterationScript({1: implement("US-001"), 2: approve("US-001", 1, "mkdir -p build && touch build/flag")})
+    result = run_loop(runner, script, "-n", "4")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    started = [(e["iteration"], e["mode"]) for e in project.events("iteration_started")]
+    assert started == [(1, "implement"), (2, "review")]
+    finals = [(e["iteration"], e["gate"], e["passed"], e["where"]) for e in project.events("final_gate")]
+    assert finals == [(2, "test-integrity", True, "sandbox"), (2, "tests", True, "sandbox")], finals
+    assert not project.events("final_check_failed") and not (project.path / "build").exists()
+    checked = subprocess.run(["python3", "check.py"], cwd=project.path, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert project.story("US-001")["reviewCount"] == 1 and project.story("US-001")["passes"] is True
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -219,6 +239,8 @@ def approval_of_code_only_a_skipped_test_passes(project: RalphProject, run_loop:
     project.write_stories([story("US-001", "Add numbers", acceptanceCriteria=["add(a, b) returns the sum"])],
                           verifyCommands=["python3 -m unittest discover -s tests"])
     code = "printf 'def add(a, b):\\n    return a %s b\\n' > calc.py"
+    if runner != "direct":
+        return skipped_test_in_a_sandbox(project, run_loop, runner, code)
     script = IterationScript({
         1: iteration(code % "-", "touch .quick", set_fields("US-001", reviewStatus="needs_review"),
                      commit("feat: [US-001] - add")),
@@ -239,8 +261,30 @@ def approval_of_code_only_a_skipped_test_passes(project: RalphProject, run_loop:
     assert "return a + b" in (project.path / "calc.py").read_text() and project.story("US-001")["passes"] is True
 
 
+def skipped_test_in_a_sandbox(project: RalphProject, run_loop: Any, runner: str, code: str) -> None:
+    """In a sandbox the ignored ``.quick`` never reaches a gate: every ship-in clears what the agent left
+    ignored in its checkout, so the tests gate runs the test (it fails on the wrong code) and sends the story
+    back before any review; the next implement iteration's right code is the one approved."""
+    script = IterationScript({
+        1: iteration(code % "-", "touch .quick", set_fields("US-001", reviewStatus="needs_review"),
+                     commit("feat: [US-001] - add")),
+        2: iteration(code % "+", set_fields("US-001", reviewStatus="needs_review"), commit("fix: [US-001] - add")),
+        3: approve("US-001", 1),
+    })
+    result = run_loop(runner, script, "-n", "4")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [e["mode"] for e in project.events("iteration_started")] == ["implement", "implement", "review"]
+    gates = [e for e in project.events("gate") if e["gate"] == "tests"]
+    assert [(e["iteration"], e["passed"], e["where"]) for e in gates] == [(1, False, "sandbox"), (2, True, "sandbox")]
+    assert "AssertionError: -1 != 5" in gates[0]["output"], gates[0]["output"]  # run, not skipped
+    finals = [(e["iteration"], e["gate"], e["passed"]) for e in project.events("final_gate")]
+    assert finals == [(3, "test-integrity", True), (3, "tests", True)], finals
+    assert not project.events("final_check_failed") and not (project.path / ".quick").exists()
+    assert "return a + b" in (project.path / "calc.py").read_text() and project.story("US-001")["passes"] is True
+
+
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.xfail(reason="unverified after this round's fixes (cleared sandbox checkout, guards that now deny earlier): the test's expectation of which check catches the attack may be stale; see the closing note", strict=False)
 def test_a_run_is_not_complete_while_only_a_skipped_test_passes_on_the_final_tree(
     ralph_project: RalphProject, run_loop: Any, runner: str
 ) -> None:
@@ -248,7 +292,6 @@ def test_a_run_is_not_complete_while_only_a_skipped_test_passes_on_the_final_tre
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.xfail(reason="unverified after this round's fixes (cleared sandbox checkout, guards that now deny earlier): the test's expectation of which check catches the attack may be stale; see the closing note", strict=False)
 def test_a_run_is_not_complete_while_the_final_tree_fails_the_gates(
     ralph_project: RalphProject, run_loop: Any, runner: str
 ) -> None:
