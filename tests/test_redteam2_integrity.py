@@ -215,7 +215,6 @@ def kill_cli() -> str:
 
 
 @pytest.mark.parametrize("runner", ["direct", "bwrap"])
-@pytest.mark.xfail(reason="unverified after this round's fixes (cleared sandbox checkout, guards that now deny earlier): the test's expectation of which check catches the attack may be stale; see the closing note", strict=False)
 def test_an_approval_the_run_stops_on_as_agent_failing_still_gets_the_final_check(
         ralph_project: RalphProject, run_loop: Any, runner: str) -> None:
     """The agent makes its CLI die the same way (SIGKILL) in three iterations in a row; the third is the review
@@ -239,8 +238,19 @@ def test_an_approval_the_run_stops_on_as_agent_failing_still_gets_the_final_chec
     second = IterationScript({1: approve(), 2: approve(), 3: approve()})
     run2 = run_loop(runner, second, "-n", "2")
 
-    assert head_file(ralph_project, "calc.py") == CALC_WRONG  # the premise: the wrong code is what is committed
     runs = f"run 1 ({run1.returncode}):\n{run1.stdout}{run1.stderr}\nrun 2 ({run2.returncode}):\n{run2.stdout}{run2.stderr}"
+    if runner == "bwrap":
+        # in a sandbox the forged, ignored .pyc never reaches a gate (every ship-in clears what the agent left
+        # ignored in its checkout): the tests gate fails the wrong code and the story never gets to its review
+        from ralph.loop.rundir import read_events
+
+        events = read_events(ralph_project.run_dirs()[0])
+        gate2 = [e for e in events if e["kind"] == "gate" and e["gate"] == "tests" and e["iteration"] == 2]
+        assert [(e["passed"], e["where"]) for e in gate2] == [(False, "sandbox")], runs
+        assert "AssertionError: 0 != 4" in gate2[0]["output"], gate2[0]["output"]
+        assert "review" not in [e["mode"] for e in events if e["kind"] == "iteration_started"], runs
+    else:
+        assert head_file(ralph_project, "calc.py") == CALC_WRONG  # the premise: the wrong code is what is committed
     assert run2.returncode != 0 and "complete" not in ralph_project.summary()["reason"], runs
     assert ralph_project.story("US-001")["passes"] is False, runs
 
