@@ -224,10 +224,24 @@ Git LFS's stores (the loop's git writes neither)."""
 
 
 def discover(project_dir: Path) -> list[Path]:
-    """The git directories git uses from ``project_dir`` (its git dir, and the common dir of a worktree).
+    """The git directories git uses from ``project_dir`` (its git dir, and the common dir of a worktree),
+    each once: a linked worktree's git dir inside its common dir (``<common>/worktrees/<id>``) is covered
+    by the common dir and not listed apart; empty when there is none (see :func:`git_and_common_dir`)."""
+    found = git_and_common_dir(project_dir)
+    if found is None:
+        return []
+    gitdir, common = found
+    if common == gitdir or common in gitdir.parents:
+        return [common]
+    return [gitdir, common]
+
+
+def git_and_common_dir(project_dir: Path) -> tuple[Path, Path] | None:
+    """The git dir and the common dir git uses from ``project_dir`` (the same path but in a linked
+    worktree); None when there is none.
 
     Found the way git finds them (``.git`` in the folder or a parent: a directory, or a ``gitdir:``
-    file; then ``commondir``), without running git; empty when there is none.
+    file; then ``commondir``), without running git.
     """
     start = Path(os.path.realpath(project_dir))
     for directory in (start, *start.parents):
@@ -242,22 +256,20 @@ def discover(project_dir: Path) -> list[Path]:
             try:
                 line = candidate.read_text(encoding="utf-8", errors="replace").strip()
             except OSError:
-                return []
+                return None
             if not line.startswith("gitdir:"):
-                return []
+                return None
             gitdir = Path(os.path.realpath(directory / line[len("gitdir:"):].strip()))
         else:
-            return []
+            return None
         common = gitdir
         try:
             text = (gitdir / "commondir").read_text(encoding="utf-8", errors="replace").strip()
             common = Path(os.path.realpath(gitdir / text)) if text else gitdir
         except OSError:
             pass
-        if common == gitdir or common in gitdir.parents:
-            return [common]
-        return [gitdir, common]
-    return []
+        return gitdir, common
+    return None
 
 
 def _classify(rel: str, info: os.stat_result) -> str | None:

@@ -196,3 +196,21 @@ def test_a_symbolic_ref_to_head_is_never_reused(repo: Path, tmp_path: Path, read
     for _ in range(3):
         refs.check(RECORD, checkpoint, set())
     assert len(reads) == 4  # the start's listing and one per check
+
+
+def test_a_linked_worktree_keys_its_own_per_worktree_refs(repo: Path, tmp_path: Path) -> None:  # noqa: F811
+    """A linked worktree's git dir lies inside the common dir (``<common>/worktrees/<id>``), and git lists its
+    per-worktree refs (``refs/worktree/``, ``refs/bisect/``) from there: a move of one changes the key."""
+    linked = tmp_path / "linked"
+    sh(repo, "worktree", "add", "-q", "-b", "side", str(linked))
+    sh(linked, "update-ref", "refs/worktree/keep", "HEAD")
+    sh(linked, "update-ref", "refs/bisect/bad", "HEAD")
+    tip = sh(linked, "rev-parse", "HEAD")
+    settle()
+    before = refkey.ref_key(linked, [tip])
+    own = Path(sh(linked, "rev-parse", "--absolute-git-dir"))
+    assert any(str(own / "refs" / "worktree" / "keep") == entry[0] for entry in before)
+    for ref in ("refs/worktree/keep", "refs/bisect/bad"):
+        move_in_place(own / ref, tip[:8], "0" * 8)
+        assert refkey.ref_key(linked, [tip]) != before, ref
+        before = refkey.ref_key(linked, [tip])

@@ -2,7 +2,8 @@
 
 The ref guard reads every ref after the agent's session and after the gates' (:mod:`ralph.loop.personrefs`).
 Git's answer is a function of files only: ``packed-refs``, the loose refs and the directories under ``refs/``
-(of the git directory and of a worktree's common directory), the config that names the ref storage, and, for
+(of the git directory and of a worktree's common directory, both also when a linked worktree's git
+directory is inside the common one: its per-worktree refs, ``refs/worktree/`` and ``refs/bisect/``, are its own), the config that names the ref storage, and, for
 the object type of each tip, the loose object's file and directory and the pack directory's files.  When none
 of them changed since the last read, the answer is the last one, and the guard reuses it instead of starting
 git again.
@@ -110,11 +111,14 @@ def ref_key(project_dir: Path, tips: Iterable[str]) -> Key:
     """The key of the refs of the repository git finds from ``project_dir`` and of the objects ``tips``; NoKey
     when there is none (see the module).  The git directories are found again each time (a ``.git`` swapped for
     another directory, a gitfile or a link gives other roots, or other inodes)."""
-    from ralph.gitmeta import discover
+    from ralph.gitmeta import git_and_common_dir
 
-    roots = discover(project_dir)
-    if not roots:
+    found = git_and_common_dir(project_dir)
+    if found is None:
         raise NoKey(str(project_dir))
+    # both, also when the git dir is inside the common dir (a linked worktree's <common>/worktrees/<id>):
+    # its per-worktree refs (refs/worktree/, refs/bisect/) are listed by git from there
+    roots = list(dict.fromkeys(found))
     out: list[tuple[object, ...]] = [tuple(str(root) for root in roots)]
     for root in roots:
         base = str(root)
@@ -123,7 +127,7 @@ def ref_key(project_dir: Path, tips: Iterable[str]) -> Key:
         for name in KEYED_FILES:
             out.append(_info(os.path.join(base, name)))
         _tree(os.path.join(base, "refs"), out)
-    objects = os.path.join(str(roots[-1]), "objects")
+    objects = os.path.join(str(found[1]), "objects")
     if _info(os.path.join(objects, "info", "alternates"))[1] != "absent":
         raise NoKey("alternates")
     _tree(os.path.join(objects, "pack"), out, refs=False)
