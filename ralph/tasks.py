@@ -6,6 +6,8 @@ their own, and nothing they wrote is dropped when the loop writes the file.
 
 from __future__ import annotations
 
+import operator
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -224,14 +226,20 @@ def ready_stories(tasks: TaskList, candidates: Iterable[Story]) -> list[Story]:
     Ties keep file order.  Unknown dependencies count as unmet; failed stories and stories waiting for a
     person's answer are never ready.
     """
-    done = {story.id for story in tasks.userStories if story.done}
+    stories = tasks.userStories
+    done = {story.id for story in stories if story.done}
     ready = [
         story for story in candidates
-        if not story.failed and not story.waiting and all(dep in done for dep in story.dependsOn)
+        if not story.failed and not story.waiting and (not story.dependsOn or done.issuperset(story.dependsOn))
     ]
-    order = {id(story): index for index, story in enumerate(tasks.userStories)}
-    ready.sort(key=lambda story: (story.priority, order.get(id(story), 0)))
-    return ready
+    # the sort key (priority, position in the file; a candidate not in the list counts as 0), built and
+    # compared at C speed: the same keys in the same order as sorting ``ready`` by them
+    position = dict(zip(map(id, stories), range(len(stories))))  # a story listed twice: its last place, as before
+    keys = list(zip(map(_priority, ready), map(position.get, map(id, ready), repeat(0))))
+    return [ready[index] for index in sorted(range(len(ready)), key=keys.__getitem__)]
+
+
+_priority = operator.attrgetter("priority")
 
 
 def blocked_reason(tasks: TaskList, candidates: Iterable[Story]) -> str:

@@ -265,3 +265,46 @@ def test_ten_thousand_stories(policy: ReviewPolicy) -> None:
     stories[7777].update(REJECTED)
     stories[4242].update(reviewStatus="needs_review")
     assert pick(policy, *stories) == ("review-fix", "US-07777")
+
+
+# -- ready_stories: the C-speed key is the old Python key ------------------------------------------
+
+
+def _ready_reference(tasks: TaskList, candidates: list[Any]) -> list[Any]:
+    """``ready_stories`` as it was written first (a Python key per story): the fast one must match it exactly."""
+    done = {s.id for s in tasks.userStories if s.done}
+    ready = [s for s in candidates if not s.failed and not s.waiting and all(dep in done for dep in s.dependsOn)]
+    order = {id(s): index for index, s in enumerate(tasks.userStories)}
+    ready.sort(key=lambda s: (s.priority, order.get(id(s), 0)))
+    return ready
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_ready_stories_matches_the_reference_on_random_lists(seed: int) -> None:
+    import random
+
+    from ralph.tasks import ready_stories
+
+    rng = random.Random(seed)
+    count = rng.randint(0, 25)
+    ids = [f"US-{index:03d}" for index in range(count)]
+    nan = float("nan")  # json.loads hands out one NaN object: ties by identity in a tuple key
+    priorities = [1, 2, 2, 3, 1.5, 2.0, -1, nan, float("inf")]
+    stories = [
+        story(sid, priority=rng.choice(priorities), passes=rng.random() < 0.3,
+              notes="done" if rng.random() < 0.5 else "", failed=rng.random() < 0.1, waiting=rng.random() < 0.1,
+              dependsOn=rng.sample(ids + ["US-999"], k=min(len(ids), rng.randint(0, 2))))
+        for sid in ids
+    ]
+    tasks = TaskList.model_validate(task_data(*stories))
+    if tasks.userStories and rng.random() < 0.3:
+        tasks.userStories.append(tasks.userStories[0])  # one story object listed twice
+    candidates = [s for s in tasks.userStories if not s.passes]
+    if rng.random() < 0.5:
+        rng.shuffle(candidates)
+    if rng.random() < 0.3:  # a candidate the list does not hold (position 0), and a duplicate candidate
+        candidates.append(TaskList.model_validate(task_data(story("US-X", priority=rng.choice(priorities)))).userStories[0])
+        candidates += candidates[:1]
+    got = ready_stories(tasks, candidates)
+    want = _ready_reference(tasks, candidates)
+    assert [id(s) for s in got] == [id(s) for s in want]
