@@ -148,6 +148,8 @@ class BenchPlugin:
 STEPS: list[tuple[str, str]] = [
     ("person's changes between iterations", "gap.look gap.iteration_over"),
     ("select (policy.select_next)", "select"),
+    ("done? (policy.is_complete)", "is_complete"),
+    ("pre-iteration snapshot (policy.snapshot)", "context.checks.begin"),
     ("ref guard: refresh before", "refs.refresh"),
     ("HEAD + untracked before (git status)", "@ralph.loop.engine.tree_status"),
     ("review freeze: before", "freeze.before_iteration"),
