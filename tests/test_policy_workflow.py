@@ -148,6 +148,27 @@ def test_the_snapshot_carries_the_policys_fields_and_a_field_the_story_lacks_as_
         built.passes = True  # type: ignore[misc]
 
 
+def test_the_one_pass_snapshot_is_each_storys_state_of_and_an_own_state_of_is_still_asked() -> None:
+    from ralph.tasks import TaskList
+
+    tasks = TaskList.model_validate({"project": "p", "branchName": "b", "description": "", "userStories": [
+        story("US-001", stage="built"), story("US-002"), story("US-003", stage=["a", "list"]),
+        story("US-004", stage="built"), story("US-005", stage={"nested": [1]})]})
+    policy = Staged(SimpleNamespace())  # type: ignore[arg-type]
+    snapshot = policy.snapshot(tasks)
+    one_by_one = {s.id: policy.state_of(s) for s in tasks.userStories}
+    assert list(snapshot) == list(one_by_one) and snapshot == one_by_one
+    assert snapshot["US-001"] is snapshot["US-004"] is one_by_one["US-001"]  # interned as before
+    assert snapshot["US-003"].stage == ["a", "list"] and snapshot["US-002"].carries("stage")
+
+    class Own(Staged):
+        def state_of(self, story):  # type: ignore[no-untyped-def]
+            return StoryState(passes=story.id == "US-002")
+
+    assert {k: v.as_dict() for k, v in Own(SimpleNamespace()).snapshot(tasks).items()} == {  # type: ignore[arg-type]
+        s.id: {"passes": s.id == "US-002"} for s in tasks.userStories}
+
+
 def test_the_final_check_reopens_a_story_the_policys_way() -> None:
     from ralph_plugins.policies.review import ReviewPolicy
     from ralph_plugins.policies.skip_review import SkipReviewPolicy
