@@ -10,6 +10,7 @@ import pytest
 
 from ralph.config import RalphConfig
 from ralph.errors import TaskListError
+from ralph.jsonpatch import decode_json
 from ralph.settings import Settings
 from ralph.tasks import TaskList, parse_tasks, structural_problems
 from ralph.testing.project import story as base_story
@@ -187,6 +188,47 @@ def test_store_parse_names_the_file_on_bad_json() -> None:
     with pytest.raises(TaskListError) as info:
         TasksJsonStore().parse('{"project": ', Path("ralph/tasks.json"))
     assert str(info.value).startswith("ralph/tasks.json: not valid JSON at line 1 column 13:")
+
+
+def _with_extra(member: str) -> str:
+    """A one-story list whose story also holds ``member`` (raw JSON text, may be malformed on purpose)."""
+    text = json.dumps(task_data(story(notes="n", passes=True)))
+    return text[:-3] + ", " + member + "}]}"
+
+
+_GOOD = json.dumps(task_data(story()))
+_TRICKY_TEXTS = [
+    _GOOD, " \n" + _GOOD + "\n\t", "\ufeff" + _GOOD, _GOOD + "x", _GOOD.replace(", ", ",\u00a0", 1),
+    *(_with_extra(f'"x": {value}') for value in (
+        "NaN", "-Infinity", "1e400", "123456789012345678901234567890", "1.0000000000000002", "-0.0", "1E5",
+        '"\\ud800"', '"\\udc00\\ud800"', '"\\ud83d\\ude00"', '"\\u0000"', '"a\x01b"', '"\\q"', "01", "+1",
+        ".5", "[" * 300 + "]" * 300, "[" * 5000 + "]" * 5000, '{"k": 1, "k": 2}')),
+    _with_extra('"passes": false'), _with_extra('"\\u0070asses": false'), _with_extra('"reviewCount": 1.0'),
+    _with_extra('"priority": true'), _with_extra('"priority": 2.5'), _with_extra('"reviewStatus": "APPROVED"'),
+    _with_extra('"id": ""'), _with_extra('"acceptanceCriteria": "one"'), _with_extra("}"),
+    '{"project": ', "[]", '{"project": "p", "project": 5}',
+]
+
+
+def _outcome(parse: Any, raw: str) -> Any:
+    """What a parse gives, comparable across parsers: values with their types, which fields were set, or the
+    error's words."""
+    try:
+        tasks = parse(raw)
+    except TaskListError as exc:
+        return ("error", type(exc).__name__, str(exc))
+    stories = [(repr(s.model_dump()), sorted(s.model_fields_set), repr(s.model_extra)) for s in tasks.userStories]
+    return (repr(tasks.model_dump()), sorted(tasks.model_fields_set), stories)
+
+
+@pytest.mark.parametrize("raw", _TRICKY_TEXTS, ids=range(len(_TRICKY_TEXTS)))
+def test_store_parse_is_the_decode_then_validate_path(raw: str) -> None:
+    """The store validates JSON as pydantic reads it (faster); whatever the text, it yields what decoding it with
+    json and validating the result yields: the same values and types, the same fields set, the same error."""
+    source = Path("ralph/tasks.json")
+    fast = _outcome(lambda text: TasksJsonStore().parse(text, source), raw)
+    slow = _outcome(lambda text: parse_tasks(decode_json(text, source), str(source)), raw)
+    assert fast == slow
 
 
 # -- story selection ---------------------------------------------------------------------

@@ -19,9 +19,9 @@ class TasksJsonStore(TaskStore):
     filename = "tasks.json"
 
     def parse(self, raw: str, source: Path) -> TaskList:
-        from ralph.api.stores import decode_json, parse_tasks
+        from ralph.api.stores import parse_tasks_json
 
-        return parse_tasks(decode_json(raw, source), str(source))
+        return parse_tasks_json(raw, source)
 
     def render(self, tasks: TaskList, previous_raw: str | None) -> str:
         """Write back the model, changing only the values that differ (formatting, key order
