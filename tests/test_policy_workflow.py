@@ -98,6 +98,8 @@ def test_a_third_party_policys_own_fields_are_checked_in_a_loop_and_outside_one(
     assert [s["state"] for s in ralph_project.summary()["stories"]] == ["verified"]
     states = ralph_project.events("story_states")
     assert [s["state"] for s in states[0]["stories"]] == ["not built"]
+    # an event whenever a state changes, also when only the policy's own field moved (iteration 2: `stage`)
+    assert [[s["state"] for s in e["stories"]] for e in states] == [["not built"], ["built"], ["verified"]]
 
     # the marker the loop wrote: the policy, its state fields, each story's state (stage absent, not yet set)
     marker = json.loads((aside / "marker.json").read_text())

@@ -114,6 +114,7 @@ class Loop:
         self._unpriced_seen: set[str] = set()
         """Models already reported as having no price (``unpriced_model``, once per model)."""
         self._stories_shown: list[dict[str, Any]] | None = None
+        self._stories_key: object = None
         """The stories of the last ``story_states`` event."""
         self.opening = Opening()
         self.taskfile = TaskFile(store, self.tasks_path, root_for(self.tasks_path, self.project_dir))
@@ -648,8 +649,12 @@ class Loop:
 
     def _story_states(self, tasks: TaskList) -> None:
         """``story_states`` when the stories differ from those last emitted (what a dashboard shows mid-run)."""
-        from ralph.loop.runreport import summary_stories
+        from ralph.loop.runreport import shown_key, summary_stories
 
+        key = shown_key(tasks, self.policy)  # most iterations change no story: then no dict is built
+        if key == self._stories_key:
+            return
+        self._stories_key = key
         stories = summary_stories(tasks, self.policy)
         if stories != self._stories_shown:
             self._stories_shown = stories
