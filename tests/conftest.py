@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -40,6 +40,25 @@ def fake_dists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake
     for module in dists.modules:
         sys.modules.pop(module, None)
     importlib.invalidate_caches()
+
+
+@pytest.fixture
+def calls_to(monkeypatch: pytest.MonkeyPatch) -> Callable[[object, str], list[Any]]:
+    """``calls_to(owner, "name")`` wraps ``owner.name`` for the test and gives the list of its calls' first
+    arguments (the project, for the git reads counted with it), each appended before the real call runs."""
+
+    def spy(owner: object, name: str) -> list[Any]:
+        seen: list[Any] = []
+        real = getattr(owner, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            seen.append(args[0] if args else None)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+        return seen
+
+    return spy
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ tests/test_first_day.py::test_item9_a_change_between_iterations_is_the_persons_n
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -16,12 +17,9 @@ from test_person_refs import commit, repo, sh  # noqa: F401 - the fixture
 
 
 @pytest.fixture
-def looks(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+def looks(calls_to: Callable[[object, str], list[Path]]) -> list[Path]:
     """Each ``git status`` the look takes."""
-    seen: list[Path] = []
-    real = personchanges.tree_status
-    monkeypatch.setattr(personchanges, "tree_status", lambda project: seen.append(project) or real(project))
-    return seen
+    return calls_to(personchanges, "tree_status")
 
 
 def gap(repo: Path) -> PersonChanges:  # noqa: F811

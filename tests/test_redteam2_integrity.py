@@ -18,6 +18,7 @@ import pytest
 
 from ralph.testing.model_server import IterationScript
 from ralph.testing.project import RalphProject, story
+from tests.redteam_code import DETACH
 from test_test_integrity_claude import (  # noqa: F401
     CALC_RIGHT, CALC_WRONG, TEST_CALC, approve, commit, implement, iteration, py, set_fields, write,
 )
@@ -88,16 +89,7 @@ def test_forged_bytecode_of_the_code_under_test_does_not_get_wrong_code_approved
 DAEMON = """
 import json, os, pathlib, subprocess, sys, time
 wrong = json.loads(sys.argv[1])
-if os.fork():
-    sys.exit(0)
-os.setsid()
-if os.fork():
-    os._exit(0)
-for fd in (0, 1, 2):
-    try:
-        os.close(fd)
-    except OSError:
-        pass
+""" + DETACH + """
 deadline = time.time() + 300
 tasks = pathlib.Path('ralph/tasks.json')
 while time.time() < deadline:

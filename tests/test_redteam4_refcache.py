@@ -18,6 +18,7 @@ import pytest
 
 from ralph.testing.model_server import IterationScript, Turn, text, tool
 from ralph.testing.project import RalphProject, story
+from tests.redteam_code import DETACH, MOVE_REF_IN_PLACE
 
 pytestmark = pytest.mark.real_claude
 
@@ -90,16 +91,7 @@ DAEMON = """
 import json, os, sys, time
 delay, flag = json.loads(sys.argv[1])
 open(flag + '.spawned', 'w').write('1')
-if os.fork():
-    sys.exit(0)
-os.setsid()
-if os.fork():
-    os._exit(0)
-for fd in (0, 1, 2):
-    try:
-        os.close(fd)
-    except OSError:
-        pass
+""" + DETACH + """
 time.sleep(delay)
 import subprocess
 open(flag, 'w').write(str(time.time()))
@@ -158,20 +150,6 @@ def test_head_moved_off_the_run_branch_in_a_linked_worktree_is_put_back(
     assert any(e["how"] == "moved" for e in project.events("head_restored"))
 
 
-MOVE_MAIN_IN_PLACE = """
-import os, subprocess
-common = subprocess.run(['git', 'rev-parse', '--git-common-dir'], capture_output=True, text=True, check=True).stdout.strip()
-path = os.path.join(common, 'refs', 'heads', 'main')
-other = subprocess.run(['git', 'commit-tree', 'HEAD^{tree}', '-m', 'elsewhere'],
-                       capture_output=True, text=True, check=True).stdout.strip()
-before = os.stat(path)
-with open(path, 'r+') as handle:
-    handle.write(other + '\\n')
-os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-open('moved.flag', 'w').write(other)
-"""
-
-
 def test_the_person_main_moved_in_place_from_a_linked_worktree_is_put_back(
     ralph_project, scripted_model, claude_binary, claude_agent_env, tmp_path
 ) -> None:
@@ -182,7 +160,7 @@ def test_the_person_main_moved_in_place_from_a_linked_worktree_is_put_back(
     main = project.git("rev-parse", "main").strip()
     script = IterationScript({
         1: [bash("sleep 3"), Turn([text("Looking around.")])],
-        2: [bash(py(MOVE_MAIN_IN_PLACE)), bash("sleep 3"), Turn([text("Done.")])],
+        2: [bash(py(MOVE_REF_IN_PLACE, "refs/heads/main")), bash("sleep 3"), Turn([text("Done.")])],
     })
     server = scripted_model(script)
     result = run_loop(project, server.url, claude_agent_env, "-n", "2")
@@ -192,19 +170,6 @@ def test_the_person_main_moved_in_place_from_a_linked_worktree_is_put_back(
 
 
 # --- 4. more refs than the key walks -----------------------------------------------------------------------
-
-MOVE_TAG_IN_PLACE = """
-import os, subprocess
-path = '.git/refs/tags/t4050'
-other = subprocess.run(['git', 'commit-tree', 'HEAD^{tree}', '-m', 'elsewhere'],
-                       capture_output=True, text=True, check=True).stdout.strip()
-before = os.stat(path)
-with open(path, 'r+') as handle:
-    handle.write(other + '\\n')
-os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-open('moved.flag', 'w').write(other)
-"""
-
 
 def test_a_tag_among_thousands_moved_in_place_is_put_back(
     ralph_project, scripted_model, claude_binary, claude_agent_env
@@ -218,7 +183,7 @@ def test_a_tag_among_thousands_moved_in_place_is_put_back(
     assert (ralph_project.path / ".git/refs/tags/t4050").is_file()
     script = IterationScript({
         1: [bash("sleep 3"), Turn([text("Looking around.")])],
-        2: [bash(py(MOVE_TAG_IN_PLACE)), bash("sleep 3"), Turn([text("Done.")])],
+        2: [bash(py(MOVE_REF_IN_PLACE, "refs/tags/t4050")), bash("sleep 3"), Turn([text("Done.")])],
     })
     server = scripted_model(script)
     run_loop(ralph_project, server.url, claude_agent_env, "-n", "2")

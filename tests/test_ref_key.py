@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -27,12 +28,9 @@ def settle() -> None:
 
 
 @pytest.fixture
-def reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+def reads(calls_to: Callable[[object, str], list[Path]]) -> list[Path]:
     """Each ``for-each-ref`` listing the guard asks git for."""
-    seen: list[Path] = []
-    real = personrefs.read_refs
-    monkeypatch.setattr(personrefs, "read_refs", lambda project: seen.append(project) or real(project))
-    return seen
+    return calls_to(personrefs, "read_refs")
 
 
 def keyed(repo: Path, tmp_path: Path, reads: list[Path]) -> tuple[personrefs.RefGuard, str, list]:  # noqa: F811
@@ -172,6 +170,7 @@ def test_a_swapped_git_directory_gives_another_key(repo: Path, tmp_path: Path) -
 
 def test_thousands_of_loose_refs_are_listed_by_git_without_a_walk_first(repo: Path, tmp_path: Path,  # noqa: F811
                                                                         reads: list[Path],
+                                                                        calls_to: Callable[[object, str], list[Path]],
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(refkey, "MAX_ENTRIES", 5)
     for number in range(6):
@@ -179,9 +178,7 @@ def test_thousands_of_loose_refs_are_listed_by_git_without_a_walk_first(repo: Pa
     refs, _ = guard(repo, tmp_path)
     checkpoint = sh(repo, "rev-parse", "HEAD")
     settle()
-    walks: list[int] = []
-    real = refkey.ref_key
-    monkeypatch.setattr(refkey, "ref_key", lambda *args: walks.append(1) or real(*args))
+    walks = calls_to(refkey, "ref_key")
     for _ in range(3):
         assert refs.check(RECORD, checkpoint, set()) == []
     assert len(walks) == 1 and len(reads) == 4  # the start's listing and one per check
