@@ -23,6 +23,8 @@ import atexit
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,6 +246,23 @@ def check_metadata() -> None:
                 "runs git on this repository and that file decides what git executes"
             )
             raise GitMetadataChanged(_tampered[0])
+
+
+@contextmanager
+def after_stop() -> Iterator[None]:
+    """Git calls on the way out of a run the metadata or layout check stopped (the loop puts the person's refs
+    back): allowed only once a new check finds the metadata as at the run's start and the layout clean (the
+    stop undid the change), else :class:`GitMetadataChanged` is raised at once.  The stop holds after."""
+    with _lock:
+        stopped = list(_tampered)
+        _tampered.clear()
+    try:
+        check_metadata()
+        yield
+    finally:
+        with _lock:
+            if stopped and not _tampered:
+                _tampered.extend(stopped)
 
 
 def check_layout(project_dir: Path) -> None:

@@ -115,6 +115,7 @@ class Loop:
         """Models already reported as having no price (``unpriced_model``, once per model)."""
         self._stories_shown: list[dict[str, Any]] | None = None
         self._stories_key: object = None
+        self._refs_moved_at_start: str | None = None
         """The stories of the last ``story_states`` event."""
         self.opening = Opening()
         self.taskfile = TaskFile(store, self.tasks_path, root_for(self.tasks_path, self.project_dir))
@@ -324,6 +325,10 @@ class Loop:
             raise
         except GitMetadataChanged as exc:
             self.emit("git_metadata_changed", error=str(exc))
+            record = self.records[-1] if self.records else IterationRecord(0, self.policy.reopen_mode, None)
+            put_back = self.refs.put_back_on_stop(record)  # the same session may have moved the person's refs
+            if put_back:
+                raise GitMetadataChanged(f"{exc}\n{put_back[0].message}") from None
             raise
         except RalphError:
             raise
@@ -360,6 +365,11 @@ class Loop:
         self._story_states(tasks)
         if self.is_complete(tasks):
             tasks = self._final_check_at_start(tasks)  # "complete" only when the tree passes, also with no iteration
+            if self._refs_moved_at_start is not None:
+                return self._finish(EXIT_USAGE, (
+                    "the final check of the tree this run found (every story was done) ran the project's code, and "
+                    f"it changed refs that are the person's: {self._refs_moved_at_start} Fix the code that does "
+                    "so, then run again."), tasks)
         if self.is_complete(tasks):
             only = self.options.only_story
             what = f"{only} was already complete" if only else "all stories were already complete"
@@ -427,7 +437,7 @@ class Loop:
             feedback += limit_feedback + self.host.prompt_context(self.run_dir, iteration + 1, iteration_started)
             if self.is_complete(tasks) and not record.violations and not self.cancel.is_set():
                 tasks = self.keeper.final_check(record, tasks)  # "complete" only when the final tree passes
-                self.refs.read_again()
+                tasks = self._refs_after_gates(record, tasks, checkpoint)  # its gates ran the project's code
             end = self._end_after(record, tasks)
             if end is not None:
                 return self._finish(*end, tasks)
@@ -560,7 +570,12 @@ class Loop:
         done = [story for story in only_story_scope(tasks, self.options.only_story).userStories if story.passes]
         if not done:
             return tasks
-        return self.keeper.final_check(IterationRecord(0, self.policy.reopen_mode, done[-1].id), tasks)
+        record = IterationRecord(0, self.policy.reopen_mode, done[-1].id)
+        tasks = self.keeper.final_check(record, tasks)
+        # its gates ran the project's code (an earlier run's agent wrote it): the person's refs are checked after
+        tasks = self._refs_after_gates(record, tasks, None)
+        self._refs_moved_at_start = record.violations[0] if record.violations else None
+        return tasks
 
     def _refs_after_gates(self, record: IterationRecord, tasks: TaskList, checkpoint: str | None) -> TaskList:
         """The gates' sessions may not move the person's refs or HEAD either: put back, told next time."""

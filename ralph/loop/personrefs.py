@@ -115,6 +115,9 @@ class RefGuard:
         self._git_dir: Path | None = None
         self._loops: set[str] = set()
         self._persons: set[str] = set()
+        self._adopt = True
+        """The next :meth:`refresh` takes every ref as it is as the person's (the run's start, or after a wait:
+        the person's time); otherwise the protected refs keep the values the loop holds and only new refs join."""
         self._read: dict[str, Ref] | None = None
         """The refs as the last check found and left them (it put nothing back): the next refresh starts from
         them instead of reading them again, unless :meth:`read_again` was called in between."""
@@ -151,13 +154,22 @@ class RefGuard:
         the objects written since the last refresh copied into the mirror (files: no git process).
 
         Right after a check that put nothing back, "now" is what that check read (one git call less per
-        iteration); a ref moved since is then found by the next check like any move during the iteration."""
+        iteration); a ref moved since is then found by the next check like any move during the iteration.
+
+        A protected ref keeps the value the loop holds for it, whatever it is now: only the run's start and
+        a wait (:meth:`read_again`, the person's time) take the refs as they are.  Code the loop runs between
+        checks (the final check's gates run the project's tests, the agent's code) cannot get a move adopted:
+        the next check puts it back."""
         refs, self._read = (self._read if self._read is not None else self._refs_now()), None
         loops, persons = self._loops, self._persons
-        self.protected = {
+        now = {
             name: ref for name, ref in refs.items()
             if name != self.branch and name not in loops and not name.startswith(UNPROTECTED)
         }
+        if self._adopt:
+            self.protected, self._adopt = now, False
+        else:  # new refs join (the loop's own: a hard stop's wip/ branch); the others keep their values
+            self.protected = {**{name: ref for name, ref in now.items() if name not in self.protected}, **self.protected}
         self.forward_only = persons & set(self.protected)
         self._copy_objects()
         if self.protected != self._synced:
@@ -189,9 +201,31 @@ class RefGuard:
         return refs
 
     def read_again(self) -> None:
-        """The next :meth:`refresh` reads the refs itself: time passed since the last check (a wait), or code
-        ran that may have made refs the loop keeps (a final check's hard stop makes a ``wip/`` branch)."""
+        """After a wait (the person's time, no agent session ran): the next :meth:`refresh` reads the refs itself
+        and takes them as they are as the person's.  After code the loop ran (a final check) call :meth:`check`
+        instead: it puts back what that code moved."""
         self._read = None
+        self._adopt = True
+
+    def put_back_on_stop(self, record: IterationRecord) -> list[Violation]:
+        """The run stops because the ``.git`` checks found (and undid) a metadata change: the protected refs
+        are compared and put back on the way out, while the metadata is as at the run's start again
+        (:func:`ralph.gitutil.after_stop`); nothing is run when it is not."""
+        from ralph.gitutil import GitMetadataChanged, after_stop
+
+        if self.run_dir is None or not self.protected:
+            return []
+        self._read = self._known = None
+        try:
+            with after_stop():
+                refs = read_refs(self.project_dir)
+                moved: dict[str, Ref | None] = {
+                    name: now if now is not None and (now.sha or now.symref) else None
+                    for name, ref in self.protected.items() if (now := refs.get(name)) != ref
+                }
+                return [self._restore_refs(record, moved)] if moved else []
+        except (GitMetadataChanged, UsageError):
+            return []
 
     def _head(self) -> str | None:
         """The branch HEAD is on, read from ``HEAD`` itself as git reads it (no process); git asked when the
