@@ -17,6 +17,7 @@ from ralph.events import EventKind
 
 if TYPE_CHECKING:
     from ralph.fleetunit import Unit
+    from ralph.gitutil import TreeStatus
     from ralph.plugin.manager import Registry
     from ralph.settings import Settings
     from ralph.tasks import Story, TaskList
@@ -1034,6 +1035,10 @@ class ValidationContext:
     whole whitelist itself (``ralph/loop/listcheck.py``) and the ``transitions`` validator leaves it
     to the loop.  None outside a loop (the Stop hook without one), where the validator judges the
     :attr:`snapshot`.  Read only, like :attr:`tasks`."""
+    tree_status: Callable[[], TreeStatus] | None = None
+    """The work tree's ``git status`` as the loop reads it after an iteration, the agent's processes gone
+    (``ralph.gitutil.StatusShare``: one status for its readers while the loop changed nothing in between);
+    None during an iteration (a Stop hook) or outside a loop: take your own."""
 
     @property
     def skip_review(self) -> bool:

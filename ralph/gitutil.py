@@ -124,6 +124,11 @@ instead of the identity file, whose first use asks ``git config --global`` twice
 such as ``ralph status`` start faster)."""
 
 
+TREE_READERS = READ_ONLY_COMMANDS | {"status", "diff"}
+"""Commands that change neither a work tree nor an index nor a ref (``status`` takes no optional lock:
+``GIT_OPTIONAL_LOCKS=0``); every other one counts as a change for :class:`StatusShare`."""
+
+
 def hardened_env(extra: dict[str, str] | None = None, identity: bool = True) -> dict[str, str]:
     """The environment of every loop git call (see the module docstring); ``identity=False``: a
     command that records no name or email (its global config is empty)."""
@@ -192,15 +197,24 @@ def git(
     """
     check_metadata()
     check_layout(project_dir)
-    return subprocess.run(
-        git_argv(*args, program=git_program(project_dir)),
-        cwd=project_dir,
-        capture_output=True,
-        text=not binary,
-        check=check,
-        env=hardened_env(env, identity=not args or args[0] not in READ_ONLY_COMMANDS),
-        **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
-    )
+    from ralph.safeio import note_change
+
+    writes = not args or args[0] not in TREE_READERS
+    if writes:
+        note_change()
+    try:
+        return subprocess.run(
+            git_argv(*args, program=git_program(project_dir)),
+            cwd=project_dir,
+            capture_output=True,
+            text=not binary,
+            check=check,
+            env=hardened_env(env, identity=not args or args[0] not in READ_ONLY_COMMANDS),
+            **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
+        )
+    finally:
+        if writes:
+            note_change()
 
 
 # -- the metadata check --------------------------------------------------------------------------
@@ -411,6 +425,26 @@ class TreeStatus:
     untracked: list[str]
     branch: str = ""
     """The branch checked out (``(detached)`` when none)."""
+    codes: tuple[str, ...] = ()
+    """The two-letter ``XY`` code of each of :attr:`tracked` (index, work tree; ``.``: unchanged)."""
+
+    def porcelain(self) -> list[str]:
+        """The paths as ``git status --porcelain`` lines (``XY path``, ``?? path``; a path with a space, a control
+        character, a quote, a backslash or a byte outside ASCII C-quoted as git does), untracked files one by one."""
+        codes = self.codes if len(self.codes) == len(self.tracked) else ("??",) * len(self.tracked)
+        lines = [f"{code.replace('.', ' ')} {_quoted(path)}" for code, path in zip(codes, self.tracked)]
+        return lines + [f"?? {_quoted(path)}" for path in self.untracked]
+
+
+_C_ESCAPES = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 34: '\\"', 92: "\\\\"}
+
+
+def _quoted(path: str) -> str:
+    """``path`` as git's porcelain prints it (``core.quotePath``): as it is, or C-quoted in double quotes."""
+    raw = os.fsencode(path)
+    if all(32 < byte < 127 and byte not in (34, 92) for byte in raw):  # a space too makes git quote
+        return path
+    return '"' + "".join(_C_ESCAPES.get(b) or (chr(b) if 32 <= b < 127 else f"\\{b:03o}") for b in raw) + '"'
 
 
 STATUS_ARGS = ("status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all", "--no-renames")
@@ -420,7 +454,7 @@ def tree_status(project_dir: Path) -> TreeStatus:
     """HEAD, the tracked changes and the untracked files in one git call (where several would ask the same)."""
     # bytes, decoded as the file system's names are: a name that is not UTF-8 must not stop the loop
     records = iter(os.fsdecode(git(project_dir, *STATUS_ARGS, binary=True).stdout).split("\0"))
-    head, branch, tracked, untracked = "", "", [], []
+    head, branch, tracked, untracked, codes = "", "", [], [], []
     for record in records:
         kind = record[:2]
         if record.startswith("# branch.oid "):
@@ -432,9 +466,41 @@ def tree_status(project_dir: Path) -> TreeStatus:
             untracked.append(record[2:])
         elif kind in ("1 ", "u "):  # ordinary, unmerged: the path is the last field (it may hold spaces)
             tracked.append(record.split(" ", 8 if kind == "1 " else 10)[-1])
+            codes.append(record[2:4])
         elif kind == "2 ":  # renamed or copied (not asked for): the path, then the original path's record
             tracked += [record.split(" ", 9)[-1], next(records, "")]
-    return TreeStatus(head, tracked, untracked, branch)
+            codes += [record[2:4], record[2:4]]
+    return TreeStatus(head, tracked, untracked, branch, tuple(codes))
+
+
+class StatusShare:
+    """One :func:`tree_status` for the readers of an iteration's end (the ``git-clean`` validator, the
+    person's-changes look), taken by the first of them and reused while nothing was noted that could have
+    changed the tree (:func:`ralph.safeio.note_change`: the loop's writes, a git command that writes, a
+    process run, a gate's session or command).
+
+    A reader that may see the agent's processes still running (a Stop hook) never asks; the loop calls
+    :meth:`forget` before an agent's session starts, so nothing taken before it is ever handed out after."""
+
+    def __init__(self, project_dir: Path) -> None:
+        self.project_dir = project_dir
+        self._taken: tuple[int, TreeStatus] | None = None
+
+    def forget(self) -> None:
+        """The next :meth:`get` takes a new status."""
+        self._taken = None
+
+    def get(self) -> TreeStatus:
+        """The status taken last if nothing was noted since it was taken, else a new one."""
+        from ralph.safeio import changes_noted
+
+        noted = changes_noted()
+        taken = self._taken
+        if taken is not None and taken[0] == noted:
+            return taken[1]
+        status = tree_status(self.project_dir)
+        self._taken = (noted, status)  # the count from before the call: a change noted during it spoils it
+        return status
 
 
 def untracked_files(project_dir: Path) -> set[str]:

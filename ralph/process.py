@@ -123,6 +123,19 @@ def run_process(
     are written first.  Raises ``FileNotFoundError`` when ``spec.argv[0]``
     cannot be started.
     """
+    from ralph.safeio import note_change
+
+    note_change()  # whatever runs may write the project: a git status taken before is not the one after
+    try:
+        return _run_process(spec, on_line, timeout, cancel, kill_grace, env, spare, merge_stderr)
+    finally:
+        note_change()
+
+
+def _run_process(
+    spec: ProcessSpec, on_line: Callable[[str], None], timeout: float | None, cancel: threading.Event | None,
+    kill_grace: float, env: Mapping[str, str] | None, spare: set[int] | None, merge_stderr: bool,
+) -> ProcessOutcome:
     from ralph.containment import Unit, containment
 
     cancel = cancel or threading.Event()

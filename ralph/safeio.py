@@ -24,13 +24,17 @@ Stdlib only, cheap to import.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ralph.errors import RalphError
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = [
     "UnsafePath", "append_text", "check", "kind", "make_dirs", "move", "open_dir", "problem", "read_bytes", "read_text",
@@ -41,6 +45,35 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+_changes = [0]
+"""How often the loop wrote, removed or renamed something through this module (any root): with
+:func:`ralph.gitutil.StatusShare`, a ``git status`` taken before the last one is no longer now's."""
+
+
+def note_change() -> None:
+    """Something may have changed a work tree (a write here, a git command that writes, a process run)."""
+    _changes[0] += 1
+
+
+def _changing(func: _F) -> _F:
+    """``func`` with :func:`note_change` before and after it (a status taken while it runs is never now's)."""
+
+    @functools.wraps(func)
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        note_change()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            note_change()
+
+    return noted  # type: ignore[return-value]
+
+
+def changes_noted() -> int:
+    """The count :func:`note_change` raises (compare two readings: equal means nothing was noted between)."""
+    return _changes[0]
 
 
 class UnsafePath(RalphError, OSError):
@@ -198,6 +231,7 @@ def _remove_entry(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
+@_changing
 def write_bytes(
     path: Path | str, root: Path | str, data: bytes, *, parents: bool = False, replace_dir: bool = False,
     mode: int | None = None, sync: bool = True,
@@ -252,6 +286,7 @@ def write_text(path: Path | str, root: Path | str, text: str, *, parents: bool =
     write_bytes(path, root, text.encode(encoding), parents=parents, replace_dir=replace_dir)
 
 
+@_changing
 def append_text(path: Path | str, root: Path | str, text: str, *, encoding: str = "utf-8", sync: bool = False) -> None:
     """Append ``text`` to the regular file ``path`` (made when absent), by descriptor.
 
@@ -280,6 +315,7 @@ def append_text(path: Path | str, root: Path | str, text: str, *, encoding: str 
             os.close(fd)
 
 
+@_changing
 def remove(path: Path | str, root: Path | str) -> bool:
     """Remove the name ``path`` (a link itself, never its target; a directory with what is in it).
 
@@ -293,6 +329,7 @@ def remove(path: Path | str, root: Path | str) -> bool:
     return True
 
 
+@_changing
 def symlink(target: str, path: Path | str, root: Path | str) -> None:
     """Make the symlink ``path`` -> ``target`` (putting back a link the person had; its parents are walked)."""
     with _parent(path, root, create=True) as (dir_fd, name, _parts_):
@@ -305,6 +342,7 @@ def read_link(path: Path | str, root: Path | str) -> str:
         return os.readlink(name, dir_fd=dir_fd)
 
 
+@_changing
 def remove_empty_dir(path: Path | str, root: Path | str) -> bool:
     """Remove the directory ``path`` if it is empty (a link there is left alone); True when removed."""
     try:
@@ -315,12 +353,14 @@ def remove_empty_dir(path: Path | str, root: Path | str) -> bool:
     return True
 
 
+@_changing
 def make_dirs(path: Path | str, root: Path | str) -> None:
     """Make the directory ``path`` and its parents below ``root``, refusing a symlink on the way."""
     with open_dir(path, root, create=True):
         pass
 
 
+@_changing
 def move(
     source: Path | str, target: Path | str, root: Path | str, *, parents: bool = False,
     target_root: Path | str | None = None,

@@ -13,15 +13,25 @@ MESSAGE = (
 
 @hookimpl
 def ralph_validate(context: ValidationContext) -> list[Violation]:
-    """One violation listing the uncommitted paths (``git status --porcelain``)."""
+    """One violation listing the uncommitted paths (``git status --porcelain``; after an iteration the
+    status the loop shares, :attr:`ValidationContext.tree_status`)."""
     if not context.check_git:
         return []
+    import subprocess
+
     from ralph.api.process import git  # hardened, after the git metadata check
 
-    result = git(context.project_dir, "status", "--porcelain", check=False)
-    if result.returncode != 0:
-        return [Violation("git-clean", f"git status failed in {context.project_dir}: {result.stderr.strip()}")]
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    if context.tree_status is not None:
+        try:
+            lines = context.tree_status().porcelain()
+        except subprocess.CalledProcessError as exc:
+            error = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else str(exc.stderr or "")
+            return [Violation("git-clean", f"git status failed in {context.project_dir}: {error.strip()}")]
+    else:
+        result = git(context.project_dir, "status", "--porcelain", check=False)
+        if result.returncode != 0:
+            return [Violation("git-clean", f"git status failed in {context.project_dir}: {result.stderr.strip()}")]
+        lines = [line for line in result.stdout.splitlines() if line.strip()]
     if not lines:
         return []
     shown = "\n".join(f"  {line}" for line in lines[:20]) + ("\n  ..." if len(lines) > 20 else "")

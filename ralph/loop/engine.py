@@ -146,7 +146,8 @@ class Loop:
 
         self.parking = Parking(self.project_dir, self.config.state_dir, self.taskfile, self.notes, context.emit)
         """The agent's questions to a person and the stories they park (``ralph ask`` / ``ralph answer``)."""
-        self.gap = PersonChanges(self.project_dir, self.trusted.loop_inputs, lambda: [progress_log(self.ralph_dir)])
+        self.gap = PersonChanges(self.project_dir, self.trusted.loop_inputs, lambda: [progress_log(self.ralph_dir)],
+                                 context.status.get)
         """What a person changed between two iterations (the run then stops)."""
         self.bridge: HookBridge | None = None
         """The hook server and the running iteration (from the run's start)."""
@@ -471,7 +472,11 @@ class Loop:
             stories=len(tasks.userStories), stories_done=_done(tasks),
         )
         started = time.monotonic()
-        texts = self.agents.run_iteration(record, prompt)
+        self.context.status.forget()  # nothing read before the agent's session is shared after it
+        try:
+            texts = self.agents.run_iteration(record, prompt)
+        finally:
+            self.context.status.forget()
         record.seconds = round(time.monotonic() - started, 3)
         self._unpriced(record)
         record.rejected = record.metered and record.answered == 0 and self._untouched(checkpoint, untracked_before)

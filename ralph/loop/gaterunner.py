@@ -254,7 +254,13 @@ class _TreeWatch:
 
                 self.snapshot = TreeSnapshot.take(self.project_dir)
             self.started = True
-            return call(*args, **kwargs)
+            from ralph.safeio import note_change
+
+            note_change()  # a runner's command or session may change the tree by any means: a status shared
+            try:  # from before it is never reused after it (ralph.gitutil.StatusShare)
+                return call(*args, **kwargs)
+            finally:
+                note_change()
 
         return guarded
 

@@ -11,7 +11,8 @@ the run before the agent starts, leaving the project exactly as the person made 
 iteration starts right away (the loop waited for nothing and ran nothing in between), the gap has no
 width: the status taken at the end is the start's too (:meth:`PersonChanges.look`), one git call
 less; a change a person makes then is one made just after the look, which no look could tell from the
-agent's.  Before a wait (a usage limit) the state is taken, digests included (:meth:`PersonChanges.waiting`),
+agent's.  The status at the end is the loop's shared one (:class:`ralph.gitutil.StatusShare`): the read-back's
+(the ``git-clean`` validator's) when nothing the loop did since could have changed the tree, a new one otherwise.  Before a wait (a usage limit) the state is taken, digests included (:meth:`PersonChanges.waiting`),
 and the next look compares.
 
 What the state covers: ``HEAD`` and the branch, every path ``git status`` lists (with a digest of
@@ -63,8 +64,14 @@ def take(
 class PersonChanges:
     """The state at the end of each iteration, compared at the start of the next (see the module)."""
 
-    def __init__(self, project_dir: Path, watched: Callable[[], list[Path]], skipped: Callable[[], list[Path]]) -> None:
+    def __init__(
+        self, project_dir: Path, watched: Callable[[], list[Path]], skipped: Callable[[], list[Path]],
+        status: Callable[[], TreeStatus] | None = None,
+    ) -> None:
         self.project_dir = project_dir
+        self.status = status or (lambda: tree_status(project_dir))
+        """How :meth:`iteration_over` reads the tree (the loop's shared status, :class:`ralph.gitutil.StatusShare`:
+        the read-back's when the loop changed nothing since)."""
         self.watched = watched
         self.skipped = skipped
         self.left: TreeState | None = None
@@ -75,7 +82,7 @@ class PersonChanges:
     def iteration_over(self) -> None:
         """The loop is done with an iteration: what it left is the state the next one must start from (its
         ``git status`` now; the digests only when the loop waits, :meth:`waiting`)."""
-        self._status = tree_status(self.project_dir)
+        self._status = self.status()
         self.left = None
 
     def waiting(self) -> None:

@@ -29,13 +29,15 @@ class TaskListRepairs:
         self.notes = context.notes
         self.emit = context.emit
         self.policy = context.policy
+        self.status = context.status
 
     def read_back(
         self, record: IterationRecord, selection: Selection, before: TaskList, before_raw: str | None, run_dir: Path
     ) -> tuple[TaskList, list[Violation]]:
         """The task list as the iteration left it (repaired where needed) and every violation found."""
         raw, after, error = self.taskfile.read()
-        violations = self.validate(raw, after, selection.mode, before, parse_error=error, story_id=selection.story_id)
+        violations = self.validate(raw, after, selection.mode, before, parse_error=error, story_id=selection.story_id,
+                                   tree_status=self.status.get)  # the agent's processes are gone: shared
         if after is None:
             after = self._restore_unparseable(record, raw, before, before_raw, run_dir)
             violations = [v for v in violations if v.check != "schema"] + [

@@ -123,6 +123,11 @@ class RunContext:
         """The run's model meter (started when a metered agent first runs)."""
         self.checks: TaskChecks = TaskChecks(self)
         """The validators' and the policy's checks of a task list (after an iteration, on a Stop hook)."""
+        from ralph.gitutil import StatusShare
+
+        self.status = StatusShare(self.project_dir)
+        """The work tree's ``git status`` after an iteration, shared by its readers while the loop changes nothing
+        (the ``git-clean`` validator's, the person's-changes look's); forgotten before each agent session."""
         self.agents: LoopAgents = LoopAgents(self, agent, review_agent)
         """The run's agents and their sessions (the iteration's, a gate's)."""
 

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 from ralph.contracts import ValidationContext
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ralph.gitutil import TreeStatus
     from ralph.contracts import Selection, Snapshot, Violation
     from ralph.loop.runcontext import RunContext
     from ralph.tasks import TaskList
@@ -40,8 +43,12 @@ class TaskChecks:
         check_git: bool = True,
         parse_error: str | None = None,
         story_id: str | None = None,
+        tree_status: Callable[[], TreeStatus] | None = None,
     ) -> list[Violation]:
-        """The validators' violations, and with the pre-iteration list (``before``) the policy's whitelist's."""
+        """The validators' violations, and with the pre-iteration list (``before``) the policy's whitelist's.
+
+        ``tree_status``: the shared status (:class:`ralph.gitutil.StatusShare`), only where the agent's processes
+        are gone (the read-back after an iteration; never a Stop hook's check)."""
         context = self.context
         validation = ValidationContext(
             project_dir=context.project_dir,
@@ -56,6 +63,7 @@ class TaskChecks:
             check_git=check_git and not context.cancel.is_set(),  # stopped by the person: not the agent's to commit
             story_id=story_id,
             before=before,
+            tree_status=tree_status,
         )
         violations = context.host.validate(validation)
         if before is not None and tasks is not None and mode is not None:
