@@ -259,8 +259,16 @@ class ConsoleView:
         self.status(f"rolled back to {data['to'][:8]}{removed}")
 
     def on_refs_restored(self, data: dict[str, Any]) -> None:
-        names = ", ".join(r["ref"].removeprefix("refs/heads/").removeprefix("refs/tags/") for r in data["refs"][:5])
-        self.status(f"iteration {data['iteration']} moved your refs ({names}): put back from the run's copy")
+        def short(ref: str) -> str:
+            return ref.removeprefix("refs/heads/").removeprefix("refs/tags/")
+
+        failed = set(data.get("failed") or ())
+        back = [short(r["ref"]) for r in data["refs"] if r["ref"] not in failed]
+        if back:
+            self.status(f"iteration {data['iteration']} moved your refs ({', '.join(back[:5])}): put back from the run's copy")
+        if failed:
+            self.status(f"iteration {data['iteration']} moved your refs ({', '.join(short(r) for r in sorted(failed)[:5])}): "
+                        f"NOT put back: their values are in the run's refs.json, their objects in {data.get('mirror')}")
 
     def on_head_restored(self, data: dict[str, Any]) -> None:
         branch = (data.get("branch") or "the detached HEAD").removeprefix("refs/heads/")

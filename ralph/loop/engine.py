@@ -327,9 +327,9 @@ class Loop:
         except GitMetadataChanged as exc:
             self.emit("git_metadata_changed", error=str(exc))
             record = self.records[-1] if self.records else IterationRecord(0, self.policy.reopen_mode, None)
-            put_back = self.refs.put_back_on_stop(record)  # the same session may have moved the person's refs
-            if put_back:
-                raise GitMetadataChanged(f"{exc}\n{put_back[0].message}") from None
+            refs = self.refs.put_back_on_stop(record)  # the same session may have moved the person's refs
+            if refs:
+                raise GitMetadataChanged(f"{exc}\n{refs}") from None
             raise
         except RalphError:
             raise

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,7 @@ class RefGuard:
         self.objects: ObjectCopy | None = None
         """The mirror's copy of the object store (made by :meth:`start`)."""
         self._git_dir: Path | None = None
+        self._common: Path | None = None
         self._loops: set[str] = set()
         self._persons: set[str] = set()
         self._adopt = True
@@ -133,7 +135,7 @@ class RefGuard:
 
     def start(self, run_dir: Path) -> None:
         """Note the run's branch, copy the objects and refs into the mirror, list the protected refs in ``refs.json``."""
-        from ralph.gitutil import common_dir
+        from ralph.gitutil import common_dir, git_dir
         from ralph.loop.objectcopy import ObjectCopy
 
         self.run_dir = run_dir
@@ -144,7 +146,9 @@ class RefGuard:
             git(self.mirror, "init", "-q", "--bare", ".")
         # its objects are copied as files, without refs for the run's branch: restores ask for them by id
         git(self.mirror, "config", "uploadpack.allowAnySHA1InWant", "true")
-        source = common_dir(self.project_dir) / "objects"
+        self._common = common_dir(self.project_dir)  # kept: a stop may need them when git can no longer run
+        self._git_dir = git_dir(self.project_dir)
+        source = self._common / "objects"
         self._alternates(source)
         self.objects = ObjectCopy(source, self.mirror / "objects")
         self.refresh()
@@ -207,14 +211,17 @@ class RefGuard:
         self._read = None
         self._adopt = True
 
-    def put_back_on_stop(self, record: IterationRecord) -> list[Violation]:
-        """The run stops because the ``.git`` checks found (and undid) a metadata change: the protected refs
-        are compared and put back on the way out, while the metadata is as at the run's start again
-        (:func:`ralph.gitutil.after_stop`); nothing is run when it is not."""
+    def put_back_on_stop(self, record: IterationRecord) -> str | None:
+        """The run stops because the ``.git`` checks found a metadata change: what became of the protected refs,
+        for the stop's message (None: none moved).
+
+        They are put back while a new check finds the metadata as at the run's start again (the stop undid the
+        change: :func:`ralph.gitutil.after_stop`).  When it did not, git is not run: the refs' files are read
+        instead (loose refs, ``packed-refs``) and the moved ones named, with where their values are kept."""
         from ralph.gitutil import GitMetadataChanged, after_stop
 
         if self.run_dir is None or not self.protected:
-            return []
+            return None
         self._read = self._known = None
         try:
             with after_stop():
@@ -223,9 +230,48 @@ class RefGuard:
                     name: now if now is not None and (now.sha or now.symref) else None
                     for name, ref in self.protected.items() if (now := refs.get(name)) != ref
                 }
-                return [self._restore_refs(record, moved)] if moved else []
-        except (GitMetadataChanged, UsageError):
-            return []
+                return self._restore_refs(record, moved).message if moved else None
+        except GitMetadataChanged:  # (a UsageError too) the metadata is not as at the start: no git, below
+            pass
+        except UsageError as exc:  # the put-back failed: the message names the refs and where their values are
+            return str(exc)
+        keep = f"the values they must have are in {self.run_dir}/refs.json, their objects in {self.mirror}"
+        names = self._moved_without_git()
+        if names is None:
+            return (f"The loop could not check the refs that are the person's (git cannot run safely on this "
+                    f"repository now, and its refs are not plain files): {keep}; compare once .git is fixed.")
+        if not names:
+            return None
+        what = "; ".join(f"{_short(name)} moved" for name in names[:5]) + (" ..." if len(names) > 5 else "")
+        return (f"The iteration also changed refs that are the person's ({what}); git cannot run safely on this "
+                f"repository now, so the loop did not put them back: {keep} (once .git is fixed: "
+                f"`git fetch {self.mirror} +{MIRRORED}heads/BRANCH:refs/heads/BRANCH`).")
+
+    def _moved_without_git(self) -> list[str] | None:
+        """The protected refs whose files (a loose ref, else its ``packed-refs`` line) no longer hold the value
+        the loop keeps, read without git and without following links; None when the repository keeps its refs
+        in a form read here is not (a reftable)."""
+        common, own = self._common, self._git_dir
+        if common is None or own is None or (common / "reftable").exists():
+            return None
+        packed: dict[str, str] = {}
+        for line in _read_small(common / "packed-refs").splitlines():
+            fields = line.split(" ", 1)
+            if len(fields) == 2 and not line.startswith(("#", "^")):
+                packed[fields[1].strip()] = fields[0]
+        moved = []
+        for name, want in self.protected.items():
+            base = own if name.startswith(PER_WORKTREE) else common
+            loose = _read_small(base / name).strip()
+            if loose.startswith("ref: "):
+                now = Ref("", loose.removeprefix("ref: "))
+            elif loose:
+                now = Ref(loose)
+            else:
+                now = Ref(packed[name]) if name in packed else Ref("")
+            if now.symref != want.symref or (not want.symref and now.sha != want.sha):
+                moved.append(name)
+        return moved
 
     def _head(self) -> str | None:
         """The branch HEAD is on, read from ``HEAD`` itself as git reads it (no process); git asked when the
@@ -514,6 +560,22 @@ class RefGuard:
         where_saved = record_saved_work(self.run_dir, "head-moved", patch, what)
         self.emit("work_saved", iteration=record.number, what=what, where=where_saved)
         return where_saved
+
+
+PER_WORKTREE = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
+"""Refs git keeps in a worktree's own git directory, not the common one."""
+
+
+def _read_small(path: Path) -> str:
+    """A ref file's text ('' when it is missing, a link, not a regular file, or unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return ""
+        return handle.read(16 << 20).decode(errors="replace")
 
 
 def mirror_path(project_dir: Path, state_dir: str | None) -> Path:
