@@ -234,3 +234,28 @@ def test_the_object_copy_never_follows_a_link_or_opens_a_fifo(repo: Path, tmp_pa
         path.unlink()
     sh(repo, "gc", "-q")  # objects packed: the pack joins the copy, .idx last
     assert copy.update() >= 2 and list((tmp_path / "copy" / "pack").glob("pack-*.idx"))
+
+
+@pytest.mark.parametrize("how", ["moved", "packed and moved", "a symlink", "a hard link", "none moved"])
+def test_a_stop_where_git_cannot_run_names_the_moved_refs_from_their_files(
+    how: str, repo: Path, tmp_path: Path
+) -> None:
+    """Without git (the metadata stop could not undo the change) the refs' own files are read: a moved loose or
+    packed ref is named, and so is one whose file is a link (its value cannot be read without following it)."""
+    sh(repo, "tag", "v1")
+    if how == "packed and moved":
+        sh(repo, "pack-refs", "--all")
+    refs, _ = guard(repo, tmp_path)
+    other = commit(repo, "elsewhere")
+    loose = repo / ".git" / "refs" / "heads" / "main"
+    if how in ("moved", "packed and moved"):
+        loose.parent.mkdir(parents=True, exist_ok=True)
+        loose.write_text(other + "\n")  # a loose ref shadows the packed one
+    elif how == "a symlink":
+        target = tmp_path / "outside-main"
+        target.write_text(loose.read_text())  # the same value, read only through the link
+        loose.unlink()
+        loose.symlink_to(target)
+    elif how == "a hard link":
+        (tmp_path / "outside-main").hardlink_to(loose)
+    assert refs._moved_without_git() == ([] if how == "none moved" else ["refs/heads/main"])

@@ -114,9 +114,9 @@ class Loop:
         self._unpriced_seen: set[str] = set()
         """Models already reported as having no price (``unpriced_model``, once per model)."""
         self._stories_shown: list[dict[str, Any]] | None = None
-        self._stories_key: object = None
-        self._refs_moved_at_start: str | None = None
         """The stories of the last ``story_states`` event."""
+        self._stories_key: object = None
+        """What they were made of (:func:`ralph.loop.runreport.shown_key`)."""
         self.opening = Opening()
         self.taskfile = TaskFile(store, self.tasks_path, root_for(self.tasks_path, self.project_dir))
         """The task file: reads, the loop's writes, the last good text, the trusted non-story fields."""
@@ -365,12 +365,12 @@ class Loop:
         self._announce(tasks)
         self._story_states(tasks)
         if self.is_complete(tasks):
-            tasks = self._final_check_at_start(tasks)  # "complete" only when the tree passes, also with no iteration
-            if self._refs_moved_at_start is not None:
+            tasks, refs_moved = self._final_check_at_start(tasks)  # "complete" only when the tree passes
+            if refs_moved is not None:
                 return self._finish(EXIT_USAGE, (
                     "the final check of the tree this run found (every story was done) ran the project's code, and "
-                    f"it changed refs that are the person's: {self._refs_moved_at_start} Fix the code that does "
-                    "so, then run again."), tasks)
+                    f"it changed refs that are the person's: {refs_moved} Fix the code that does so, then run again."),
+                    tasks)
         if self.is_complete(tasks):
             only = self.options.only_story
             what = f"{only} was already complete" if only else "all stories were already complete"
@@ -567,20 +567,20 @@ class Loop:
             return False
         return git(self.project_dir, "diff", "HEAD", "--quiet", check=False).returncode == 0
 
-    def _final_check_at_start(self, tasks: TaskList) -> TaskList:
+    def _final_check_at_start(self, tasks: TaskList) -> tuple[TaskList, str | None]:
         """A run that finds every story done checks the tree it finds (an earlier run may have ended before its
-        final check): a failure sends the last done story back, and the run goes on with iterations."""
+        final check): a failure sends the last done story back, and the run goes on with iterations.  Also
+        returned: what its gates did to the person's refs (put back), None when nothing."""
         from ralph.loop.start import only_story_scope
 
         done = [story for story in only_story_scope(tasks, self.options.only_story).userStories if story.passes]
         if not done:
-            return tasks
+            return tasks, None
         record = IterationRecord(0, self.policy.reopen_mode, done[-1].id)
         tasks = self.keeper.final_check(record, tasks)
         # its gates ran the project's code (an earlier run's agent wrote it): the person's refs are checked after
         tasks = self._refs_after_gates(record, tasks, None)
-        self._refs_moved_at_start = record.violations[0] if record.violations else None
-        return tasks
+        return tasks, (record.violations[0] if record.violations else None)
 
     def _refs_after_gates(self, record: IterationRecord, tasks: TaskList, checkpoint: str | None) -> TaskList:
         """The gates' sessions may not move the person's refs or HEAD either: put back, told next time."""

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,10 +225,7 @@ class RefGuard:
         try:
             with after_stop():
                 refs = read_refs(self.project_dir)
-                moved: dict[str, Ref | None] = {
-                    name: now if now is not None and (now.sha or now.symref) else None
-                    for name, ref in self.protected.items() if (now := refs.get(name)) != ref
-                }
+                moved = self._moved(refs)
                 return self._restore_refs(record, moved).message if moved else None
         except GitMetadataChanged:  # (a UsageError too) the metadata is not as at the start: no git, below
             pass
@@ -249,20 +245,27 @@ class RefGuard:
 
     def _moved_without_git(self) -> list[str] | None:
         """The protected refs whose files (a loose ref, else its ``packed-refs`` line) no longer hold the value
-        the loop keeps, read without git and without following links; None when the repository keeps its refs
-        in a form read here is not (a reftable)."""
+        the loop keeps, or cannot be read without following a link; None when the refs cannot be compared (a
+        reftable, a ``packed-refs`` that is not a plain file)."""
         common, own = self._common, self._git_dir
         if common is None or own is None or (common / "reftable").exists():
             return None
+        packed_text = _read_small(common / "packed-refs", common)
+        if packed_text is None:
+            return None
         packed: dict[str, str] = {}
-        for line in _read_small(common / "packed-refs").splitlines():
+        for line in packed_text.splitlines():
             fields = line.split(" ", 1)
             if len(fields) == 2 and not line.startswith(("#", "^")):
                 packed[fields[1].strip()] = fields[0]
         moved = []
         for name, want in self.protected.items():
             base = own if name.startswith(PER_WORKTREE) else common
-            loose = _read_small(base / name).strip()
+            loose = _read_small(base / name, base)
+            if loose is None:  # a link or an odd file where the ref was: its value cannot be read, so it is named
+                moved.append(name)
+                continue
+            loose = loose.strip()
             if loose.startswith("ref: "):
                 now = Ref("", loose.removeprefix("ref: "))
             elif loose:
@@ -367,10 +370,7 @@ class RefGuard:
         violations = []
         self._read = None
         refs = self._refs_now()
-        moved: dict[str, Ref | None] = {
-            name: now if now is not None and (now.sha or now.symref) else None
-            for name, ref in self.protected.items() if (now := refs.get(name)) != ref
-        }
+        moved = self._moved(refs)
         adopted = []
         for name in [n for n in moved if n in self.forward_only]:
             now = moved[name]
@@ -392,6 +392,14 @@ class RefGuard:
         if not violations:
             self._read = refs  # as found, and nothing was put back (an adopted forward move is in ``refs`` too)
         return violations
+
+    def _moved(self, refs: dict[str, Ref]) -> dict[str, Ref | None]:
+        """The protected refs ``refs`` has at another value: the value it has, None for one gone (or whose tip
+        object is gone)."""
+        return {
+            name: now if now is not None and (now.sha or now.symref) else None
+            for name, ref in self.protected.items() if (now := refs.get(name)) != ref
+        }
 
     def _branch_fix(self, refs: dict[str, Ref], checkpoint: str | None, after_agent: bool) -> str | None:
         """``deleted`` / ``rewritten`` when the run's branch lost the checkpoint, else None."""
@@ -566,16 +574,17 @@ PER_WORKTREE = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
 """Refs git keeps in a worktree's own git directory, not the common one."""
 
 
-def _read_small(path: Path) -> str:
-    """A ref file's text ('' when it is missing, a link, not a regular file, or unreadable)."""
+def _read_small(path: Path, root: Path) -> str | None:
+    """A ref file's text below ``root``: '' when it is missing, None when it is there but cannot be read as a
+    regular file reached without a link (:func:`ralph.safeio.read_bytes`): its value is then unknown."""
+    from ralph import safeio
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
+        return safeio.read_bytes(path, root).decode(errors="replace")
+    except FileNotFoundError:
         return ""
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return ""
-        return handle.read(16 << 20).decode(errors="replace")
+    except OSError:  # safeio.UnsafePath is one too
+        return None
 
 
 def mirror_path(project_dir: Path, state_dir: str | None) -> Path:
