@@ -30,6 +30,48 @@ def test_socket_directory_and_socket_are_private() -> None:
     assert not server.directory.exists()
 
 
+def test_a_socket_at_a_given_path_appears_only_once_it_listens(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that waits for the path (the hook helper's callers do) must never find a socket that
+    is bound but not yet listening: it would be refused, answer in-process and start a second helper."""
+    import socketserver
+
+    path = tmp_path / "helper.sock"
+    seen_at_listen: list[bool] = []
+    activate = socketserver.UnixStreamServer.server_activate
+
+    def listen(self: socketserver.UnixStreamServer) -> None:
+        seen_at_listen.append(path.exists())
+        activate(self)
+
+    monkeypatch.setattr(socketserver.UnixStreamServer, "server_activate", listen)
+    server = HookServer(lambda request: {"systemMessage": "here"}, path=path).start()
+    try:
+        assert seen_at_listen == [False]
+        assert stat.S_ISSOCK(path.stat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert ask_loop(str(path), {"payload": {}}) == {"output": {"systemMessage": "here"}}
+        assert sorted(entry.name for entry in tmp_path.iterdir()) == ["helper.sock"]  # no staging name left
+    finally:
+        server.stop()
+    assert not path.exists()
+
+
+def test_a_server_that_loses_the_race_for_a_path_gives_up_and_leaves_the_winner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ralph.hooks import server as server_module
+
+    path = tmp_path / "helper.sock"
+    winner = HookServer(lambda request: {"systemMessage": "winner"}, path=path).start()
+    try:
+        monkeypatch.setattr(server_module, "_remove_stale_socket", lambda _path: None)  # both saw no live socket
+        with pytest.raises(OSError, match="already answers"):
+            HookServer(lambda request: {"systemMessage": "loser"}, path=path)
+        assert ask_loop(str(path), {"payload": {}}) == {"output": {"systemMessage": "winner"}}
+        assert sorted(entry.name for entry in tmp_path.iterdir()) == ["helper.sock"]
+    finally:
+        winner.stop()
+
+
 def test_requests_without_or_with_a_wrong_token_are_refused_and_reported() -> None:
     seen: list[dict] = []
     reported: list[str] = []

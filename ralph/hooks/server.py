@@ -11,6 +11,7 @@ process answering is the loop (the kernel's word: ``ralph.hooks.client.peer_refu
 from __future__ import annotations
 
 import hmac
+import itertools
 import json
 import os
 import shutil
@@ -89,11 +90,16 @@ class HookServer:
         else:
             self.directory, self.path = path.parent, path
             _remove_stale_socket(path)
+        # At a caller's path the socket is made under a private name and linked into place once it listens:
+        # a client that sees the path can connect (bind makes the file before listen would accept).
+        staging = self.path if path is None else self.directory / f".{os.getpid():x}-{next(_SERIAL):x}"
         old_umask = os.umask(0o177)  # the socket is created 0600: no window where others may connect
         try:
-            self._server = _UnixServer(str(self.path), _Handler)
+            self._server = _UnixServer(str(staging), _Handler)
         finally:
             os.umask(old_umask)
+        if staging != self.path:
+            _move_into_place(self._server, staging, self.path)
         self._server.owner = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, name="ralph-hook-server", daemon=True)
 
@@ -147,6 +153,29 @@ class HookServer:
                 self.path.unlink()
             except FileNotFoundError:
                 pass
+
+
+_SERIAL = itertools.count()
+
+
+def _move_into_place(server: _UnixServer, staging: Path, path: Path) -> None:
+    """Give the listening socket at ``staging`` its name ``path`` (a hard link: a server that took
+    ``path`` meanwhile keeps it, and this one gives up with an OSError)."""
+    try:
+        try:
+            os.link(staging, path)
+        except FileExistsError:
+            raise OSError(f"a server already answers on {path}") from None
+        except OSError:  # a file system without hard links to sockets: the last one to come answers
+            os.replace(staging, path)
+    except OSError:
+        server.server_close()
+        raise
+    finally:
+        try:
+            os.unlink(staging)
+        except FileNotFoundError:
+            pass
 
 
 def _remove_stale_socket(path: Path) -> None:
