@@ -15,53 +15,16 @@ tracks it (or does not ignore it) or it lies in a toolchain entry.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BUILTINS = frozenset({
-    ":", ".", "[", "[[", "alias", "bg", "break", "builtin", "case", "cd", "command", "continue", "declare", "echo",
-    "eval", "exec", "exit", "export", "false", "fg", "for", "function", "getopts", "hash", "if", "jobs", "kill",
-    "let", "local", "printf", "pwd", "read", "readonly", "return", "set", "shift", "source", "test", "time", "times",
-    "trap", "true", "type", "typeset", "ulimit", "umask", "unalias", "unset", "wait", "while",
-})
-PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
-LOOKUP = r"""
-import json, os, shutil, subprocess, sys
-FIND = "import importlib.util, sys\ntry:\n    s = importlib.util.find_spec(sys.argv[1])\nexcept Exception:\n    s = None\nsys.exit(0 if s else 3)"
-out = []
-for need in json.loads(sys.argv[1]):
-    os.chdir(need["cwd"]) if os.path.isdir(need["cwd"]) else None
-    name = need["program"]
-    found = (os.path.abspath(name) if os.access(name, os.X_OK) and not os.path.isdir(name) else None) if "/" in name \
-        else shutil.which(name)
-    item = {"found": found}
-    if found and need.get("module"):
-        try:
-            done = subprocess.run([found, "-c", FIND, need["module"]], timeout=60,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            item["module"] = done.returncode == 0
-        except Exception:
-            item["module"] = False
-    out.append(item)
-print(json.dumps(out))
-"""
-"""Run in the sandbox with this Python (``-I -S``): each program as a gate would find it, each module."""
+from ralph.api.gateprograms import BUILTINS, LOOKUP_SCRIPT, ProgramNeed, lookup_answer, lookup_payload, python_module
 
-
-@dataclass(frozen=True)
-class Need:
-    """One program a gate command runs (and the module, for ``python -m``), from ``cwd``."""
-
-    command: str
-    program: str
-    cwd: str
-    module: str | None = None
+Need = ProgramNeed
+"""One program a gate command runs, from its ``cwd`` (``ralph.api.gateprograms.ProgramNeed``)."""
 
 
 def gate_needs(commands: list[str], project: Path) -> tuple[list[Need], list[str]]:
@@ -88,8 +51,8 @@ def gate_needs(commands: list[str], project: Path) -> tuple[list[Need], list[str
             for name in [w.split()[0] for w in each.wrappers] + [each.argv[0]]:
                 if name in BUILTINS:
                     continue
-                module = _python_module(each.argv) if name == each.argv[0] else None
-                need = Need(command, name, cwd, module)
+                module = python_module(each.argv) if name == each.argv[0] else None
+                need = Need(command, name, module, cwd=cwd)
                 if need not in needs:
                     needs.append(need)
     return needs, unchecked
@@ -119,7 +82,7 @@ def missing_checks(needs: list[Need], found: list[dict[str, Any]], project: Path
         elif not path:
             here: str | None
             if "/" in need.program:  # a path (in the project, or absolute): what is it here?
-                joined = os.path.join(need.cwd, need.program)
+                joined = os.path.join(need.cwd or str(project), need.program)
                 here = joined if os.path.lexists(joined) else None
             else:
                 here = shutil.which(need.program, path=os.environ.get("PATH"))
@@ -141,14 +104,13 @@ def missing_checks(needs: list[Need], found: list[dict[str, Any]], project: Path
 
 
 def look_up(argv: list[str], env: dict[str, str], needs: list[Need], timeout: float = 60.0) -> list[dict[str, Any]]:
-    """Run :data:`LOOKUP` through ``argv`` (a sandbox command line ending in ``python -I -S``)."""
-    payload = json.dumps([{"program": n.program, "module": n.module, "cwd": n.cwd} for n in needs])
-    done = subprocess.run([*argv, "-c", LOOKUP, payload], capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL, cwd="/")
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
+    """Run ``ralph.api.gateprograms.LOOKUP_SCRIPT`` through ``argv`` (a sandbox command line ending in
+    ``python -I -S``)."""
+    done = subprocess.run([*argv, "-c", LOOKUP_SCRIPT, lookup_payload(needs)], capture_output=True, text=True,
+                          timeout=timeout, env=env, stdin=subprocess.DEVNULL, cwd="/")
+    if done.returncode != 0 or not done.stdout.strip():
         raise RuntimeError((done.stderr or done.stdout).strip()[-300:] or f"exit {done.returncode}")
-    return list(json.loads(lines[-1]))
+    return lookup_answer(done.stdout, needs)
 
 
 def _ignored(project: Path, path: Path) -> bool:
@@ -169,20 +131,6 @@ def _top(path: Path, hidden: list[Path]) -> str:
             home = Path.home()
             return "~/" + str(top.relative_to(home)) if home in top.parents else str(top)
     return str(path.parent)
-
-
-def _python_module(argv: list[str]) -> str | None:
-    """``MODULE`` of ``python3 [flags] -m MODULE ...`` (None: not a python, or no ``-m``)."""
-    if not PYTHON.fullmatch(argv[0].rsplit("/", 1)[-1]):
-        return None
-    for i, word in enumerate(argv[1:], start=1):
-        if word == "-m":
-            return argv[i + 1] if i + 1 < len(argv) else None
-        if word.startswith("-m") and len(word) > 2:
-            return word[2:]
-        if word == "-c" or not word.startswith("-"):
-            return None
-    return None
 
 
 __all__ = ["Need", "gate_needs", "look_up", "missing_checks"]

@@ -14,21 +14,14 @@ program and the config keys that add it.
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ralph.api.gateprograms import BUILTINS, LOOKUP_SCRIPT, ProgramNeed, lookup_answer, lookup_payload, python_module
+
 __all__ = ["Need", "Missing", "gate_needs", "look_up", "missing_checks"]
 
-BUILTINS = frozenset({
-    ":", ".", "[", "[[", "alias", "bg", "break", "builtin", "case", "cd", "command", "continue", "declare", "echo",
-    "eval", "exec", "exit", "export", "false", "fg", "for", "function", "getopts", "hash", "if", "jobs", "kill",
-    "let", "local", "printf", "pwd", "read", "readonly", "return", "set", "shift", "source", "test", "time", "times",
-    "trap", "true", "type", "typeset", "ulimit", "umask", "unalias", "unset", "wait", "while",
-})
-"""Shell builtins and keywords: nothing to look up."""
 OWN_ENVIRONMENT = frozenset({
     "uv", "uvx", "poetry", "pipenv", "pdm", "hatch", "rye", "pixi", "conda", "mamba", "micromamba", "tox", "nox",
     "npm", "pnpm", "yarn", "bun", "nix", "nix-shell", "direnv", "mise", "asdf", "bundle", "pipx", "cargo", "go",
@@ -37,8 +30,6 @@ OWN_ENVIRONMENT = frozenset({
 """Wrappers that find the program they run themselves (in an environment they make): only they are looked up."""
 NODE_RUNNERS = frozenset({"npx", "pnpx", "bunx"})
 """Wrappers that run a program from the project's ``node_modules/.bin`` (never from PATH), else download it."""
-PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
-PYTHON_FLAGS_WITH_VALUE = frozenset({"-W", "-X", "-Q"})
 PACKAGE_HINTS = {
     "pytest": "python3-pytest", "py.test": "python3-pytest", "node": "nodejs", "npm": "npm", "npx": "npm",
     "go": "golang-go", "gofmt": "golang-go", "make": "make", "cargo": "cargo", "rustc": "rustc", "gcc": "gcc",
@@ -52,37 +43,10 @@ PACKAGE_HINTS = {
 """Debian packages that give a program (shown in the fix)."""
 MODULE_HINTS = {"pytest": "python3-pytest", "mypy": "mypy", "coverage": "python3-coverage", "hypothesis": "python3-hypothesis"}
 
-LOOKUP = r"""
-import json, os, shutil, subprocess, sys
-FIND = "import importlib.util, sys\ntry:\n    s = importlib.util.find_spec(sys.argv[1])\nexcept Exception:\n    s = None\nsys.exit(0 if s else 3)"
-out = []
-for need in json.loads(sys.argv[1]):
-    path = need.get("path") or os.environ.get("PATH", "")
-    found = shutil.which(need["program"], path=path)
-    item = {"found": found}
-    if found and need.get("module"):
-        try:
-            env = dict(os.environ, PATH=path)
-            done = subprocess.run([found, "-c", FIND, need["module"]], cwd="/tmp", env=env, timeout=60,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            item["module"] = done.returncode == 0
-        except Exception:
-            item["module"] = False
-    out.append(item)
-print(json.dumps(out))
-"""
-"""Run in the sandbox image with ``python3 -I -S``: each program on the gates' PATH, and each module."""
 
 
-@dataclass(frozen=True)
-class Need:
-    """One program a gate command runs (and the module, for ``python -m``)."""
-
-    command: str
-    program: str
-    module: str | None = None
-    path: str | None = None
-    """The ``PATH`` the command sets itself (``PATH=... pytest``), else None (the gates')."""
+Need = ProgramNeed
+"""One program a gate command runs (``ralph.api.gateprograms.ProgramNeed``)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +99,7 @@ def gate_needs(commands: list[str], project_dir: Path, tracked: set[str]) -> tup
                     if problem is not None:
                         missing.append(problem)
                     continue
-                module = _python_module(each.argv) if name == each.argv[0] else None
+                module = python_module(each.argv) if name == each.argv[0] else None
                 if module is not None and _project_module(module, each.cd, each.assignments, tracked):
                     module = None
                 if not any((n.program, n.module, n.path) == (name, module, path) for n in needs):
@@ -148,10 +112,9 @@ def look_up(client: Any, image: str, user: str, path: str, needs: list[Need]) ->
     dropped, as ``user``) with the gates' ``path``."""
     if not needs:
         return []
-    payload = json.dumps([{"program": n.program, "module": n.module, "path": n.path or path} for n in needs])
     output = client.containers.run(
         image,
-        ["-I", "-S", "-c", LOOKUP, payload],
+        ["-I", "-S", "-c", LOOKUP_SCRIPT, lookup_payload(needs, path)],
         entrypoint=["python3"],
         environment={"PATH": path, "HOME": "/tmp"},
         user=user,
@@ -165,7 +128,7 @@ def look_up(client: Any, image: str, user: str, path: str, needs: list[Need]) ->
         stdout=True,
         stderr=False,
     )
-    found = json.loads(output.decode("utf-8").strip().splitlines()[-1])
+    found = lookup_answer(output.decode("utf-8"), needs)
     missing = []
     for need, item in zip(needs, found):
         if not item.get("found"):
@@ -262,26 +225,6 @@ def _node_bin(command: str, runner: str, name: str, cd: list[str], cd_unknown: b
         f"in [tool.ralph.docker-sandbox]: docs/sandbox.md, \"Node with npm\") and call it by name or through `npm test`, "
         "then run `ralph sandbox build`",
     )
-
-
-def _python_module(argv: list[str]) -> str | None:
-    """``MODULE`` of ``python3 [flags] -m MODULE ...`` (None: not a python, or no ``-m``)."""
-    if not PYTHON.fullmatch(argv[0].rsplit("/", 1)[-1]):
-        return None
-    i = 1
-    while i < len(argv):
-        word = argv[i]
-        if word == "-m":
-            return argv[i + 1] if i + 1 < len(argv) else None
-        if word.startswith("-m") and len(word) > 2:
-            return word[2:]
-        if word in PYTHON_FLAGS_WITH_VALUE:
-            i += 2
-            continue
-        if word == "-c" or not word.startswith("-") or word == "-":
-            return None
-        i += 1
-    return None
 
 
 def _project_module(module: str, cd: list[str], assignments: dict[str, str], tracked: set[str]) -> bool:
