@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["atomic_write_text", "atomic_write_bytes"]
+__all__ = ["atomic_write_text", "atomic_write_bytes", "private_dir"]
 
 
 def atomic_write_bytes(path: Path | str, data: bytes, sync: bool = True) -> None:
@@ -36,3 +36,28 @@ def atomic_write_text(path: Path | str, text: str, encoding: str = "utf-8", sync
     platform.
     """
     atomic_write_bytes(path, text.encode(encoding), sync)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory of this user only, mode 0700, made with its parents when missing.
+
+    A link, a file or another user's directory in its place is removed, never followed (a link there
+    would make its target the private directory: writable where the directory is shared)."""
+    import shutil
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()):
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+        info = None
+    if info is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700)
+    os.chmod(path, 0o700)
+    return path

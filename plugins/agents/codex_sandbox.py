@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ralph.api.agents import private_dir
+
 __all__ = ["AGENT_TMP", "HelperPlacement", "describe_bubblewrap", "helper_placement", "system_bubblewrap",
            "temporary_roots"]
 
@@ -64,28 +66,6 @@ def temporary_roots(environ: Mapping[str, str]) -> list[Path]:
     return resolved
 
 
-def _private_dir(path: Path) -> Path:
-    """``path`` as a directory of this user only (mode 0700); a link or file in its place is removed,
-    never followed (a link there would make its target writable in the sandbox)."""
-    import shutil
-    import stat
-
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    if info is not None and (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()):
-        if stat.S_ISDIR(info.st_mode):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink()
-        info = None
-    if info is None:
-        path.mkdir(mode=0o700)
-    os.chmod(path, 0o700, follow_symlinks=False)
-    return path
-
-
 def _under(path: Path, root: Path) -> bool:
     try:
         path.relative_to(root)
@@ -107,7 +87,7 @@ def helper_placement(home: Path, environ: Mapping[str, str], sandbox: str) -> He
     inside = [root for root in temporary_roots(environ) if _under(real, root)]
     if not inside:
         return HelperPlacement()
-    scratch = _private_dir(home / AGENT_TMP)
+    scratch = private_dir(home / AGENT_TMP)
     overrides: list[tuple[str, Any]] = []
     if sandbox == "workspace-write":
         overrides.append(("sandbox_workspace_write.exclude_slash_tmp", True))

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ralph.fsutil import private_dir
+
 if TYPE_CHECKING:
     from ralph.contracts import Agent, AgentView, Runner
 
@@ -63,7 +65,7 @@ def new_config_home(run_dir: Path, label: str, logins: Mapping[str, Path | bytes
     on this machine, where a symbolic link resolves.  ``agent-homes`` is made (again) a private
     directory of this user first: whatever the agent left in its place is removed, never followed.
     """
-    parent = _private_dir(run_dir / HOMES_DIR)
+    parent = private_dir(run_dir / HOMES_DIR)
     home = Path(tempfile.mkdtemp(prefix=f"{_safe(label)}-", dir=parent))
     for name, source in logins.items():
         provide(home / name, source, same_machine=same_machine)
@@ -76,7 +78,7 @@ def stable_config_home(run_dir: Path, name: str, logins: Mapping[str, Path | byt
     followed.  The path is the same because Claude Code writes it into its system prompt (the memory
     directory): a new path per process would make every iteration's prompt prefix new to the API's
     prompt cache, written (1.25x the input price) instead of read (0.1x)."""
-    parent = _private_dir(run_dir / HOMES_DIR)
+    parent = private_dir(run_dir / HOMES_DIR)
     home = parent / _safe(name)
     for _ in range(3):
         if os.path.lexists(home):
@@ -132,25 +134,6 @@ def provide(target: Path, source: Path | bytes, *, same_machine: bool = True) ->
 def remove_config_home(home: Path) -> None:
     """Remove a config home and what the CLI wrote into it (links are removed, never followed)."""
     shutil.rmtree(home, ignore_errors=True)
-
-
-def _private_dir(path: Path) -> Path:
-    """``path`` as a directory of this user only, mode 0700 (a link or file in its place removed)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        info = None
-    if info is not None and (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()):
-        if stat.S_ISDIR(info.st_mode):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink()
-        info = None
-    if info is None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.mkdir(mode=0o700)
-    os.chmod(path, 0o700)
-    return path
 
 
 def _write_private(target: Path, data: bytes) -> None:
