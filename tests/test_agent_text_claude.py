@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
 
 import pytest
 
 from ralph.loop.prompt import THIS_ITERATION_HEADING
-from ralph.testing.model_server import IterationScript, Turn, text, tool
+from ralph.testing.model_server import IterationScript, Turn, text
 from ralph.testing.project import RalphProject, story
 
 # ``run_loop(runner, script, *args)`` and the docker fixtures it requests for the sandbox
 import test_review_integrity_claude as _loop  # noqa: E402
+from ralph.testing.scripting import bash_turn as bash, python_line as py
 
 RUNNERS, run_loop = _loop.RUNNERS, _loop.run_loop
 docker_client, gateway, sandbox_image, sandbox_project = (
@@ -38,11 +38,6 @@ BIDI = "\u202e"
 TERMINAL_CONTROLS = ("\x1b", "\x07", "\x9b", "\x9d", "\x90", "\u202e", "\u2066")
 
 
-def py(code: str, *args: Any) -> str:
-    """A Bash command running ``code`` with JSON-encoded ``args`` (as a model would script an edit)."""
-    return " ".join(["python3", "-c", shlex.quote(code), *(shlex.quote(json.dumps(a)) for a in args)])
-
-
 EDIT_TASKS = (
     "import json,sys;p='ralph/tasks.json';d=json.load(open(p));"
     "exec(json.loads(sys.argv[1]));open(p,'w').write(json.dumps(d,indent=2)+'\\n')"
@@ -51,10 +46,6 @@ EDIT_TASKS = (
 
 def edit_tasks(statement: str) -> str:
     return py(EDIT_TASKS, statement)
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def implement(story_id: str, *extra: str, say: str = "Implemented.") -> list[Turn]:

@@ -21,12 +21,9 @@ from ralph.testing.model_server import IterationScript, ScriptedModelServer, Tur
 from ralph.testing.project import RalphProject, story
 
 from test_loop_claude import approve, implement, review_fix_cycle, set_fields
+from ralph.testing.scripting import bash_turn as bash
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def write(path: Path, content: str) -> Turn:

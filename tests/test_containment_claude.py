@@ -31,6 +31,7 @@ import pytest
 from ralph.testing.model_server import IterationScript, Turn, text, tool
 from ralph.testing.project import RalphProject, story
 from test_loop_claude import commit, implement, set_fields
+from ralph.testing.scripting import bash_turn as bash
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
 
@@ -90,10 +91,6 @@ LAUNCH_FROM_GATE = textwrap.dedent("""
     time.sleep(0.5)  # the chains are up to speed when the gate ends
     print('checks pass')
 """)
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def write(path: Path, content: str) -> Turn:

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from ralph.testing.model_server import IterationScript, ScriptedModelServer, Turn, text, tool
+from ralph.testing.model_server import IterationScript, ScriptedModelServer, Turn, text
 from ralph.testing.project import RalphProject, story
 from ralph.testing.requirements import require
 
 from test_loop_claude import set_fields
+from ralph.testing.scripting import bash_turn as bash
 
 pytestmark = pytest.mark.slow
 
@@ -137,10 +138,6 @@ def run_in(runner: Any, project: Path, argv: list[str], timeout: float = 60, **k
 
 
 # -- the loop end to end: real claude in the container ----------------------------------
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def implement_and_approve(after_commit: str = "") -> IterationScript:

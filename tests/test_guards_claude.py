@@ -16,15 +16,12 @@ import pytest
 
 from ralph.testing.model_server import IterationScript, ScriptedModelServer, Turn, text, tool
 from ralph.testing.project import RalphProject, story
+from ralph.testing.scripting import bash_turn as bash
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
 
 ALIAS_PUSH = "shopt -s expand_aliases\nalias g='env -u GIT_CONFIG_COUNT git'\ng push --force origin HEAD:main"
 STALL = "a=x;" + "a=$a$a;" * 24 + "echo ${#a}"
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def write(path: Path | str, content: str) -> Turn:

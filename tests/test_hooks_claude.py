@@ -18,12 +18,9 @@ import pytest
 from ralph.testing.model_server import IterationScript, SequenceScript, Turn, text, tool
 from ralph.testing.project import RalphProject, story
 from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
+from ralph.testing.scripting import bash_turn as bash
 
 pytestmark = pytest.mark.real_claude
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def requests_after(server, script, iteration: int) -> list[str]:

@@ -24,6 +24,7 @@ import pytest
 
 from ralph.testing.model_server import IterationScript, Turn, text, tool
 from ralph.testing.project import RalphProject, story
+from ralph.testing.scripting import bash_turn as bash, python_line as py
 
 pytestmark = pytest.mark.real_claude
 
@@ -35,14 +36,6 @@ EXIT_WAITING = 8
 def bin_path() -> str:
     """PATH with this interpreter's scripts first, so the agent's ``ralph`` is this ralph."""
     return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
-
-
-def py(code: str, *args: Any) -> str:
-    return " ".join(["python3", "-c", shlex.quote(code), *(shlex.quote(json.dumps(a)) for a in args)])
 
 
 EDIT_TASKS = (

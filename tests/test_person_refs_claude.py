@@ -15,16 +15,13 @@ from typing import Any, Callable
 
 import pytest
 
-from ralph.testing.model_server import IterationScript, Turn, text, tool
+from ralph.testing.model_server import IterationScript, Turn, text
 from ralph.testing.project import RalphProject, story
+from ralph.testing.scripting import bash_turn as bash, python_line as py
 
 pytestmark = pytest.mark.real_claude
 
 RUN_BRANCH = "ralph/feature"
-
-
-def py(code: str, *args: Any) -> str:
-    return " ".join(["python3", "-c", shlex.quote(code), *(shlex.quote(json.dumps(a)) for a in args)])
 
 
 def git_steps(*argvs: list[str]) -> str:
@@ -41,10 +38,6 @@ EDIT_TASKS = (
 
 def set_fields(story_id: str, **fields: Any) -> str:
     return py(EDIT_TASKS, f"[s.update({fields!r}) for s in d['userStories'] if s['id']=={story_id!r}]")
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def implement(story_id: str, *extra: str) -> list[Turn]:

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from ralph.testing.model_server import IterationScript, Turn, text, tool
+from ralph.testing.model_server import IterationScript, Turn, text
 from ralph.testing.project import GIT_IDENTITY, ralph_command, story
+from ralph.testing.scripting import bash_turn as bash
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
 
@@ -42,10 +43,6 @@ def quickstart_commands() -> list[str]:
         if command:
             commands.append(command)
     return commands
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def write_file(path: str, content: str) -> Turn:

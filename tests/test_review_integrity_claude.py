@@ -18,15 +18,12 @@ import pytest
 
 from ralph.testing.model_server import IterationScript, Turn, text, tool
 from ralph.testing.project import RalphProject, story
+from ralph.testing.scripting import python_line as py
 
 pytestmark = pytest.mark.real_claude
 
 CHECK = "import sys, os\nok = open('US-001.txt').read() == 'hello' and not os.path.exists('build/flag')\n" \
         "sys.exit(0 if ok else 'US-001.txt must say hello, and no build/flag')\n"
-
-
-def py(code: str, *args: Any) -> str:
-    return " ".join(["python3", "-c", shlex.quote(code), *(shlex.quote(json.dumps(a)) for a in args)])
 
 
 EDIT_TASKS = (

@@ -24,6 +24,7 @@ import pytest
 
 from ralph.testing.model_server import IterationScript, Turn, text, tool
 from ralph.testing.project import RalphProject, story
+from ralph.testing.scripting import python_line as py
 
 pytestmark = pytest.mark.real_claude
 
@@ -48,11 +49,6 @@ EDIT_TASKS = (
     "[s.update(json.loads(sys.argv[2])) for s in d['userStories'] if s['id']==json.loads(sys.argv[1])];"
     "open(p,'w').write(json.dumps(d,indent=2)+'\\n')"
 )
-
-
-def py(code: str, *args: Any, python: str = "python3") -> str:
-    """A Bash command running ``code`` with JSON-encoded ``args``."""
-    return " ".join([python, "-c", shlex.quote(code), *(shlex.quote(json.dumps(a)) for a in args)])
 
 
 def write(path: str, content: str) -> str:

@@ -25,6 +25,7 @@ import pytest
 
 from ralph.testing.model_server import IterationScript, ScriptedModelServer, Turn, text, tool
 from ralph.testing.project import RalphProject, story
+from ralph.testing.scripting import bash_turn as bash
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
 
@@ -38,10 +39,6 @@ EDIT_OTHER = (
     )
 )
 STOP_BLOCKED = "not this iteration's story"
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def python(code: str, *args: str) -> Turn:

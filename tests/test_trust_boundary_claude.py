@@ -24,15 +24,12 @@ from ralph.testing.model_server import IterationScript, ScriptedModelServer, Tur
 from ralph.testing.project import GIT_IDENTITY, RalphProject, story
 
 from test_loop_claude import set_fields
+from ralph.testing.scripting import bash_turn as bash
 
 pytestmark = [pytest.mark.real_claude, pytest.mark.slow]
 
 RUNNERS = ["direct", pytest.param("docker-sandbox", id="sandbox")]
 CLAUDE_TEST_ENV = ["CLAUDE_CODE_MAX_RETRIES", "API_TIMEOUT_MS"]
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def write(path: Path, content: str) -> Turn:

@@ -12,9 +12,11 @@ from ralph.scripted.model_server import Turn, text, tool
 
 __all__ = [
     "approve_turns",
+    "bash_turn",
     "bash_turns",
     "commit_command",
     "implement_turns",
+    "python_line",
     "replay_actions",
     "review_fix_turns",
     "self_approving_turns",
@@ -41,10 +43,22 @@ def commit_command(message: str) -> str:
     return f"git add -A && git commit -q -m {shlex.quote(message)}"
 
 
+def bash_turn(command: str) -> Turn:
+    """A model turn that makes one Bash tool call running ``command``."""
+    return Turn([tool("Bash", {"command": command, "description": "step"})])
+
+
 def bash_turns(commands: list[str], say: str) -> list[Turn]:
     """One Bash tool call per command, then a closing text turn."""
-    turns = [Turn([tool("Bash", {"command": c, "description": "step"})]) for c in commands]
-    return turns + [Turn([text(say)])]
+    return [bash_turn(c) for c in commands] + [Turn([text(say)])]
+
+
+def python_line(code: str, *args: Any, python: str = "python3") -> str:
+    """A shell line running ``code`` with ``python -c``, each of ``args`` one JSON-encoded argv element.
+
+    Attack code and hostile names travel this way as data: the line is built with :func:`shlex.quote`,
+    never by pasting text into a shell command."""
+    return " ".join([shlex.quote(python), "-c", shlex.quote(code), *(shlex.quote(json.dumps(a)) for a in args)])
 
 
 def replay_actions(commands: list[str], say: str) -> list[dict[str, Any]]:
