@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    from ralph.shell import Command
 
 BUILTINS = frozenset({
     ":", ".", "[", "[[", "alias", "bg", "break", "builtin", "case", "cd", "command", "continue", "declare", "echo",
@@ -93,6 +96,30 @@ def python_module(argv: list[str]) -> str | None:
     return None
 
 
+def gate_calls(commands: Iterable[str], project_dir: str) -> tuple[list[tuple[str, Command]], list[str]]:
+    """Each simple command the gate ``commands`` run whose program is named in the text, with the gate
+    command it belongs to (``ralph.api.shell.analyze``: wrappers and ``bash -c`` code followed), and a
+    note per command, or part of one, that cannot be checked before it runs (unparseable, a program only
+    known at run time)."""
+    from ralph.shell import analyze
+
+    calls: list[tuple[str, Command]] = []
+    unchecked: list[str] = []
+    for command in commands:
+        analysis = analyze(command, project_dir=project_dir)
+        if analysis.unparseable:
+            unchecked.append(f"`{command}`: {analysis.unparseable}")
+            continue
+        for each in analysis.simple:
+            if not each.argv:
+                continue
+            if each.dynamic_name:
+                unchecked.append(f"`{command}`: the program `{each.argv[0]}` is only known at run time")
+                continue
+            calls.append((command, each))
+    return calls, unchecked
+
+
 def lookup_payload(needs: Iterable[ProgramNeed], path: str | None = None) -> str:
     """The argument :data:`LOOKUP_SCRIPT` takes for ``needs`` (``path``: the gates' ``PATH``, for a need
     that sets none)."""
@@ -112,5 +139,5 @@ def lookup_answer(output: str, needs: list[ProgramNeed]) -> list[dict[str, Any]]
     return found
 
 
-__all__ = ["BUILTINS", "LOOKUP_SCRIPT", "PYTHON", "PYTHON_FLAGS_WITH_VALUE", "ProgramNeed", "lookup_answer",
-           "lookup_payload", "python_module"]
+__all__ = ["BUILTINS", "LOOKUP_SCRIPT", "PYTHON", "PYTHON_FLAGS_WITH_VALUE", "ProgramNeed", "gate_calls",
+           "lookup_answer", "lookup_payload", "python_module"]

@@ -21,7 +21,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ralph.api.gateprograms import BUILTINS, LOOKUP_SCRIPT, ProgramNeed, lookup_answer, lookup_payload, python_module
+from ralph.api.gateprograms import (
+    BUILTINS,
+    LOOKUP_SCRIPT,
+    ProgramNeed,
+    gate_calls,
+    lookup_answer,
+    lookup_payload,
+    python_module,
+)
 
 Need = ProgramNeed
 """One program a gate command runs, from its ``cwd`` (``ralph.api.gateprograms.ProgramNeed``)."""
@@ -29,32 +37,20 @@ Need = ProgramNeed
 
 def gate_needs(commands: list[str], project: Path) -> tuple[list[Need], list[str]]:
     """(programs to look up, commands not checked and why)."""
-    from ralph.api.shell import analyze
-
     needs: list[Need] = []
-    unchecked: list[str] = []
-    for command in commands:
-        analysis = analyze(command, project_dir=str(project))
-        if analysis.unparseable:
-            unchecked.append(f"`{command}`: {analysis.unparseable}")
+    calls, unchecked = gate_calls(commands, str(project))
+    for command, each in calls:
+        if each.cd_unknown:
+            unchecked.append(f"`{command}`: `{each.argv[0]}` runs in a directory only known at run time")
             continue
-        for each in analysis.simple:
-            if not each.argv:
+        cwd = os.path.normpath(os.path.join(str(project), *each.cd))
+        for name in [w.split()[0] for w in each.wrappers] + [each.argv[0]]:
+            if name in BUILTINS:
                 continue
-            if each.dynamic_name:
-                unchecked.append(f"`{command}`: the program `{each.argv[0]}` is only known at run time")
-                continue
-            if each.cd_unknown:
-                unchecked.append(f"`{command}`: `{each.argv[0]}` runs in a directory only known at run time")
-                continue
-            cwd = os.path.normpath(os.path.join(str(project), *each.cd))
-            for name in [w.split()[0] for w in each.wrappers] + [each.argv[0]]:
-                if name in BUILTINS:
-                    continue
-                module = python_module(each.argv) if name == each.argv[0] else None
-                need = Need(command, name, module, cwd=cwd)
-                if need not in needs:
-                    needs.append(need)
+            module = python_module(each.argv) if name == each.argv[0] else None
+            need = Need(command, name, module, cwd=cwd)
+            if need not in needs:
+                needs.append(need)
     return needs, unchecked
 
 

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ralph.api.gateprograms import BUILTINS, LOOKUP_SCRIPT, ProgramNeed, lookup_answer, lookup_payload, python_module
+from ralph.api.gateprograms import (
+    BUILTINS,
+    LOOKUP_SCRIPT,
+    ProgramNeed,
+    gate_calls,
+    lookup_answer,
+    lookup_payload,
+    python_module,
+)
 
 __all__ = ["Need", "Missing", "gate_needs", "look_up", "missing_checks"]
 
@@ -63,47 +71,35 @@ def gate_needs(commands: list[str], project_dir: Path, tracked: set[str]) -> tup
 
     ``tracked`` holds the repository's files (project-relative): a program or a ``python -m`` module
     given by a path in the project is there when it is tracked, and missing otherwise."""
-    from ralph.api.shell import analyze
-
     needs: list[Need] = []
     missing: list[Missing] = []
-    unchecked: list[str] = []
-    for command in commands:
-        analysis = analyze(command, project_dir=str(project_dir))
-        if analysis.unparseable:
-            unchecked.append(f"`{command}`: {analysis.unparseable}")
+    calls, unchecked = gate_calls(commands, str(project_dir))
+    for command, each in calls:
+        if any(w.split()[0] in OWN_ENVIRONMENT for w in each.wrappers):
+            continue  # `uv run pytest`: uv finds pytest in its own environment (uv itself is a need)
+        runner = next((w.split()[0] for w in each.wrappers if w.split()[0] in NODE_RUNNERS), None)
+        if runner is not None:
+            problem = _node_bin(command, runner, each.argv[0], each.cd, each.cd_unknown, tracked)
+            if problem is not None:
+                missing.append(problem)
             continue
-        for each in analysis.simple:
-            if not each.argv:
+        path = each.assignments.get("PATH")
+        if path is not None and "$" in path:
+            path = None
+        names = [w.split()[0] for w in each.wrappers if w.split()[0] not in BUILTINS] + [each.argv[0]]
+        for name in names:
+            if name in BUILTINS:
                 continue
-            if each.dynamic_name:
-                unchecked.append(f"`{command}`: the program `{each.argv[0]}` is only known at run time")
-                continue
-            if any(w.split()[0] in OWN_ENVIRONMENT for w in each.wrappers):
-                continue  # `uv run pytest`: uv finds pytest in its own environment (uv itself is a need)
-            runner = next((w.split()[0] for w in each.wrappers if w.split()[0] in NODE_RUNNERS), None)
-            if runner is not None:
-                problem = _node_bin(command, runner, each.argv[0], each.cd, each.cd_unknown, tracked)
+            if "/" in name and not name.startswith("/") or _inside(name, project_dir):
+                problem = _project_program(command, name, each.cd, each.cd_unknown, project_dir, tracked)
                 if problem is not None:
                     missing.append(problem)
                 continue
-            path = each.assignments.get("PATH")
-            if path is not None and "$" in path:
-                path = None
-            names = [w.split()[0] for w in each.wrappers if w.split()[0] not in BUILTINS] + [each.argv[0]]
-            for name in names:
-                if name in BUILTINS:
-                    continue
-                if "/" in name and not name.startswith("/") or _inside(name, project_dir):
-                    problem = _project_program(command, name, each.cd, each.cd_unknown, project_dir, tracked)
-                    if problem is not None:
-                        missing.append(problem)
-                    continue
-                module = python_module(each.argv) if name == each.argv[0] else None
-                if module is not None and _project_module(module, each.cd, each.assignments, tracked):
-                    module = None
-                if not any((n.program, n.module, n.path) == (name, module, path) for n in needs):
-                    needs.append(Need(command, name, module, path))  # looked up once, for its first command
+            module = python_module(each.argv) if name == each.argv[0] else None
+            if module is not None and _project_module(module, each.cd, each.assignments, tracked):
+                module = None
+            if not any((n.program, n.module, n.path) == (name, module, path) for n in needs):
+                needs.append(Need(command, name, module, path))  # looked up once, for its first command
     return needs, missing, unchecked
 
 
