@@ -259,6 +259,30 @@ def ready_stories(tasks: TaskList, candidates: Iterable[Story]) -> list[Story]:
 _priority = operator.attrgetter("priority")
 
 
+def first_ready(tasks: TaskList, candidates: Iterable[Story]) -> Story | None:
+    """``ready_stories(tasks, candidates)[0]``, or None when none is ready, without sorting every ready story:
+    the best priority, the first in the file among equals."""
+    stories = tasks.userStories
+    done = {story.id for story in stories if story.done}
+    ready = [
+        story for story in candidates
+        if not story.failed and not story.waiting and (not story.dependsOn or done.issuperset(story.dependsOn))
+    ]
+    if not ready:
+        return None
+    priorities = list(map(_priority, ready))
+    if any(type(p) is float and p != p for p in priorities):  # NaN orders nothing: as the sort puts them
+        return ready_stories(tasks, ready)[0]
+    best = min(priorities)
+    tied = [story for story, priority in zip(ready, priorities) if priority == best]
+    if len(tied) == 1:
+        return tied[0]
+    # the sort's tie-break: the place in the file (a story listed twice: its last; not in the list: 0), then the
+    # candidates' own order
+    position = dict(zip(map(id, stories), range(len(stories))))
+    return min(tied, key=lambda story: position.get(id(story), 0))
+
+
 def blocked_reason(tasks: TaskList, candidates: Iterable[Story]) -> str:
     """Why none of ``candidates`` can be selected (for the loop's message)."""
     known = {story.id: story for story in tasks.userStories}

@@ -350,3 +350,8 @@ def test_ready_stories_matches_the_reference_on_random_lists(seed: int) -> None:
     got = ready_stories(tasks, candidates)
     want = _ready_reference(tasks, candidates)
     assert [id(s) for s in got] == [id(s) for s in want]
+    # the policies pick the first without sorting them all: the very same story object, or None
+    from ralph.tasks import first_ready
+
+    first = first_ready(tasks, candidates)
+    assert (id(first) if first is not None else None) == (id(want[0]) if want else None)

@@ -214,6 +214,96 @@ def test_shared_reads_reparse_any_edit_and_never_hand_their_parse_to_other_reade
     assert parsed.userStories[0].passes is True
 
 
+def _containers(value: object, found: dict[int, object]) -> dict[int, object]:
+    """Every model, list and dict inside ``value`` by id (what a caller could change in place)."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        found[id(value)] = value
+        found[id(value.__dict__)] = value.__dict__
+        found[id(value.__pydantic_fields_set__)] = value.__pydantic_fields_set__
+        for item in [*value.__dict__.values(), value.__pydantic_extra__]:
+            _containers(item, found)
+    elif isinstance(value, (list, dict)):
+        found[id(value)] = value
+        for item in value.values() if isinstance(value, dict) else value:
+            _containers(item, found)
+    return found
+
+
+def _exactly(parsed: TaskList) -> list[object]:
+    """Everything a parse is made of: type, fields, extra keys and the fields set, of the list and of each story."""
+    return [(type(model), model.__dict__, model.__pydantic_extra__, model.__pydantic_fields_set__,
+             model.__pydantic_private__) for model in [parsed, *parsed.userStories]]
+
+
+def test_task_file_reads_of_the_same_text_are_new_parses_sharing_nothing(tmp_path: Path) -> None:
+    from ralph_plugins.stores.tasks_json import TasksJsonStore
+
+    path = tmp_path / "tasks.json"
+    data = BEFORE.model_dump()
+    data["userStories"][0]["mine"] = {"nested": [1, {"deep": ["x"]}], "n": 2.5}  # a person's own key
+    data["team"] = ["a", {"b": None}]
+    path.write_text(json.dumps(data, indent=2))
+    store = TasksJsonStore()
+    file = TaskFile(store, path)
+    reads = [file.read()[1] for _ in range(4)]  # from the second read on, the loop copies a parse it keeps
+    fresh = store.parse(path.read_text(), path)
+    for parsed in reads:
+        assert parsed is not None and _exactly(parsed) == _exactly(fresh) and parsed.model_dump() == fresh.model_dump()
+    seen: dict[int, object] = {}
+    for parsed in reads:
+        mine = _containers(parsed, {})
+        assert not mine.keys() & seen.keys()  # no model, list or dict is in two reads
+        seen.update(mine)
+    # a caller that changes its list in place changes no later read
+    changed = reads[-1]
+    assert changed is not None
+    changed.userStories[0].passes = True
+    changed.userStories[0].acceptanceCriteria.append("added in place")
+    changed.userStories[0].model_extra["mine"]["nested"][1]["deep"].append("y")  # type: ignore[index]
+    changed.verifyCommands.append("true")
+    assert _exactly(file.read()[1]) == _exactly(fresh)  # type: ignore[arg-type]
+    # the agent's edit keeps the size and the modification time: the text is what counts
+    stat = path.stat()
+    edited = path.read_text().replace('"passes": false', '"passes": true ', 1)
+    assert len(edited) == len(path.read_text())
+    path.write_text(edited)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    raw, parsed, error = file.read()
+    assert raw == edited and error is None and parsed is not None and parsed.userStories[0].passes is True
+    # ... and the text read before it is not trusted either once it is back: read and compared again
+    path.write_text(json.dumps(data, indent=2))
+    assert _exactly(file.read()[1]) == _exactly(fresh)  # type: ignore[arg-type]
+
+
+def test_a_parse_that_cannot_be_copied_exactly_is_parsed_at_every_read(tmp_path: Path) -> None:
+    from ralph.loop.parsecopy import Uncopyable, fresh_copy
+
+    with pytest.raises(Uncopyable):  # a NaN equals only itself: a shared one would make two reads compare equal
+        fresh_copy(tasks(story("US-001", priority=float("nan"))))
+    with pytest.raises(Uncopyable):
+        fresh_copy({"a": (1, 2)})
+
+    class Counting(_Store):
+        parses = 0
+
+        def parse(self, raw: str, source: Path) -> TaskList:
+            Counting.parses += 1
+            return super().parse(raw, source)
+
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(BEFORE.model_dump()).replace('"priority": 1,', '"priority": NaN,', 1))
+    file = TaskFile(Counting(), path)  # type: ignore[arg-type]
+    for _ in range(3):
+        assert file.read()[1] is not None
+    assert Counting.parses == 3
+    path.write_text(json.dumps(BEFORE.model_dump()))
+    for _ in range(3):
+        assert file.read()[1] is not None
+    assert Counting.parses == 5  # parsed twice, then copied
+
+
 def test_unsafe_ids_name_the_story() -> None:
     problems = unsafe_ids(tasks(story("US-001"), story("US-001; rm -rf $HOME")))
     assert len(problems) == 1 and "'US-001; rm -rf $HOME' is not a valid story id" in problems[0]

@@ -138,7 +138,7 @@ class ReviewPolicy(Policy):
         return self.settings.config.review_cap
 
     def select(self, tasks: TaskList) -> Selection | None:
-        from ralph.api.policies import ready_stories
+        from ralph.api.policies import first_ready
 
         story = _first(tasks, "changes_requested")
         if story is not None:
@@ -147,9 +147,9 @@ class ReviewPolicy(Policy):
         if story is not None:
             return Selection("review", story.id, "a story awaits its fresh-context review")
         open_stories = [s for s in tasks.userStories if not s.passes and s.reviewStatus is None]
-        ready = ready_stories(tasks, open_stories)
-        if ready:
-            return Selection("implement", ready[0].id, "highest-priority open story with its dependencies met")
+        ready = first_ready(tasks, open_stories)
+        if ready is not None:
+            return Selection("implement", ready.id, "highest-priority open story with its dependencies met")
         return None
 
     def is_complete(self, tasks: TaskList) -> bool:

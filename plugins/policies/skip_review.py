@@ -49,10 +49,10 @@ class SkipReviewPolicy(Policy):
     judged_outside_a_loop = False  # the seeds: Check 2.5 is off without review (in a loop TABLE applies)
 
     def select(self, tasks: TaskList) -> Selection | None:
-        from ralph.api.policies import ready_stories
+        from ralph.api.policies import first_ready
 
-        ready = ready_stories(tasks, [s for s in tasks.userStories if not s.passes])
-        return Selection("implement", ready[0].id, "highest-priority open story") if ready else None
+        story = first_ready(tasks, [s for s in tasks.userStories if not s.passes])
+        return Selection("implement", story.id, "highest-priority open story") if story is not None else None
 
     def is_complete(self, tasks: TaskList) -> bool:
         return all(s.passes for s in tasks.userStories)

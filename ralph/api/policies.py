@@ -7,7 +7,7 @@ entries.  The loop derives every check of the task list from it; :class:`StateCh
 what :meth:`Policy.select_next` sees, ``diff_text`` and ``fmt`` word values as the loop does.
 ``LOOP_FIELDS`` and ``PERSON_FIELDS`` are the story fields no mode may change.
 :class:`Selection` is what :meth:`Policy.select_next` returns, ``ready_stories`` the stories whose
-dependencies have passed, ``AUTO_APPROVED_PREFIX`` the note of a story approved at the review cap.
+dependencies have passed (``first_ready`` the first of them), ``AUTO_APPROVED_PREFIX`` the note of a story approved at the review cap.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ralph.contracts import AUTO_APPROVED_PREFIX, GateAttempt, ModeRules, Select
 from ralph.transitions import diff_text, fmt
 
 if TYPE_CHECKING:
-    from ralph.tasks import LOOP_FIELDS, PERSON_FIELDS, blocked_reason, ready_stories
+    from ralph.tasks import LOOP_FIELDS, PERSON_FIELDS, blocked_reason, first_ready, ready_stories
 
 __all__ = [
     "AUTO_APPROVED_PREFIX",
@@ -33,13 +33,14 @@ __all__ = [
     "Transition",
     "blocked_reason",
     "diff_text",
+    "first_ready",
     "fmt",
     "ready_stories",
     "story_line",
 ]
 
 _LAZY = {"LOOP_FIELDS": "ralph.tasks", "PERSON_FIELDS": "ralph.tasks", "blocked_reason": "ralph.tasks",
-         "ready_stories": "ralph.tasks"}
+         "first_ready": "ralph.tasks", "ready_stories": "ralph.tasks"}
 """Names backed by the pydantic task model, imported on first use (loading a policy stays cheap)."""
 
 

@@ -187,7 +187,8 @@ def check_list(
                 )
             continue
         new[story.id] = story
-    for story_id in old:
+    same_ids = len(new) == len(old) and list(new) == list(old)  # the usual case: the same stories in the same order
+    for story_id in () if same_ids else old:
         if story_id not in new:
             result.reinsert.append(story_id)
             result.violations.append(
@@ -199,7 +200,7 @@ def check_list(
                     undoable=True,
                 )
             )
-    if [sid for sid in new if sid in old] != [sid for sid in old if sid in new]:
+    if not same_ids and [sid for sid in new if sid in old] != [sid for sid in old if sid in new]:
         result.reorder = True
         result.violations.append(
             Violation(

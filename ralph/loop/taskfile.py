@@ -24,6 +24,7 @@ from ralph.contracts import TaskStore
 from ralph.errors import TaskListError
 from ralph.fsutil import atomic_write_text
 from ralph.loop.listcheck import top_level
+from ralph.loop.parsecopy import ParseCache
 from ralph.ralphfiles import story_id_problem
 from ralph.tasks import Story, TaskList
 
@@ -55,6 +56,8 @@ class TaskFile:
         """The non-story fields (``verifyCommands`` ...) taken at run start (:meth:`trust`)."""
         self.started_stories: dict[str, Story] = {}
         """Each story as the run started (:meth:`trust`): where person-only fields are read from."""
+        self._parses = ParseCache()
+        """The last parse of a text read twice in a row (:mod:`ralph.loop.parsecopy`): equal text, a copy of it."""
         self._shared: tuple[str, TaskList] | None = None
         # (text, its parse) of the last shared read; only ever handed to shared readers, so
         # no caller that changes its list (gates, repairs) can hold it.
@@ -62,7 +65,8 @@ class TaskFile:
     def read(self) -> tuple[str | None, TaskList | None, str | None]:
         """(raw text, parsed list or None, parse error or None) of the file on disk now.
 
-        Outside :func:`shared_reads` every call returns a fresh parse the caller may change.
+        Outside :func:`shared_reads` every call returns a fresh parse the caller may change: a new parse, or for
+        text equal to a text parsed before (compared whole) a copy of that parse sharing nothing mutable with it.
         """
         from ralph.tasks import read_task_text
 
@@ -76,10 +80,12 @@ class TaskFile:
         cached = self._shared
         if shared and cached is not None and cached[0] == raw:  # the whole text, not size or mtime
             return raw, cached[1], None
-        try:
-            tasks = self.store.parse(raw, self.path)
-        except TaskListError as exc:
-            return raw, None, str(exc)
+        tasks = self._parses.get(raw)  # the same text as a parse kept: a fresh copy of it
+        if tasks is None:
+            try:
+                tasks = self._parses.put(raw, self.store.parse(raw, self.path))
+            except TaskListError as exc:
+                return raw, None, str(exc)
         if shared:
             self._shared = (raw, tasks)
         return raw, tasks, None
