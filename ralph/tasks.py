@@ -271,7 +271,7 @@ def first_ready(tasks: TaskList, candidates: Iterable[Story]) -> Story | None:
     if not ready:
         return None
     priorities = list(map(_priority, ready))
-    if any(type(p) is float and p != p for p in priorities):  # NaN orders nothing: as the sort puts them
+    if float in set(map(type, priorities)) and any(p != p for p in priorities):  # NaN orders nothing: as the sort does
         return ready_stories(tasks, ready)[0]
     best = min(priorities)
     tied = [story for story, priority in zip(ready, priorities) if priority == best]

@@ -17,6 +17,7 @@ agents' sessions) instead of callbacks into the loop.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 import signal
@@ -726,7 +727,10 @@ def ask_command(runner: Runner) -> str:
 
 
 def _done(tasks: TaskList) -> int:
-    return sum(1 for story in tasks.userStories if story.passes)
+    return sum(map(_passes, tasks.userStories))  # StrictBool: True counts 1
+
+
+_passes = operator.attrgetter("passes")
 
 
 def build_loop(

@@ -217,7 +217,7 @@ def check_list(
         if now is not None and (now.__dict__ != was.__dict__ or now.__pydantic_extra__ != was.__pydantic_extra__):
             changed.append(now)
             _check_existing(result, was, now, story_id == selected, rules, state, mode)
-    added = [story for story in new.values() if story.id not in old]
+    added = [] if same_ids else [story for story in new.values() if story.id not in old]
     kept = _check_added(result, added, old.get(selected or ""), new.get(selected or ""), new, rules, state, mode)
     _check_scope(result, old.get(selected or ""), new.get(selected or ""), kept, rules, mode)
     if policy is not None and mode is not None:

@@ -19,6 +19,7 @@ iteration when anything else changed the file.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import socket
 import threading
@@ -360,10 +361,13 @@ class PersonChannel:
             pass
 
 
+_waiting = operator.attrgetter("waiting")
+
+
 def parked_view(tasks: TaskList) -> TaskList:
     """``tasks`` as a policy that does not know ``waiting`` must see it: waiting stories carry
     ``failed`` (every policy skips those), in a copy; ``tasks`` itself when no story waits."""
-    if not any(s.waiting for s in tasks.userStories):
+    if not any(map(_waiting, tasks.userStories)):
         return tasks
     view = tasks.model_copy(deep=True)
     for story in view.userStories:
