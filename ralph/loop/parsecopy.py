@@ -1,8 +1,9 @@
 """A parse of the task file, reused for the very same text: a copy that shares nothing mutable with it.
 
-Most iterations leave the task file's bytes as the loop last read them (the agent's edits go to other
-files, or the loop wrote the text itself); parsing 10,000 stories again costs far more than copying
-the parse kept from last time.  :class:`ParseCache` keeps one parse and the whole text it was made of;
+An iteration that leaves the task file's bytes as the loop last read them (the agent changed only code, or
+nothing) would parse the same text again: copying a parse of 10,000 stories costs about 0.6 of parsing
+them (pydantic's JSON parser builds the same objects and validates each value on the way).
+:class:`ParseCache` keeps one parse and the whole text it was made of;
 a read whose text is equal to it, character for character (never a size, an mtime or a hash the agent
 could aim at), gets :func:`fresh_copy` of it: new models, new lists and dicts, the same immutable
 scalars, indistinguishable from a new parse.  The kept parse itself is never handed out, so nothing a
@@ -146,12 +147,12 @@ def _leaves(annotation: Any) -> set[type] | None:
 class ParseCache:
     """The last parse of a text that was read twice in a row, kept untouched; equal text gets a fresh copy.
 
-    A text is kept only from its second read on: a task file that changes at every read (the agent edits it each
-    iteration) then costs one comparison per read, never a copy it does not use."""
+    A text is kept only from its second remembered read on: a task file that changes at every iteration (the agent
+    edits it) then costs one comparison per read, never a copy it does not use."""
 
     def __init__(self) -> None:
         self._seen: str | None = None
-        """The text of the last read that was parsed."""
+        """The text of the last remembered read that was parsed."""
         self._kept: tuple[str, Any] | None = None
         """(text, its parse), the parse never handed out."""
 
@@ -162,9 +163,12 @@ class ParseCache:
             return None
         return fresh_copy(kept[1])
 
-    def put(self, text: str, parsed: _T) -> _T:
+    def put(self, text: str, parsed: _T, remember: bool = True) -> _T:
         """``parsed`` was just made of ``text``: returned to the caller; a copy is kept when ``text`` was also the
-        last text parsed (or nothing is kept: the parse holds something :func:`fresh_copy` cannot copy)."""
+        last text remembered (or nothing is kept: the parse holds something :func:`fresh_copy` cannot copy).
+        ``remember`` False: a read that says nothing about the next one (a Stop hook's, mid-iteration)."""
+        if not remember:
+            return parsed
         if self._seen != text:
             self._seen = text
             return parsed

@@ -83,7 +83,9 @@ class TaskFile:
         tasks = self._parses.get(raw)  # the same text as a parse kept: a fresh copy of it
         if tasks is None:
             try:
-                tasks = self._parses.put(raw, self.store.parse(raw, self.path))
+                # a Stop hook's read is not remembered: the read-back after it would keep a copy the next
+                # iteration (the agent's edit) has no use for
+                tasks = self._parses.put(raw, self.store.parse(raw, self.path), remember=not shared)
             except TaskListError as exc:
                 return raw, None, str(exc)
         if shared:
