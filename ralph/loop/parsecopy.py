@@ -58,20 +58,20 @@ def _model_copy(model: BaseModel) -> BaseModel:
     """A new ``type(model)`` with copies of its fields, extra keys and the set of fields set (no validation: the
     values were validated when ``model`` was made and nothing changed them)."""
     cls = type(model)
-    plan = _PLANS.get(cls) or _plan(cls)
+    size, floats, atom_lists, deep = _PLANS.get(cls) or _plan(cls)
     if getattr(model, "__pydantic_private__", None) is not None:
         raise Uncopyable("private attributes")
     fields = model.__dict__.copy()
-    if len(fields) != plan.size:  # not the fields a validated model holds
+    if len(fields) != size:  # not the fields a validated model holds
         raise Uncopyable("unexpected attributes")
-    for key in plan.floats:
+    for key in floats:
         item = fields[key]
         if type(item) is float and item != item:
             raise Uncopyable("NaN")
-    for key in plan.atom_lists:
+    for key in atom_lists:
         item = fields[key]
         fields[key] = item[:] if type(item) is list else fresh_copy(item)
-    for key in plan.deep:
+    for key in deep:
         fields[key] = fresh_copy(fields[key])
     extra = model.__pydantic_extra__
     if extra:
