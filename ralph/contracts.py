@@ -987,6 +987,10 @@ class TaskStore(ABC):
     name: ClassVar[str]
     filename: ClassVar[str]
     """The task file's name inside the ralph directory (``tasks.json``)."""
+    parse_reads_only_its_text: ClassVar[bool] = False
+    """True when :meth:`parse`'s result depends on ``raw`` (and ``source``) alone, never on another file or
+    anything else: the loop then answers a read whose text equals one it parsed before (compared whole)
+    with a copy of that parse instead of parsing again.  Leave False when in doubt: every read is parsed."""
 
     def path(self, ralph_dir: Path) -> Path:
         """Where this store's file lives inside ``ralph_dir``: ``ralph_dir / filename`` unless overridden."""

@@ -287,6 +287,7 @@ def test_a_parse_that_cannot_be_copied_exactly_is_parsed_at_every_read(tmp_path:
 
     class Counting(_Store):
         parses = 0
+        parse_reads_only_its_text = True
 
         def parse(self, raw: str, source: Path) -> TaskList:
             Counting.parses += 1
@@ -302,6 +303,28 @@ def test_a_parse_that_cannot_be_copied_exactly_is_parsed_at_every_read(tmp_path:
     for _ in range(3):
         assert file.read()[1] is not None
     assert Counting.parses == 5  # parsed twice, then copied
+
+
+def test_a_store_that_does_not_say_its_parse_reads_only_its_text_is_parsed_at_every_read(tmp_path: Path) -> None:
+    """A third-party store may read more than the text (a folder of story files): equal text proves nothing."""
+    class ReadsMore(_Store):
+        parses = 0
+
+        def parse(self, raw: str, source: Path) -> TaskList:
+            ReadsMore.parses += 1
+            return super().parse(raw, source)
+
+    path = tmp_path / "tasks.json"
+    path.write_text(json.dumps(BEFORE.model_dump()))
+    file = TaskFile(ReadsMore(), path)  # type: ignore[arg-type]
+    for _ in range(4):
+        assert file.read()[1] is not None
+    assert ReadsMore.parses == 4
+    from ralph_plugins.stores.plan_md import PlanMdStore
+    from ralph_plugins.stores.prd_json import PrdJsonStore
+    from ralph_plugins.stores.tasks_json import TasksJsonStore
+
+    assert all(store.parse_reads_only_its_text for store in (PlanMdStore, PrdJsonStore, TasksJsonStore))
 
 
 def test_unsafe_ids_name_the_story() -> None:

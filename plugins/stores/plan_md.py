@@ -309,6 +309,7 @@ class PlanMdStore(TaskStore):
     """Reads and writes ``<ralph dir>/plan.md`` (seed 001's ``.ralph/PRD-N/plan.md``)."""
 
     name = "plan-md"
+    parse_reads_only_its_text = True
     filename = "plan.md"
 
     def parse(self, raw: str, source: Path) -> TaskList:

@@ -36,6 +36,7 @@ class PrdJsonStore(TaskStore):
     """Reads and writes ``<ralph dir>/prd.json``."""
 
     name = "prd-json"
+    parse_reads_only_its_text = True
     filename = "prd.json"
 
     def parse(self, raw: str, source: Path) -> TaskList:

@@ -16,6 +16,7 @@ class TasksJsonStore(TaskStore):
     """Reads and writes ``<ralph dir>/tasks.json``."""
 
     name = "tasks-json"
+    parse_reads_only_its_text = True
     filename = "tasks.json"
 
     def parse(self, raw: str, source: Path) -> TaskList:

@@ -80,12 +80,15 @@ class TaskFile:
         cached = self._shared
         if shared and cached is not None and cached[0] == raw:  # the whole text, not size or mtime
             return raw, cached[1], None
-        tasks = self._parses.get(raw)  # the same text as a parse kept: a fresh copy of it
+        reuse = getattr(self.store, "parse_reads_only_its_text", False)  # a store that reads more than the text: parsed every time
+        tasks = self._parses.get(raw) if reuse else None  # the same text as a parse kept: a fresh copy of it
         if tasks is None:
             try:
                 # a Stop hook's read is not remembered: the read-back after it would keep a copy the next
                 # iteration (the agent's edit) has no use for
-                tasks = self._parses.put(raw, self.store.parse(raw, self.path), remember=not shared)
+                tasks = self.store.parse(raw, self.path)
+                if reuse:
+                    tasks = self._parses.put(raw, tasks, remember=not shared)
             except TaskListError as exc:
                 return raw, None, str(exc)
         if shared:
