@@ -125,7 +125,7 @@ class TaskFile:
     def trust(self, tasks: TaskList, run_dir: Path | None = None) -> None:
         """Take ``tasks``' non-story fields as the run's trusted copy (and save it in ``run_dir``)."""
         self.trusted = top_level(tasks)
-        self.started_stories = {story.id: story.model_copy(deep=True) for story in tasks.userStories}
+        self.started_stories = {story.id: _own_copy(story) for story in tasks.userStories}
         if run_dir is not None:
             target = run_dir / "trusted"
             target.mkdir(parents=True, exist_ok=True)
@@ -140,7 +140,7 @@ class TaskFile:
     def started_story(self, story_id: str) -> Story | None:
         """The story ``story_id`` as the run started (None: the run added it); a copy."""
         story = self.started_stories.get(story_id)
-        return story.model_copy(deep=True) if story is not None else None
+        return _own_copy(story) if story is not None else None
 
     @property
     def verify_commands(self) -> list[str]:
@@ -151,3 +151,14 @@ class TaskFile:
 def unsafe_ids(tasks: TaskList) -> list[str]:
     """One line per story whose id does not match :data:`ralph.ralphfiles.STORY_ID_PATTERN`."""
     return [problem for story in tasks.userStories if (problem := story_id_problem(story.id))]
+
+
+def _own_copy(story: Story) -> Story:
+    """``story`` copied so that no model, list or dict is shared (the fast copier; pydantic's deep copy for
+    what it cannot copy exactly: a NaN, a tuple in an extra key)."""
+    from ralph.loop.parsecopy import Uncopyable, fresh_copy
+
+    try:
+        return fresh_copy(story)
+    except Uncopyable:
+        return story.model_copy(deep=True)
