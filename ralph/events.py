@@ -347,9 +347,11 @@ class EventKind(str, Enum):
     REFS_RESTORED = (
         "refs_restored",
         "An iteration (or a gate's session) moved or deleted refs that are the person's (branches, tags, the "
-        "stash; not the run's branch, remote-tracking refs or branches of other worktrees): the loop put them "
-        "back from its mirror outside the project. Payload: iteration, refs (each: ref, was, moved_to (null: "
-        "deleted), kept_as (where the mirror keeps moved_to)), mirror, failed.",
+        "stash, and the HEAD and refs/bisect/, refs/worktree/ of the person's other worktrees, named "
+        "worktrees/<id>/... or main-worktree/...; not the run's branch, remote-tracking refs or the branches of "
+        "ralph's own worktrees): the loop put them back from its mirror outside the project. Payload: iteration, "
+        "refs (each: ref, was, moved_to (null: deleted), kept_as (where the mirror keeps moved_to)), mirror, "
+        "failed (the refs it could not put back: the run stops).",
     )
     HEAD_RESTORED = (
         "head_restored",

@@ -37,8 +37,8 @@ from ralph.errors import RalphError
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = [
-    "UnsafePath", "append_text", "check", "kind", "make_dirs", "move", "open_dir", "problem", "read_bytes", "read_text",
-    "read_link", "remove", "remove_empty_dir", "root_for", "symlink", "write_bytes", "write_text",
+    "UnsafePath", "append_text", "check", "kind", "make_dirs", "move", "open_dir", "problem", "read_bytes", "read_files",
+    "read_text", "read_link", "remove", "remove_empty_dir", "root_for", "symlink", "write_bytes", "write_text",
 ]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -191,9 +191,10 @@ def _check_regular(info: os.stat_result, parts: list[str]) -> None:
         raise _unsafe(parts, len(parts) - 1, f"a file with {info.st_nlink} hard links")
 
 
-def read_bytes(path: Path | str, root: Path | str) -> bytes:
+def read_bytes(path: Path | str, root: Path | str, *, max_bytes: int | None = None) -> bytes:
     """The bytes of the regular file ``path``; ``FileNotFoundError`` when absent, :class:`UnsafePath`
-    for a symlink (anywhere on the way), a special file, a directory or a file with other links."""
+    for a symlink (anywhere on the way), a special file, a directory, a file with other links or (``max_bytes``)
+    one larger than that."""
     with _parent(path, root) as (dir_fd, name, parts):
         try:
             before = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -207,13 +208,74 @@ def read_bytes(path: Path | str, root: Path | str) -> bytes:
                 raise _unsafe(parts, len(parts) - 1, "a symlink") from None
             raise
         try:
-            _check_regular(os.fstat(fd), parts)  # what was opened, whatever was swapped in since the stat
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-            return b"".join(chunks)
+            info = os.fstat(fd)
+            _check_regular(info, parts)  # what was opened, whatever was swapped in since the stat
+            if max_bytes is None:
+                chunks = []
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+                return b"".join(chunks)
+            data = os.read(fd, max_bytes + 1) if info.st_size <= max_bytes else b""
+            if len(data) > max_bytes or info.st_size > max_bytes:
+                raise _unsafe(parts, len(parts) - 1, f"larger than {max_bytes} bytes")
+            return data
         finally:
             os.close(fd)
+
+
+MAX_DEPTH = 32
+"""How deep :func:`read_files` goes: a directory deeper down is an entry it does not read (None)."""
+
+
+def read_files(path: Path | str, root: Path | str, *, max_bytes: int) -> dict[str, bytes | None]:
+    """Every file below the directory ``path`` (its subdirectories too, :data:`MAX_DEPTH` deep), walked without
+    following a link: the name relative to ``path`` (``/``-separated) and its bytes, or None for an entry that
+    is not a regular single-link file of at most ``max_bytes`` (a symlink, a fifo, a hard-linked file ...: it is
+    never opened, and a link to a directory is never entered).  ``FileNotFoundError`` when ``path`` is absent,
+    :class:`UnsafePath` when a component of it is a link."""
+    found: dict[str, bytes | None] = {}
+    with open_dir(path, root) as top:
+        _read_below(top, "", found, max_bytes, MAX_DEPTH)
+    return found
+
+
+def _read_below(dir_fd: int, rel: str, found: dict[str, bytes | None], max_bytes: int, depth: int) -> None:
+    for name in sorted(os.listdir(dir_fd)):
+        shown = f"{rel}{name}"
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        if stat.S_ISDIR(info.st_mode) and depth <= 1:
+            found[shown] = None
+        elif stat.S_ISDIR(info.st_mode):
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                found[shown] = None  # swapped for something else since the stat
+                continue
+            try:
+                _read_below(child, f"{shown}/", found, max_bytes, depth - 1)
+            finally:
+                os.close(child)
+        else:
+            found[shown] = _read_small_at(dir_fd, name, max_bytes) if stat.S_ISREG(info.st_mode) else None
+
+
+def _read_small_at(dir_fd: int, name: str, max_bytes: int) -> bytes | None:
+    """The bytes of ``name`` in ``dir_fd`` when it is a regular single-link file of at most ``max_bytes``."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1 or info.st_size > max_bytes:
+            return None
+        data = os.read(fd, max_bytes + 1)
+        return data if len(data) <= max_bytes else None
+    finally:
+        os.close(fd)
 
 
 def read_text(path: Path | str, root: Path | str, encoding: str = "utf-8") -> str:

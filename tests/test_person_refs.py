@@ -259,3 +259,153 @@ def test_a_stop_where_git_cannot_run_names_the_moved_refs_from_their_files(
     elif how == "a hard link":
         (tmp_path / "outside-main").hardlink_to(loose)
     assert refs._moved_without_git() == ([] if how == "none moved" else ["refs/heads/main"])
+
+
+# -- the refs only another worktree of the person's has ---------------------------------------------------------
+
+
+def other_worktree(repo: Path, tmp_path: Path, *args: str) -> tuple[Path, str]:
+    """A worktree of the person's beside the run's (detached on a commit only it names, with a bisect ref and a
+    refs/worktree/ ref there), and that commit."""
+    wt = tmp_path / "person-wt"
+    sh(repo, "worktree", "add", "-q", *(args or ("--detach",)), str(wt), "main")
+    mine = sh(wt, "commit-tree", "HEAD^{tree}", "-m", "only here")
+    if not args:
+        sh(wt, "update-ref", "--no-deref", "HEAD", mine)
+    for name in ("refs/bisect/bad", "refs/worktree/keep"):
+        sh(wt, "update-ref", name, mine)
+    return wt, mine
+
+
+def test_the_refs_only_another_worktree_has_are_put_back(repo: Path, tmp_path: Path) -> None:
+    wt, mine = other_worktree(repo, tmp_path)
+    refs, events = guard(repo, tmp_path)
+    assert {"worktrees/person-wt/HEAD", "worktrees/person-wt/refs/bisect/bad",
+            "worktrees/person-wt/refs/worktree/keep"} <= set(refs.protected)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    elsewhere = sh(repo, "commit-tree", "HEAD^{tree}", "-m", "elsewhere")
+    sh(wt, "update-ref", "--no-deref", "HEAD", elsewhere)
+    sh(wt, "update-ref", "refs/bisect/bad", elsewhere)
+    sh(wt, "update-ref", "-d", "refs/worktree/keep")
+    (violation,) = refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    assert violation.check == "person-refs" and "worktrees/person-wt/HEAD moved" in violation.message
+    assert [sh(wt, "rev-parse", name) for name in ("HEAD", "refs/bisect/bad", "refs/worktree/keep")] == [mine] * 3
+    shown = {r["ref"]: r for r in events[0][1]["refs"]}
+    assert shown["worktrees/person-wt/refs/worktree/keep"]["moved_to"] is None
+    assert sh(tmp_path / "mirror.git", "rev-parse", shown["worktrees/person-wt/HEAD"]["kept_as"]) == elsewhere
+    assert '"worktrees/person-wt/": "' + str(wt) in (tmp_path / "run" / "refs.json").read_text()
+
+
+def test_another_worktrees_head_on_a_branch_goes_back_to_it_and_a_detached_one_may_move_forward(
+    repo: Path, tmp_path: Path
+) -> None:
+    wt, mine = other_worktree(repo, tmp_path, "-b", "mine")
+    detached = tmp_path / "detached"
+    sh(repo, "worktree", "add", "-q", "--detach", str(detached), "main")
+    refs, _ = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    sh(wt, "symbolic-ref", "HEAD", "refs/heads/main")  # switched to another branch
+    ahead = commit(detached, "the person commits on their detached HEAD")
+    (violation,) = refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    assert "worktrees/person-wt/HEAD moved" in violation.message and "detached" not in violation.message
+    assert sh(wt, "symbolic-ref", "HEAD") == "refs/heads/mine" and sh(detached, "rev-parse", "HEAD") == ahead
+    sh(detached, "update-ref", "--no-deref", "HEAD", "main")  # rewound
+    assert refs.check(IterationRecord(2, "implement", "US-001"), checkpoint, set())
+    assert sh(detached, "rev-parse", "HEAD") == ahead
+
+
+def test_the_main_worktrees_head_is_protected_from_a_run_in_a_linked_one(repo: Path, tmp_path: Path) -> None:
+    linked = tmp_path / "linked"
+    sh(repo, "worktree", "add", "-q", "-b", "linked-run", str(linked), "main")
+    sh(repo, "update-ref", "refs/bisect/bad", "main")  # the main worktree's own
+    refs, _ = guard(linked, tmp_path)
+    assert {"main-worktree/HEAD", "main-worktree/refs/bisect/bad"} <= set(refs.protected)
+    assert not [name for name in refs.protected if name.startswith("worktrees/")]  # the run's own worktree
+    checkpoint = sh(linked, "rev-parse", "HEAD")
+    sh(repo, "symbolic-ref", "HEAD", "refs/heads/main")
+    sh(repo, "update-ref", "-d", "refs/bisect/bad")
+    (violation,) = refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    assert "main-worktree/HEAD moved" in violation.message and "main-worktree/refs/bisect/bad deleted" in violation.message
+    assert sh(repo, "symbolic-ref", "HEAD") == "refs/heads/run" and sh(repo, "rev-parse", "refs/bisect/bad")
+
+
+def test_ralphs_own_worktrees_and_one_the_agent_adds_are_not_the_persons(repo: Path, tmp_path: Path) -> None:
+    common = repo / ".git"
+    sh(repo, "worktree", "add", "-q", "--detach", str(common / "ralph-worktrees" / "PRD-1"), "main")
+    refs, events = guard(repo, tmp_path)
+    assert refs.others == [] and not [name for name in refs.protected if "/HEAD" in name]
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    sh(common / "ralph-worktrees" / "PRD-1", "update-ref", "--no-deref", "HEAD", checkpoint)
+    sh(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "agents"), "main")  # during the run
+    sh(tmp_path / "agents", "update-ref", "refs/bisect/bad", checkpoint)
+    assert refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set()) == [] and events == []
+
+
+@pytest.mark.parametrize("how", ["worktree remove --force", "rm of its git directory"])
+def test_a_removed_worktree_of_the_persons_stops_the_run_naming_it(how: str, repo: Path, tmp_path: Path) -> None:
+    """Its refs cannot be put back (git would write them into a new, broken git directory): the run stops, the
+    message names the worktree, its refs' values and how to make it again; no git directory is made."""
+    import shutil
+
+    from ralph.errors import UsageError
+
+    wt, mine = other_worktree(repo, tmp_path)
+    refs, events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    if how == "worktree remove --force":
+        sh(repo, "worktree", "remove", "--force", str(wt))
+    else:
+        shutil.rmtree(repo / ".git" / "worktrees" / "person-wt")
+    with pytest.raises(UsageError) as stop:
+        refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    message = str(stop.value)
+    assert f"the person's worktree {wt} was removed" in message and f"HEAD was {mine}" in message
+    assert f"refs/bisect/bad was {mine}" in message and f"`git worktree add {wt} {mine}`" in message
+    assert "refs.json" in message
+    assert not (repo / ".git" / "worktrees" / "person-wt").exists()
+    assert set(events[-1][1]["failed"]) == {"worktrees/person-wt/HEAD", "worktrees/person-wt/refs/bisect/bad",
+                                            "worktrees/person-wt/refs/worktree/keep"}
+
+
+def test_a_stop_where_git_cannot_run_names_another_worktrees_moved_refs(repo: Path, tmp_path: Path) -> None:
+    wt, mine = other_worktree(repo, tmp_path)
+    refs, _ = guard(repo, tmp_path)
+    assert refs._moved_without_git() == []
+    (repo / ".git" / "worktrees" / "person-wt" / "refs" / "bisect" / "bad").write_text(sh(repo, "rev-parse", "main") + "\n")
+    (repo / ".git" / "worktrees" / "person-wt" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert refs._moved_without_git() == ["worktrees/person-wt/HEAD", "worktrees/person-wt/refs/bisect/bad"]
+
+
+def test_without_other_worktrees_the_guard_starts_no_other_git_process(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Most projects have no other worktree: a check runs the git it ran before (one listing; none while the key
+    holds); with one there is one git process more (its tips' objects looked for), none while the key holds."""
+    import time
+
+    from ralph.loop import personrefs, refkey
+
+    commands: list[str] = []
+    real = personrefs.git
+    monkeypatch.setattr(personrefs, "git", lambda project, *args, **kw: commands.append(args[0]) or real(project, *args, **kw))
+
+    def checked(refs: RefGuard) -> list[str]:
+        commands.clear()
+        assert refs.check(IterationRecord(1, "implement", "US-001"), sh(repo, "rev-parse", "HEAD"), set()) == []
+        return list(commands)
+
+    def settle() -> None:
+        time.sleep(refkey.RACY_NS / 1e9 + 0.1)
+
+    refs, _ = guard(repo, tmp_path)
+    assert checked(refs) == ["for-each-ref"]
+    settle()
+    checked(refs)
+    assert checked(refs) == []  # keyed: no git at all
+
+    other_worktree(repo, tmp_path)
+    refs, _ = guard(repo, tmp_path)
+    assert checked(refs) == ["for-each-ref", "cat-file"]
+    settle()
+    checked(refs)
+    assert checked(refs) == []  # their files are in the key too

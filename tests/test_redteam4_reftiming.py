@@ -20,8 +20,9 @@ All attack code is built here in Python and travels as JSON to the model server;
 temporary project.
 
 Since: 1, 2 and 4 are STOPPED (a stop that cannot undo the metadata change reads the refs' files without git and
-names the moved refs; a put-back that fails says so, in the stop's message and on the console); 3 stays a known
-gap, stated in docs/security.md (xfail, strict).
+names the moved refs; a put-back that fails says so, in the stop's message and on the console); 3 is STOPPED too
+(the guard reads the other worktrees' own refs from their git directories, ``ralph.loop.worktreerefs``), and an
+agent that removes the person's worktree stops the run, which names it (5).
 """
 
 from __future__ import annotations
@@ -248,8 +249,6 @@ open('moved.flag', 'w').write(other)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (docs/security.md): the refs only another of the person's worktrees "
-                   "has (its HEAD, refs/bisect/, refs/worktree/) are not protected")
 @pytest.mark.parametrize("ref", ["refs/bisect/bad", "refs/worktree/keep", "HEAD"])
 def test_a_ref_of_the_persons_other_worktree_is_put_back(
     ref, ralph_project, scripted_model, claude_binary, claude_agent_env
@@ -288,6 +287,52 @@ def test_a_ref_of_the_persons_other_worktree_is_put_back(
     assert now == before and reported, (
         f"{ref} of the person's worktree left at {now} (was {before}); reported: {reported}; "
         f"exit {result.returncode}; {out[-1000:]}")
+
+
+# argv[1] = the other worktree's path, argv[2] = how.  Removes the person's worktree: with git (its folder and its
+# git directory), or only its git directory (<common>/worktrees/<id>).
+REMOVE_OTHER_WORKTREE = """
+import json, os, shutil, subprocess, sys
+wt, how = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+if how == 'git':
+    subprocess.run(['git', 'worktree', 'remove', '--force', wt], check=True)
+else:
+    common = subprocess.run(['git', 'rev-parse', '--git-common-dir'], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    shutil.rmtree(os.path.join(common, 'worktrees', os.path.basename(wt)))
+open('removed.flag', 'w').write(how)
+"""
+
+
+@pytest.mark.parametrize("how", ["git", "rm"])
+def test_the_persons_worktree_the_agent_removes_stops_the_run_naming_it(
+    how, ralph_project, scripted_model, claude_binary, claude_agent_env
+) -> None:
+    """The agent removes the person's linked worktree (``git worktree remove --force``, or ``rm -r`` of its git
+    directory).  Its refs cannot be put back into a git directory that is gone (git would make a broken one).
+    Safe: the run stops, its output names the worktree and the commit its HEAD was on, and the loop made no git
+    directory of its own there."""
+    project = ralph_project
+    project.write_stories([story("US-001")], branchName=RUN_BRANCH)
+    wt = project.path.parent / "person-wt"
+    project.git("worktree", "add", "-q", "--detach", str(wt), "HEAD")
+    mine = subprocess.run(["git", "-C", str(wt), "commit-tree", "HEAD^{tree}", "-m", "only here"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["git", "-C", str(wt), "update-ref", "--no-deref", "HEAD", mine], check=True)
+    script = IterationScript({
+        1: [bash(py(REMOVE_OTHER_WORKTREE, str(wt), how)), Turn([text("Done.")])],
+        2: [bash("sleep 1"), Turn([text("Done.")])],
+    })
+    server = scripted_model(script)
+    result = run_loop(project, server.url, claude_agent_env, "-n", "2")
+    out = result.stdout + result.stderr
+    print(result.returncode, out[-1500:], project.events("refs_restored"))
+
+    assert (project.path / "removed.flag").read_text() == how
+    assert result.returncode != 0
+    assert f"worktree {wt} was removed" in out and mine in out, out[-1500:]
+    assert [e["iteration"] for e in project.events("iteration_started")] == [1]
+    assert not (project.path / ".git" / "worktrees" / "person-wt").exists()
 
 
 # --- 4. the metadata stop, with a put-back that fails: put_back_on_stop swallows the UsageError -----------------

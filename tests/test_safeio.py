@@ -212,3 +212,38 @@ def test_remove_and_move_act_on_names_not_targets(tree: tuple[Path, Path]) -> No
     assert (project / "archive" / "link").is_symlink() and (outside / "canary").read_text() == "host file\n"
     with pytest.raises(FileExistsError):
         safeio.move(project / "ralph" / "tasks.json", project / "archive" / "link", project)
+
+
+def test_read_files_reads_only_small_plain_files_and_never_follows_a_link(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "refs" / "sub").mkdir(parents=True)
+    (root / "refs" / "a").write_text("one\n")
+    (root / "refs" / "sub" / "b").write_text("two\n")
+    (root / "refs" / "big").write_bytes(b"x" * 100)
+    secret = tmp_path / "secret"
+    secret.write_text("the person's key\n")
+    (tmp_path / "secret-dir").mkdir()
+    (tmp_path / "secret-dir" / "c").write_text("inside\n")
+    (root / "refs" / "link").symlink_to(secret)
+    (root / "refs" / "dirlink").symlink_to(tmp_path / "secret-dir")
+    os.mkfifo(root / "refs" / "fifo")  # opened, it would block
+    (root / "refs" / "hard").hardlink_to(secret)
+    deep = root / "refs" / "/".join(["d"] * (safeio.MAX_DEPTH + 2))
+    deep.mkdir(parents=True)
+    (deep / "e").write_text("deep\n")
+    found = safeio.read_files(root / "refs", root, max_bytes=10)
+    assert found["a"] == b"one\n" and found["sub/b"] == b"two\n"
+    assert {name for name, data in found.items() if data is None} == {
+        "big", "link", "dirlink", "fifo", "hard", "/".join(["d"] * safeio.MAX_DEPTH)}
+    assert not any("secret" in name or name.endswith("/e") for name in found)
+    with pytest.raises(UnsafePath):
+        safeio.read_files(root / "refs" / "dirlink", root, max_bytes=10)
+    with pytest.raises(FileNotFoundError):
+        safeio.read_files(root / "none", root, max_bytes=10)
+
+
+def test_read_bytes_refuses_a_file_larger_than_asked(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 11)
+    assert safeio.read_bytes(tmp_path / "f", tmp_path, max_bytes=11) == b"x" * 11
+    with pytest.raises(UnsafePath):
+        safeio.read_bytes(tmp_path / "f", tmp_path, max_bytes=10)

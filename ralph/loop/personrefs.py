@@ -21,16 +21,21 @@ After every agent session (:meth:`RefGuard.check`) and after the gates' sessions
 
 Protected: every ref but the run's branch, remote-tracking refs (a copy of the remote: a fetch of
 the person's during a run is not undone) and the branches of ralph's own worktrees (another loop's
-run branch, ``ralph run --parallel``).  A branch checked out in another worktree of the person's may
-move forward (the person may commit there during the run); rewound, rewritten or deleted, it is put
-back like the others.  Each is an ``error`` violation the next iteration is told about, with a
-``refs_restored`` / ``head_restored`` event.
+run branch, ``ralph run --parallel``); also the refs only another worktree of the person's has (its
+HEAD, ``refs/bisect/``, ``refs/worktree/``, ``refs/rewritten/``: :mod:`ralph.loop.worktreerefs`, for the
+worktrees there were when the run started), named as git names them from here
+(``worktrees/<id>/HEAD``).  A branch checked out in another worktree of the person's, and such a
+worktree's detached HEAD, may move forward (the person may commit there during the run); rewound,
+rewritten or deleted, it is put back like the others.  Each is an ``error`` violation the next
+iteration is told about, with a ``refs_restored`` / ``head_restored`` event.  A worktree of the
+person's whose git directory was removed cannot have its refs put back: the run stops, naming it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +48,7 @@ from ralph.gitutil import git
 if TYPE_CHECKING:
     from ralph.loop.objectcopy import ObjectCopy
     from ralph.loop.records import IterationRecord
+    from ralph.loop.worktreerefs import OtherWorktree
 
 MIRROR_NAME = "refs-mirror.git"
 MIRRORED = "refs/project/"
@@ -52,6 +58,8 @@ KEPT = "refs/ralph-kept/"
 RESTORE = "refs/ralph-restore/"
 """Temporary refs in the project while a restore fetches objects back."""
 UNPROTECTED = ("refs/remotes/", RESTORE)
+RALPH_WORKTREES = "ralph-worktrees"
+"""Where ralph's own worktrees are, in the common git directory (``ralph run --parallel``)."""
 CHECK = "person-refs"
 HEAD_CHECK = "run-branch"
 
@@ -107,7 +115,8 @@ class RefGuard:
         self.protected: dict[str, Ref] = {}
         """The refs kept for the person, with the values they must have."""
         self.forward_only: set[str] = set()
-        """Protected branches checked out in another worktree of the person's: they may move forward."""
+        """Protected branches checked out in another worktree of the person's, and such a worktree's detached
+        HEAD: they may move forward."""
         self.run_dir: Path | None = None
         self._synced: dict[str, Ref] | None = None
         self.objects: ObjectCopy | None = None
@@ -129,12 +138,16 @@ class RefGuard:
         """The tips of the refs git listed last (the objects the next key covers)."""
         self._keyed = True
         """False once the refs were too many to key (:class:`ralph.loop.refkey.TooMany`): for the rest of the run."""
+        self.others: list[OtherWorktree] = []
+        """The person's other worktrees when the run started, whose own refs (HEAD, ``refs/bisect/`` ...) are
+        read from their files (:mod:`ralph.loop.worktreerefs`) and protected like the others."""
 
     # -- taking the copy --------------------------------------------------------------------------
 
     def start(self, run_dir: Path) -> None:
         """Note the run's branch, copy the objects and refs into the mirror, list the protected refs in ``refs.json``."""
         from ralph.gitutil import common_dir, git_dir
+        from ralph.loop import worktreerefs
         from ralph.loop.objectcopy import ObjectCopy
 
         self.run_dir = run_dir
@@ -147,6 +160,7 @@ class RefGuard:
         git(self.mirror, "config", "uploadpack.allowAnySHA1InWant", "true")
         self._common = common_dir(self.project_dir)  # kept: a stop may need them when git can no longer run
         self._git_dir = git_dir(self.project_dir)
+        self.others = worktreerefs.find(self._common, self._git_dir, self._common / RALPH_WORKTREES)
         source = self._common / "objects"
         self._alternates(source)
         self.objects = ObjectCopy(source, self.mirror / "objects")
@@ -173,7 +187,10 @@ class RefGuard:
             self.protected, self._adopt = now, False
         else:  # new refs join (the loop's own: a hard stop's wip/ branch); the others keep their values
             self.protected = {**{name: ref for name, ref in now.items() if name not in self.protected}, **self.protected}
-        self.forward_only = persons & set(self.protected)
+        # a detached HEAD of the person's other worktree may move forward too (they commit there)
+        heads = {f"{worktree.prefix}HEAD" for worktree in self.others}
+        self.forward_only = (persons | {name for name in heads if name in self.protected
+                                        and not self.protected[name].symref}) & set(self.protected)
         self._copy_objects()
         if self.protected != self._synced:
             self._name_in_mirror({f"{MIRRORED}{name.removeprefix('refs/')}": ref.sha
@@ -185,22 +202,37 @@ class RefGuard:
         """Every ref as git lists it now: the last listing when nothing it came from changed since (same stat
         key, :mod:`ralph.loop.refkey`), else ``for-each-ref`` (after the ``.git`` checks, as every git call)."""
         from ralph.loop.refkey import NoKey, TooMany, ref_key
+        from ralph.loop.worktreerefs import key_roots
 
         key: object = None
         if self._keyed:
             try:
-                key = ref_key(self.project_dir, self._tips)
+                key = ref_key(self.project_dir, self._tips, key_roots(self.others))
             except TooMany:
                 self._keyed = False  # thousands of loose refs: git lists them every time, no walk first
             except NoKey:
                 pass
         if key is not None and self._known is not None and self._known[0] == key:
             return dict(self._known[1])
-        refs = read_refs(self.project_dir)
+        refs = self._list()
         tips = {ref.sha for ref in refs.values()}
         # the key covers the objects of the tips it was taken for: a listing with other tips is keyed next time
         self._known = (key, dict(refs)) if key is not None and tips == self._tips else None
         self._tips = tips
+        return refs
+
+    def _list(self) -> dict[str, Ref]:
+        """Every protected kind of ref now: git's listing from the run's worktree, and the refs of the person's
+        other worktrees from their files (no git process when there are none; else one that looks for their
+        tips' objects: one deleted by hand counts as gone, as in :func:`read_refs`)."""
+        refs = read_refs(self.project_dir)
+        if not self.others or self._common is None:
+            return refs
+        from ralph.loop.worktreerefs import read
+
+        theirs = read(self.others, self._common)
+        missing = _missing(self.project_dir, {ref.sha for ref in theirs.values() if not ref.symref})
+        refs.update({name: Ref("") if ref.sha in missing else ref for name, ref in theirs.items()})
         return refs
 
     def read_again(self) -> None:
@@ -224,7 +256,7 @@ class RefGuard:
         self._read = self._known = None
         try:
             with after_stop():
-                refs = read_refs(self.project_dir)
+                refs = self._list()
                 moved = self._moved(refs)
                 return self._restore_refs(record, moved).message if moved else None
         except GitMetadataChanged:  # (a UsageError too) the metadata is not as at the start: no git, below
@@ -258,10 +290,14 @@ class RefGuard:
             fields = line.split(" ", 1)
             if len(fields) == 2 and not line.startswith(("#", "^")):
                 packed[fields[1].strip()] = fields[0]
+        from ralph.loop.worktreerefs import owner
+
         moved = []
         for name, want in self.protected.items():
+            theirs = owner(name, self.others)
             base = own if name.startswith(PER_WORKTREE) else common
-            loose = _read_small(base / name, base)
+            path = base / name if theirs is None else theirs.git_dir / name.removeprefix(theirs.prefix)
+            loose = _read_small(path, base if theirs is None else common)
             if loose is None:  # a link or an odd file where the ref was: its value cannot be read, so it is named
                 moved.append(name)
                 continue
@@ -333,6 +369,7 @@ class RefGuard:
             "run_branch": self.branch,
             "mirror": str(self.mirror),
             "protected": {name: ref.symref or ref.sha for name, ref in sorted(self.protected.items())},
+            "worktrees": {worktree.prefix: worktree.path for worktree in self.others},
             "restore": f"git fetch {self.mirror} +{MIRRORED}heads/BRANCH:refs/heads/BRANCH (or the id: SHA:refs/heads/BRANCH)",
         }
         atomic_write_text(self.run_dir / "refs.json", json.dumps(record, indent=2) + "\n")
@@ -343,7 +380,7 @@ class RefGuard:
 
         out = git(self.project_dir, "worktree", "list", "--porcelain", check=False).stdout
         here = self.project_dir.resolve()
-        ralphs = (common_dir(self.project_dir) / "ralph-worktrees").resolve()
+        ralphs = (common_dir(self.project_dir) / RALPH_WORKTREES).resolve()
         loops: set[str] = set()
         persons: set[str] = set()
         path = Path()
@@ -453,18 +490,7 @@ class RefGuard:
         kept = self._keep(record, moved)
         plain = [self.protected[name].sha for name in moved if not self.protected[name].symref]
         fetched = self._fetch_back(plain) if plain else set()
-        failed = []
-        for name in moved:
-            want = self.protected[name]
-            if want.symref:
-                result = git(self.project_dir, "symbolic-ref", name, want.symref, check=False)
-            elif want.sha in fetched:  # --no-deref: a ref the agent made a link moves itself, not the target
-                result = git(self.project_dir, "update-ref", "--no-deref", name, want.sha, check=False)
-            else:
-                failed.append(name)
-                continue
-            if result.returncode != 0:
-                failed.append(name)
+        failed = [name for name in moved if not self._put_back(name, fetched)]
         shown = [
             {"ref": name, "was": self.protected[name].symref or self.protected[name].sha,
              "moved_to": (ref.symref or ref.sha) if ref is not None else None, "kept_as": kept.get(name)}
@@ -472,10 +498,7 @@ class RefGuard:
         ]
         self.emit("refs_restored", iteration=record.number, refs=shown, mirror=str(self.mirror), failed=failed)
         if failed:
-            raise UsageError(
-                f"the agent moved {', '.join(failed)} and the loop could not put them back; the values they must "
-                f"have are in {self.run_dir}/refs.json, their objects in {self.mirror}"
-            )
+            raise UsageError(self._not_put_back(failed))
         what = "; ".join(
             f"{_short(name)} {'deleted' if ref is None else 'moved'}" for name, ref in list(moved.items())[:5]
         ) + (" ..." if len(moved) > 5 else "")
@@ -486,6 +509,56 @@ class RefGuard:
             f"branch{'' if self.branch is None else ' ' + _short(self.branch)}: never check out, reset, delete or "
             "rewrite another branch or tag.",
         )
+
+    def _put_back(self, name: str, fetched: set[str]) -> bool:
+        """Give the moved protected ref ``name`` its value back (``fetched``: the ids the project has again)."""
+        from ralph.loop import worktreerefs
+
+        want = self.protected[name]
+        theirs = worktreerefs.owner(name, self.others)
+        if theirs is not None and (self._common is None or not worktreerefs.present(theirs, self._common)):
+            return False  # its worktree was removed: git would make a broken one to write the ref into
+        if want.symref and theirs is not None and self._common is not None:
+            try:  # git writes no symbolic value under another worktree's name (worktrees/<id>/HEAD)
+                worktreerefs.write_symref(theirs, name, want.symref, self._common)
+            except OSError:
+                return False
+            return True
+        if want.symref:
+            result = git(self.project_dir, "symbolic-ref", name, want.symref, check=False)
+        elif want.sha in fetched:  # --no-deref: a ref the agent made a link moves itself, not the target
+            result = git(self.project_dir, "update-ref", "--no-deref", name, want.sha, check=False)
+        else:
+            return False
+        return result.returncode == 0
+
+    def _not_put_back(self, failed: list[str]) -> str:
+        """What the stop says about the protected refs ``failed`` it could not put back."""
+        from ralph.loop import worktreerefs
+
+        keep = f"the values they must have are in {self.run_dir}/refs.json, their objects in {self.mirror}"
+        gone: dict[OtherWorktree, list[str]] = {}
+        for name in failed:
+            theirs = worktreerefs.owner(name, self.others)
+            if theirs is not None and self._common is not None and not worktreerefs.present(theirs, self._common):
+                gone.setdefault(theirs, []).append(name)
+        rest = [name for name in failed if not any(name in names for names in gone.values())]
+        parts = []
+        if rest:
+            parts.append(f"the agent moved {', '.join(rest)} and the loop could not put them back; {keep}")
+        for worktree, names in gone.items():
+            values = ", ".join(
+                f"{name.removeprefix(worktree.prefix)} was {self.protected[name].symref or self.protected[name].sha}"
+                for name in names)
+            head = self.protected.get(f"{worktree.prefix}HEAD")
+            folder = shlex.quote(worktree.path) if worktree.path else "<folder>"
+            again = f"`git worktree add {folder} {_short(head.symref or head.sha)}`" if head else "`git worktree add`"
+            parts.append(
+                f"the person's worktree {worktree.path or worktree.git_dir} was removed (its git directory "
+                f"{worktree.git_dir} is gone), so the loop could not put its refs back ({values}); {keep}. "
+                f"{again} makes it again (move away what is left in its folder first); its uncommitted work "
+                "is not in the loop's copy")
+        return "; ".join(parts)
 
     def _fix_branch(self, record: IterationRecord, refs: dict[str, Ref], checkpoint: str | None, how: str) -> Violation:
         """Put the run's branch back (deleted), or the agent's tree on top of the checkpoint (rewritten)."""

@@ -4,7 +4,8 @@ The ref guard reads every ref after the agent's session and after the gates' (:m
 Git's answer is a function of files only: ``packed-refs``, the loose refs and the directories under ``refs/``
 (of the git directory and of a worktree's common directory, both also when a linked worktree's git
 directory is inside the common one: its per-worktree refs, ``refs/worktree/`` and ``refs/bisect/``, are its own), the config that names the ref storage, and, for
-the object type of each tip, the loose object's file and directory and the pack directory's files.  When none
+the object type of each tip, the loose object's file and directory and the pack directory's files; the guard's
+own reads of the person's other worktrees (:mod:`ralph.loop.worktreerefs`) add their ``HEAD`` and ``refs/``.  When none
 of them changed since the last read, the answer is the last one, and the guard reuses it instead of starting
 git again.
 
@@ -107,10 +108,13 @@ def _within_refs(path: str) -> None:
         raise NoKey(path)
 
 
-def ref_key(project_dir: Path, tips: Iterable[str]) -> Key:
+def ref_key(project_dir: Path, tips: Iterable[str], others: Iterable[tuple[Path, bool]] = ()) -> Key:
     """The key of the refs of the repository git finds from ``project_dir`` and of the objects ``tips``; NoKey
     when there is none (see the module).  The git directories are found again each time (a ``.git`` swapped for
-    another directory, a gitfile or a link gives other roots, or other inodes)."""
+    another directory, a gitfile or a link gives other roots, or other inodes).
+
+    ``others``: the git directories of other worktrees whose refs the guard reads from their files
+    (:mod:`ralph.loop.worktreerefs`), each with whether its ``refs/`` tree is keyed too (besides its ``HEAD``)."""
     from ralph.gitmeta import git_and_common_dir
 
     found = git_and_common_dir(project_dir)
@@ -127,6 +131,10 @@ def ref_key(project_dir: Path, tips: Iterable[str]) -> Key:
         for name in KEYED_FILES:
             out.append(_info(os.path.join(base, name)))
         _tree(os.path.join(base, "refs"), out)
+    for git_dir, with_refs in others:
+        out.append(_info(os.path.join(str(git_dir), "HEAD")))
+        if with_refs:
+            _tree(os.path.join(str(git_dir), "refs"), out)
     objects = os.path.join(str(found[1]), "objects")
     if _info(os.path.join(objects, "info", "alternates"))[1] != "absent":
         raise NoKey("alternates")
