@@ -37,20 +37,13 @@ from typing import Any
 
 import pytest
 
-from ralph.testing.model_server import IterationScript, Turn, text, tool
+from ralph.testing.model_server import IterationScript, Turn, text
 from ralph.testing.project import RalphProject, story
+from ralph.testing.scripting import bash_turn as bash, python_line as py
 
 pytestmark = pytest.mark.real_claude
 
 RUN_BRANCH = "ralph/feature"
-
-
-def py(code: str, *args: Any) -> str:
-    return " ".join(["python3", "-c", shlex.quote(code), *(shlex.quote(json.dumps(a)) for a in args)])
-
-
-def bash(command: str) -> Turn:
-    return Turn([tool("Bash", {"command": command, "description": "step"})])
 
 
 def run_loop(project: RalphProject, url: str, env_factory: Any, *args: str) -> subprocess.CompletedProcess[str]:
