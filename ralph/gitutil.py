@@ -92,6 +92,28 @@ def _global_identity() -> tuple[str, str]:
     return values[0], values[1]
 
 
+CONTENT_SETTINGS = r"^(filter\..*|core\.(autocrlf|eol))$"
+"""The settings of the user's global config that decide what a file's content is to git (a Git LFS or
+other clean filter, line-ending conversion): without them a file git filters hashes to another blob."""
+
+
+def person_content_config() -> list[tuple[str, str]]:
+    """The :data:`CONTENT_SETTINGS` of the user's real global config, read now (one git call)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k == "GIT_CONFIG_GLOBAL"}
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    try:
+        out = subprocess.run([git_program(), "config", "--global", "-z", "--get-regexp", CONTENT_SETTINGS], cwd="/",
+                             env=env, capture_output=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for record in os.fsdecode(out).split("\0"):
+        key, _, value = record.partition("\n")
+        if key:
+            found.append((key, value))
+    return found
+
+
 def identity_file() -> Path:
     """A private gitconfig with identity only, used as ``GIT_CONFIG_GLOBAL`` (made once per process)."""
     global _identity_file
@@ -190,16 +212,19 @@ def git(
     env: dict[str, str] | None = None,
     binary: bool = False,
     input: bytes | str | None = None,  # noqa: A002 - subprocess's name
+    tree_unchanged: bool = False,
 ) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
     """Run one hardened git command in ``project_dir`` after the metadata check.
 
-    ``env`` adds variables (e.g. ``GIT_INDEX_FILE``); ``binary`` returns bytes; ``input`` is stdin.
+    ``env`` adds variables (e.g. ``GIT_INDEX_FILE``); ``binary`` returns bytes; ``input`` is stdin;
+    ``tree_unchanged``: the command writes only an index of the loop's own (``GIT_INDEX_FILE``), so it is no
+    change for :class:`StatusShare` whatever the command.
     """
     check_metadata()
     check_layout(project_dir)
     from ralph.safeio import note_change
 
-    writes = not args or args[0] not in TREE_READERS
+    writes = not tree_unchanged and (not args or args[0] not in TREE_READERS)
     if writes:
         note_change()
     try:
@@ -427,6 +452,10 @@ class TreeStatus:
     """The branch checked out (``(detached)`` when none)."""
     codes: tuple[str, ...] = ()
     """The two-letter ``XY`` code of each of :attr:`tracked` (index, work tree; ``.``: unchanged)."""
+    gitlinks: tuple[str, ...] = ()
+    """Nested repositories committed into the project during the run (a gitlink that is new or points to
+    another commit than at the run's start, :mod:`ralph.privateindex`): the loop cannot vouch for the work
+    in them, so the tree is not clean while there is one."""
 
     def porcelain(self) -> list[str]:
         """The paths as ``git status --porcelain`` lines (``XY path``, ``?? path``; a path with a space, a control
@@ -450,10 +479,47 @@ def _quoted(path: str) -> str:
 STATUS_ARGS = ("status", "--porcelain=v2", "-z", "--branch", "--untracked-files=all", "--no-renames")
 
 
-def tree_status(project_dir: Path) -> TreeStatus:
-    """HEAD, the tracked changes and the untracked files in one git call (where several would ask the same)."""
+_private: dict[Path, object] = {}
+"""The run's private indexes (:mod:`ralph.privateindex`), by project directory."""
+_private_lock = threading.Lock()
+"""One private status at a time (a Stop hook's check runs on the hook server's thread)."""
+
+
+def use_private_index(project_dir: Path, directory: Path) -> object:
+    """From now on :func:`tree_status` of ``project_dir`` is taken against the loop's own index in
+    ``directory`` (loop-owned), not the repository's; the run-start facts are recorded now (before any agent)."""
+    from ralph.privateindex import PrivateIndex
+
+    private = PrivateIndex(project_dir, directory).start()
+    with _lock:
+        _private[Path(project_dir).resolve()] = private
+    return private
+
+
+def drop_private_index(project_dir: Path) -> None:
+    """The run ended: :func:`tree_status` asks the repository's index again."""
+    with _lock:
+        private = _private.pop(Path(project_dir).resolve(), None)
+    if private is not None:
+        private.stop()  # type: ignore[attr-defined]
+
+
+def tree_status(project_dir: Path, while_agent_runs: bool = False) -> TreeStatus:
+    """HEAD, the tracked changes and the untracked files in one git call (where several would ask the same);
+    during a run against the loop's own index (:func:`use_private_index`; a second call, ``read-tree``, when
+    ``HEAD`` moved).  ``while_agent_runs``: the agent's processes may still run (a Stop hook's check)."""
+    if _private:
+        private = _private.get(Path(project_dir).resolve())
+        if private is not None:
+            with _private_lock:
+                return private.status(while_agent_runs)  # type: ignore[attr-defined, no-any-return]
+    return parse_status(git(project_dir, *STATUS_ARGS, binary=True).stdout)
+
+
+def parse_status(out: bytes) -> TreeStatus:
+    """A :class:`TreeStatus` from the output of ``git`` :data:`STATUS_ARGS`."""
     # bytes, decoded as the file system's names are: a name that is not UTF-8 must not stop the loop
-    records = iter(os.fsdecode(git(project_dir, *STATUS_ARGS, binary=True).stdout).split("\0"))
+    records = iter(os.fsdecode(out).split("\0"))
     head, branch, tracked, untracked, codes = "", "", [], [], []
     for record in records:
         kind = record[:2]

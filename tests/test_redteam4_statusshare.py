@@ -22,8 +22,9 @@ they fool ``git status`` itself, not its reuse: ``git update-index --assume-unch
 data and the committed blob's id (trailer recomputed); a nested repository committed as a gitlink with
 uncommitted edits inside (the loop's git runs with ``diff.ignoreSubmodules=all``).
 
-These four are known gaps since (docs/security.md, "What is not guaranteed"), strict xfails here: fixing them means the
-loop's idea of "committed" no longer resting on the index the agent can write.
+These four were known gaps (strict xfails) until the loop's status stopped resting on the index the agent can write:
+during a run every status the loop decides on is taken against the loop's own index, made from HEAD each time
+(``ralph.privateindex``), and a gitlink committed during the run is named by git-clean.  All four now pass.
 
 All attack code and names are built here in Python (names travel hex-encoded as JSON argv elements) and run
 only in the test's temporary project.
@@ -164,7 +165,6 @@ open(' M dir\\nname/f', 'w').write('x')
 # -- 2. a dirty tree git status does not show ----------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (docs/security.md): the index can make git status call an edited file unchanged")
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
 def test_an_index_flag_hiding_an_uncommitted_edit(ralph_project: RalphProject, tmp_path: Path, flag: str) -> None:
     """The agent commits a first version, marks the file ``assume-unchanged`` / ``skip-worktree`` in the
@@ -360,7 +360,6 @@ open(path, 'wb').write(data + hashlib.sha1(data).digest())
 """
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (docs/security.md): the index can make git status call an edited file unchanged")
 def test_an_index_entry_with_the_edited_files_stat_and_the_committed_blob(ralph_project: RalphProject,
                                                                           tmp_path: Path) -> None:
     """The agent commits a first version, rewrites the file (same size), stages it and then swaps the staged
@@ -407,7 +406,6 @@ open(os.path.join(git_dir, 'info', 'exclude'), 'a').write('\\n' + json.loads(sys
     assert stopped or any("hidden_module.py" in m or "exclude" in m for m in reported), (reported, result.stdout)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (docs/security.md): the loop's git does not look into submodules")
 def test_uncommitted_work_inside_a_nested_repository_the_agent_committed_as_a_gitlink(ralph_project: RalphProject,
                                                                                      tmp_path: Path) -> None:
     """The agent makes a nested repository ``lib/``, commits it into the project (a gitlink), then edits

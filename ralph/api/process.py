@@ -6,7 +6,8 @@ output line; ``run_shell(command, cwd, timeout)`` runs a shell command the same 
 a process started, ``KILL_GRACE_SECONDS`` is how long a stopped process gets before it is killed.
 ``containment()`` (a :class:`Containment`) says which containment this machine gives and why
 (``ralph doctor`` shows it).  ``git(project_dir, *args)`` is one git command hardened as the loop runs
-it, after the check of the repository's metadata.  ``path_outside(PATH, project)`` is a ``PATH`` value
+it, after the check of the repository's metadata; ``tree_status(project_dir)`` the work tree's status as
+the loop takes it (during a run against the loop's own index, never the repository's).  ``path_outside(PATH, project)`` is a ``PATH`` value
 without its relative entries and those inside the project (the agent writes there): what a sandbox's
 environment is given.
 """
@@ -20,10 +21,11 @@ from ralph.lazymodule import lazy_attributes
 if TYPE_CHECKING:
     from ralph.containment import Containment, containment
     from ralph.claude_cli import path_outside
-    from ralph.gitutil import git
+    from ralph.gitutil import git, tree_status
     from ralph.process import KILL_GRACE_SECONDS, descendants, run_process, run_shell
 
-__all__ = ["KILL_GRACE_SECONDS", "Containment", "containment", "descendants", "git", "path_outside", "run_process", "run_shell"]
+__all__ = ["KILL_GRACE_SECONDS", "Containment", "containment", "descendants", "git", "path_outside", "run_process", "run_shell",
+           "tree_status"]
 
 __getattr__ = lazy_attributes(__name__, {
     "Containment": "ralph.containment",
@@ -34,4 +36,5 @@ __getattr__ = lazy_attributes(__name__, {
     "descendants": "ralph.process",
     "run_process": "ralph.process",
     "run_shell": "ralph.process",
+    "tree_status": "ralph.gitutil",
 })

@@ -29,7 +29,7 @@ from typing import Any
 
 from ralph.contracts import Agent, Check, Policy, Runner, Selection, TaskStore
 from ralph.errors import RalphError, TaskListError, UsageError
-from ralph.gitutil import git_dir, head, tree_status, untracked_files
+from ralph.gitutil import git_dir, tree_status
 from ralph.loop.activestate import ActiveState
 from ralph.loop.agents import refuse_unwired
 from ralph.loop.finish import finish_run, unselectable_end
@@ -316,9 +316,11 @@ class Loop:
             raise
         self.agents.channel = bridge
         try:
-            from ralph.gitutil import GitMetadataChanged, protect
+            from ralph.gitutil import GitMetadataChanged, protect, use_private_index
 
             protect(self.project_dir)
+            # "committed" and "clean" from the loop's own index, never the one the agent can write
+            use_private_index(self.project_dir, run_dir / "private-index")
             self.runner.prepare(self.project_dir)
             return self._iterate(tasks)
         except PluginFailure as exc:  # a check that cannot run stops the run: fail-closed
@@ -355,8 +357,9 @@ class Loop:
                 bridge.stop()
                 self.parking.stop()
                 self.state.remove_marker()
-                from ralph.gitutil import unprotect
+                from ralph.gitutil import drop_private_index, unprotect
 
+                drop_private_index(self.project_dir)
                 unprotect(self.project_dir)
                 lock.release()
 
@@ -559,14 +562,13 @@ class Loop:
         return self._untouched(checkpoint, untracked_before)
 
     def _untouched(self, checkpoint: str | None, untracked_before: set[str] | None) -> bool:
-        """The project is as the iteration found it: same HEAD, no change against it, same untracked files."""
-        from ralph.gitutil import git
-
-        if untracked_before is None or head(self.project_dir) != checkpoint:
+        """The project is as the iteration found it: same HEAD, no change against it, same untracked files (the
+        loop's own status: an index flag the agent set hides nothing)."""
+        if untracked_before is None:
             return False
-        if untracked_files(self.project_dir) != untracked_before:
-            return False
-        return git(self.project_dir, "diff", "HEAD", "--quiet", check=False).returncode == 0
+        status = tree_status(self.project_dir)
+        return ((status.head or None) == checkpoint and not status.tracked and not status.gitlinks
+                and set(status.untracked) == untracked_before)
 
     def _final_check_at_start(self, tasks: TaskList) -> tuple[TaskList, str | None]:
         """A run that finds every story done checks the tree it finds (an earlier run may have ended before its
