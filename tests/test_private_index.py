@@ -293,3 +293,16 @@ def test_what_differed_in_a_submodule_at_the_start_stays_the_persons_until_it_ch
         assert tree_status(repo).porcelain() == ["?? sub/mine.txt"]
         sh(repo / "sub", "commit", "-q", "--allow-empty", "-m", "the agent's")
         assert tree_status(repo).porcelain() == [" M sub", "?? sub/mine.txt"]
+
+
+def test_the_tree_guard_takes_a_dirty_submodule_before_the_gate_as_it_was(submodule: tuple[Path, Any]) -> None:
+    """A gate's snapshot of a tree with uncommitted work in a submodule (which ``git stash create`` does not hold):
+    a gate that changed nothing changed nothing; one that writes there is seen."""
+    from ralph.loop.treeguard import TreeSnapshot
+
+    repo, _ = submodule
+    (repo / "sub" / "code.py").write_text("VALUE = 'uncommitted'\n")
+    snapshot = TreeSnapshot.take(repo)
+    assert snapshot.changes() == []
+    (repo / "sub" / "code.py").write_text("VALUE = 'the gate wrote this'\n")
+    assert snapshot.changes() == ["changed sub/code.py"]

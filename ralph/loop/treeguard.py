@@ -45,6 +45,9 @@ class TreeSnapshot:
     status: TreeStatus
     untracked: dict[str, str | None] = field(default_factory=dict)
     contents: dict[str, bytes] = field(default_factory=dict)
+    unstashed: dict[str, str | None] = field(default_factory=dict)
+    """Tracked paths the status lists that ``git stash create`` leaves out (a file in a submodule, an edit the
+    repository's index hides from git: the status is the loop's own, :mod:`ralph.privateindex`), with digests."""
 
     @classmethod
     def take(cls, project: Path) -> TreeSnapshot:
@@ -57,6 +60,8 @@ class TreeSnapshot:
         if status.tracked:
             stash = git(project, "stash", "create", check=False).stdout.strip() or None
         snapshot = cls(project, status.head, stash, status)
+        if status.tracked and stash is None:
+            snapshot.unstashed = {name: _digest(project, name) for name in status.tracked}
         for name in status.untracked:
             snapshot.untracked[name] = _digest(project, name)
             try:  # a symlink's target (a host file) is never read, so never written back into the project
@@ -79,7 +84,8 @@ class TreeSnapshot:
         if now.head != self.head:
             found.append(f"HEAD moved from {self.head[:10]} to {now.head[:10]}")
         if self.stash is None and now.head == self.head:
-            tracked = now.tracked
+            tracked = [name for name in now.tracked
+                       if name not in self.unstashed or _digest(project, name) != self.unstashed[name]]
         else:
             base = self.stash or self.head
             tracked = git(project, "diff", "--name-only", "-z", "--no-ext-diff", base, "--", ".",
