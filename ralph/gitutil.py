@@ -8,8 +8,10 @@ repository files.  :func:`git` therefore
   pager, external diff drivers and textconv, credential helpers, ssh and
   askpass programs, the editor, automatic gc/maintenance, signing, submodule
   recursion, replace objects (``-c`` settings reach child git processes too);
-- reads no system config and, instead of the user's global config, a file with
-  the user's identity only (``GIT_CONFIG_GLOBAL``);
+- reads no system and no global config (``GIT_CONFIG_GLOBAL=/dev/null``); the user's
+  identity (read once from their real global config) travels in this process's own
+  ``GIT_CONFIG_KEY_n``/``GIT_CONFIG_VALUE_n`` environment entries, never in a file, which
+  the agent (the same user, in direct mode) could add a filter or fsmonitor to;
 - drops every inherited ``GIT_*`` variable except author/committer identity;
 - first checks, for every repository protected with :func:`protect`, that the
   git metadata the agent must not touch is what it was at run start
@@ -19,7 +21,6 @@ repository files.  :func:`git` therefore
 
 from __future__ import annotations
 
-import atexit
 import os
 import subprocess
 import threading
@@ -67,7 +68,7 @@ class GitMetadataChanged(UsageError):
 _guards: dict[Path, object] = {}
 _lock = threading.RLock()
 _tampered: list[str] = []
-_identity_file: Path | None = None
+_identity: tuple[str, str] | None = None
 _layouts: dict[tuple[Path, ...], object] = {}
 _git_programs: dict[tuple[str, str], str] = {}
 
@@ -114,36 +115,33 @@ def person_content_config() -> list[tuple[str, str]]:
     return found
 
 
-def identity_file() -> Path:
-    """A private gitconfig with identity only, used as ``GIT_CONFIG_GLOBAL`` (made once per process)."""
-    global _identity_file
+def loop_identity() -> tuple[str, str]:
+    """The name and email the loop's own commits carry (the user's, read once from their global config)."""
+    global _identity
     with _lock:
-        if _identity_file is None or not _identity_file.is_file():
-            name, email = _global_identity()
-            import tempfile
-
-            fd, path = tempfile.mkstemp(prefix="ralph-git-identity-", suffix=".gitconfig")
-            quoted = [value.replace("\\", "\\\\").replace('"', '\\"') for value in (name, email)]
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(f'[user]\n\tname = "{quoted[0]}"\n\temail = "{quoted[1]}"\n')
-            _identity_file = Path(path)
-            atexit.register(_remove_identity_file, _identity_file)
-        return _identity_file
+        if _identity is None:
+            _identity = _global_identity()
+        return _identity
 
 
-def _remove_identity_file(path: Path) -> None:
+def _with_config(env: dict[str, str], settings: list[tuple[str, str]]) -> None:
+    """Add ``settings`` to ``env``'s command-line config (``GIT_CONFIG_COUNT`` entries already there kept)."""
     try:
-        path.unlink()
-    except OSError:
-        pass
+        count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
+    except ValueError:
+        count = 0
+    for key, value in settings:
+        env[f"GIT_CONFIG_KEY_{count}"], env[f"GIT_CONFIG_VALUE_{count}"] = key, value
+        count += 1
+    env["GIT_CONFIG_COUNT"] = str(count)
 
 
 READ_ONLY_COMMANDS = frozenset(
     {"rev-parse", "rev-list", "ls-files", "ls-tree", "cat-file", "for-each-ref", "show-ref", "merge-base"}
 )
 """Commands that write nothing a name or email goes into: their global config is empty (``/dev/null``)
-instead of the identity file, whose first use asks ``git config --global`` twice (read-only commands
-such as ``ralph status`` start faster)."""
+without the identity, whose first use asks ``git config --global`` twice (read-only commands such as
+``ralph status`` start faster)."""
 
 
 TREE_READERS = READ_ONLY_COMMANDS | {"status", "diff"}
@@ -160,7 +158,7 @@ def hardened_env(extra: dict[str, str] | None = None, identity: bool = True) -> 
     env.update(
         {
             "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": str(identity_file()) if identity else os.devnull,
+            "GIT_CONFIG_GLOBAL": os.devnull,
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_PAGER": "cat",
             "GIT_EDITOR": "true",
@@ -169,6 +167,9 @@ def hardened_env(extra: dict[str, str] | None = None, identity: bool = True) -> 
         }
     )
     env.update(extra or {})
+    if identity:
+        name, email = loop_identity()
+        _with_config(env, [("user.name", name), ("user.email", email)])
     return env
 
 

@@ -91,7 +91,7 @@ def test_loop_git_ignores_system_and_global_config(repo: Path, tmp_path: Path, m
     global_config.write_text(f"[core]\n\tfsmonitor = {program}\n[user]\n\tname = Real Person\n\temail = real@example.invalid\n")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere"))  # inherited GIT_* never reaches loop git
-    monkeypatch.setattr(gitutil, "_identity_file", None)
+    monkeypatch.setattr(gitutil, "_identity", None)
     for name in GIT_IDENTITY:
         monkeypatch.delenv(name, raising=False)
     (repo / "a.txt").write_text("changed\n")
@@ -100,8 +100,27 @@ def test_loop_git_ignores_system_and_global_config(repo: Path, tmp_path: Path, m
     # identity (only) comes from the user's global config
     author = gitutil.git(repo, "log", "-1", "--format=%an <%ae>").stdout.strip()
     assert author == "Real Person <real@example.invalid>"
-    assert "fsmonitor" not in gitutil.identity_file().read_text()
-    monkeypatch.setattr(gitutil, "_identity_file", None)
+    assert gitutil.hardened_env()["GIT_CONFIG_GLOBAL"] == os.devnull
+    monkeypatch.setattr(gitutil, "_identity", None)
+
+
+def test_the_loops_git_reads_its_identity_from_no_file_the_agent_could_write(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In direct mode the agent is the same user: a config file the loop made for its git (a temp file with
+    the identity) could get a clean filter or fsmonitor added, run by the loop's own git outside the agent's
+    pid namespace.  The loop's git reads config from its own command line and environment and from the
+    repository's config (which the metadata check watches), from no other file."""
+    monkeypatch.setattr(gitutil, "_identity", None)
+    listed = gitutil.git(repo, "config", "--show-origin", "--list").stdout.splitlines()
+    origins = {line.split("\t", 1)[0] for line in listed}
+    assert origins <= {"command line:", "file:.git/config"}, origins
+    assert any(line.startswith("command line:\tuser.name=") for line in listed)
+    assert gitutil.hardened_env()["GIT_CONFIG_GLOBAL"] == os.devnull
+    # entries a caller adds (the loop's own index settings) are kept, the identity after them
+    env = gitutil.hardened_env({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.splitIndex",
+                                "GIT_CONFIG_VALUE_0": "false"})
+    assert (env["GIT_CONFIG_COUNT"], env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_KEY_1"], env["GIT_CONFIG_KEY_2"]) == (
+        "3", "core.splitIndex", "user.name", "user.email")
 
 
 def test_commondir_fsmonitor_attack_is_restored_and_stops(repo: Path, tmp_path: Path) -> None:
