@@ -10,7 +10,11 @@ has python3 but not ralph's dependencies.
 - Without a loop it asks ralph's per-user hook helper (``ralph.hooks.daemon``),
   which keeps plugins loaded between calls; when none answers it imports
   ralph, runs the same checks in-process, and starts the helper for the next
-  calls (``RALPH_HOOK_DAEMON=0`` turns the helper off).
+  calls (``RALPH_HOOK_DAEMON=0`` turns the helper off).  Whatever keeps the
+  helper from answering (its directory not private and not ours to make so
+  again, a process of another user at its socket, a refusal, an error, a
+  request the helper declines because answering it would start a program)
+  makes the client answer in-process: never an allow it did not check.
 
 ``client.py ask "QUESTION"`` (what ``ralph ask`` runs, in a sandbox too) sends the agent's question to
 the running loop over the same socket, with the same token, and prints the loop's reply
@@ -128,11 +132,12 @@ class NotTheLoop(OSError):
     """The process answering on the hook socket is not the one the loop named (:func:`peer_refusal`)."""
 
 
-def ask_loop(path: str, request: dict, loop: "str | None" = None) -> dict:
+def ask_loop(path: str, request: dict, loop: "str | None" = None, user: "int | None" = None) -> dict:
     """Send one request line to the loop's hook server and read its one-line answer.
 
     With ``loop`` (what ``--loop=`` named: :func:`peer_refusal`), the process that answers is checked
-    first, and nothing (the token least of all) is sent to another one: :class:`NotTheLoop`."""
+    first, and nothing (the token least of all) is sent to another one: :class:`NotTheLoop`.  With
+    ``user`` (the hook helper's), the process that answers must run as that uid: :class:`NotTheLoop`."""
     import _socket
 
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -143,6 +148,11 @@ def ask_loop(path: str, request: dict, loop: "str | None" = None) -> dict:
             refusal = peer_refusal(conn, loop)
             if refusal is not None:
                 raise NotTheLoop(refusal)
+        if user is not None:
+            raw = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # type: ignore[attr-defined]
+            uid = int.from_bytes(raw[4:8], sys.byteorder, signed=True)
+            if uid != user:
+                raise NotTheLoop(f"the process answering on {path} runs as uid {uid}, not as this user")
         conn.sendall(dumps(request).encode("utf-8") + b"\n")
         conn.shutdown(_socket.SHUT_WR)
         chunks = []
@@ -233,17 +243,30 @@ def in_process(payload: dict, environ: dict) -> dict:
 
 
 def helper_socket(environ: dict) -> str:
-    """The per-user helper's socket: a private directory, one socket per interpreter and environment."""
+    """The per-user helper's socket: a private directory, one socket per interpreter and environment.
+
+    A directory of ours that is not private (someone opened it) is made private again; one that is not a
+    directory of ours raises :class:`PermissionError` (the caller then answers in-process)."""
     import os
+    import stat
     import zlib
 
     key = "\0".join([sys.executable, *(environ.get(name, "") for name in HELPER_KEY_ENV)])
     base = environ.get("XDG_RUNTIME_DIR") or "/tmp"
     directory = os.path.join(base, f"ralph-hooks-{os.getuid()}")
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    info = os.stat(directory)
-    if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"{directory} is not private to this user")
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{directory} is not a directory of this user")
+    if info.st_mode & 0o077:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, 0o700)
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise PermissionError(f"{directory} is not private to this user")
     return os.path.join(directory, f"{zlib.crc32(key.encode()):08x}.sock")
 
 
@@ -295,16 +318,34 @@ def respond(raw: str, environ: dict, loop: str = "") -> dict:
         return answer.get("output") or {}
     if environ.get(HELPER_ENV, "1") == "0":
         return in_process(payload, environ)
-    path = helper_socket(environ)
+    return ask_helper(payload, request, environ)
+
+
+def ask_helper(payload: dict, request: dict, environ: dict) -> dict:
+    """Outside a loop: the per-user hook helper's answer, or this process's own (:func:`in_process`) whenever
+    the helper does not give one it checked."""
+    import os
+
     try:
-        answer = ask_loop(path, request)
-    except OSError:  # no helper yet (or a dead one): answer here, and start one for the next calls
+        path = helper_socket(environ)
+    except OSError as exc:
+        sys.stderr.write(f"ralph hook: no hook helper ({type(exc).__name__}: {exc}); answered in-process\n")
+        return in_process(payload, environ)
+    try:
+        answer = ask_loop(path, request, user=os.getuid())
+    except NotTheLoop as exc:
+        sys.stderr.write(f"ralph hook: {exc}; answered in-process\n")
+        return in_process(payload, environ)
+    except (OSError, ValueError):  # no helper yet (or a dead one): answer here, and start one for the next calls
         output = in_process(payload, environ)
         start_helper(path, environ)
         return output
-    if answer.get("error"):
-        sys.stderr.write(f"ralph hook: the hook helper reported an error: {answer['error']}\n")
-    return answer.get("output") or {}
+    why = answer.get("refused") or answer.get("declined") or answer.get("error")
+    if why or not isinstance(answer.get("output"), dict):
+        if answer.get("error"):
+            sys.stderr.write(f"ralph hook: the hook helper reported an error: {answer['error']}\n")
+        return in_process(payload, environ)  # the helper's answer is no answer: this process checks
+    return answer["output"]
 
 
 def in_loop(environ: dict) -> bool:

@@ -9,6 +9,19 @@ plugins and plugin switches (:class:`Hosts`), exits after a quiet spell, and
 exits as soon as ralph's installed files change (looked at after each answer
 has gone out, so an upgrade is served by old code at most until then).
 
+It never acts for a loop's agent, by two rules the agent cannot talk its way past:
+
+- **who may ask** (:func:`admission`): the kernel's word on the process that connected
+  (``SO_PEERCRED``/``SO_PEERPIDFD``): it must run as this user, in this helper's own pid namespace
+  (every agent process of a loop on Linux lives in a pid namespace of its own), and still be there.
+  Refused, the client answers in its own process (in the caller's namespace, with its containment).
+- **what it runs** (:func:`forbid_programs`): nothing.  An audit hook stops every program start in
+  this process (``subprocess``, ``os.system``, ``exec``, ``fork``, ``posix_spawn``); a request whose
+  answer would start one (a Stop check's ``git status``, a guard's ``git rev-parse``) is declined and
+  the client answers it itself.  A directory a request names (its ``.git/config``: a clean filter, an
+  fsmonitor) therefore never decides what runs here — which also covers a machine where no pid
+  namespace can be made and the helper cannot tell an agent's process from the person's.
+
 Run as ``python -P -m ralph.hooks.daemon SOCKET``.  ``RALPH_HOOK_DAEMON=0``
 disables it.
 """
@@ -24,6 +37,91 @@ from typing import Any
 
 IDLE_ENV = "RALPH_HOOK_DAEMON_IDLE"
 DEFAULT_IDLE_SECONDS = 600.0
+PROGRAM_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                            "os.forkpty", "pty.spawn", "os.startfile"})
+"""Audit events of every way Python starts a program or a process (:func:`forbid_programs`)."""
+
+
+class ProgramRefused(BaseException):
+    """A program start in the hook helper (:func:`forbid_programs`).  A BaseException: a plugin's
+    ``except Exception`` around its own subprocess call does not turn it into an answer."""
+
+
+_attempts = threading.local()
+_forbidden = {"installed": False, "everywhere": False}
+
+
+def forbid_programs(everywhere: bool = True) -> None:
+    """No program or process starts while a request is answered (``everywhere``: in this process at all, the
+    helper's own): each attempt raises :class:`ProgramRefused` and is noted for the request being answered on
+    this thread (:func:`declining`).  An audit hook cannot be removed, and it sees every start through Python."""
+
+    def hook(event: str, _args: tuple[Any, ...]) -> None:
+        if event in PROGRAM_EVENTS and (_forbidden["everywhere"] or getattr(_attempts, "answering", False)):
+            _attempts.seen = event
+            raise ProgramRefused(f"the hook helper starts no program ({event})")
+
+    _forbidden["everywhere"] = _forbidden["everywhere"] or everywhere
+    if not _forbidden["installed"]:
+        _forbidden["installed"] = True
+        sys.addaudithook(hook)
+
+
+def declining(answer: Any) -> Any:
+    """``answer()``, or :class:`ralph.hooks.server.Declined` when it tried to start a program (even one a
+    plugin's ``except`` swallowed): the client then answers that request in its own process."""
+    from ralph.hooks.server import Declined
+
+    _attempts.seen, _attempts.answering = None, True
+    try:
+        output = answer()
+    except ProgramRefused as exc:
+        raise Declined(f"{exc}: answer it in-process") from None
+    finally:
+        seen, _attempts.seen, _attempts.answering = _attempts.seen, None, False
+    if seen is not None:
+        raise Declined(f"the hook helper starts no program ({seen}): answer it in-process")
+    return output
+
+
+def _pid_namespace(pid: int | str) -> int:
+    return os.stat(f"/proc/{pid}/ns/pid").st_ino
+
+
+def admission(connection: Any) -> str | None:
+    """Why the process that opened ``connection`` may not ask this helper, or None.
+
+    The kernel's facts only (an environment variable or a path is the agent's to write): the peer must run as
+    this user, in this helper's pid namespace (not a nested one: a loop's agent; a sandbox; a container), and
+    be there still.  Where the kernel says nothing of the kind (not Linux) every peer is admitted: the helper
+    runs no program for anyone (:func:`forbid_programs`), and there is no pid namespace to leave.
+    """
+    from ralph.peercred import namespace_pids, peer_of
+
+    if not os.path.exists("/proc/self/ns/pid"):
+        return None
+    peer = peer_of(connection)
+    if peer is None:
+        return "the kernel does not say who connected"
+    try:
+        if peer.uid != os.getuid():
+            return f"the process that connected runs as uid {peer.uid}"
+        if peer.pid <= 0:
+            return "the process that connected lives outside this helper's pid namespace"
+        pids = namespace_pids(peer)  # through its pidfd where the kernel gives one: that very process
+        if not pids or len(pids) > 1:
+            return (f"the process that connected (pid {peer.pid}) is gone or runs in a pid namespace of its own "
+                    "(a loop's agent, a sandbox): this helper answers only the person's own sessions")
+        try:
+            if _pid_namespace(peer.pid) != _pid_namespace("self"):
+                return f"the process that connected (pid {peer.pid}) runs in another pid namespace"
+        except OSError:
+            return f"the process that connected (pid {peer.pid}) cannot be inspected"
+        if namespace_pids(peer) is None:  # it exited meanwhile: its pid may be another process's now
+            return f"the process that connected (pid {peer.pid}) is gone"
+        return None
+    finally:
+        peer.close()
 
 
 def _code_stamp() -> float:
@@ -73,8 +171,11 @@ class Hosts:
             return host
 
 
-def serve(socket_path: Path, idle_seconds: float) -> None:
-    """Answer hook requests on ``socket_path`` until idle for ``idle_seconds`` or the code changes."""
+def serve(socket_path: Path, idle_seconds: float, *, everywhere: bool = False) -> None:
+    """Answer hook requests on ``socket_path`` until idle for ``idle_seconds`` or the code changes.
+
+    No request's answer starts a program; with ``everywhere`` (the helper's own process) nothing in this
+    process does (:func:`forbid_programs`)."""
     from ralph.hooks.answers import handle_without_loop
     from ralph.hooks.server import HookServer
 
@@ -86,11 +187,13 @@ def serve(socket_path: Path, idle_seconds: float) -> None:
     def respond(request: dict[str, Any]) -> dict[str, Any]:
         last[0] = time.monotonic()
         environ = dict(request.get("env") or {})
-        output = handle_without_loop(request.get("payload") or {}, environ, hosts.get(environ))
-        answered.set()  # the look for changed code (~3 ms of stats) runs on the main thread, not before the answer
-        return output
+        try:
+            return declining(lambda: handle_without_loop(request.get("payload") or {}, environ, hosts.get(environ)))
+        finally:
+            answered.set()  # the look for changed code (~3 ms of stats) runs on the main thread, not before the answer
 
-    server = HookServer(respond, path=socket_path)
+    forbid_programs(everywhere)
+    server = HookServer(respond, path=socket_path, admit=admission)
     server.start()
     try:
         while True:
@@ -114,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         idle = DEFAULT_IDLE_SECONDS
     try:
-        serve(Path(args[0]), idle)
+        serve(Path(args[0]), idle, everywhere=True)
     except OSError as exc:  # another helper won the race for the socket
         sys.stderr.write(f"ralph hook helper: {exc}\n")
         return 1

@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import shutil
+import socket
 import socketserver
 import tempfile
 import threading
@@ -39,11 +40,15 @@ class _Handler(socketserver.StreamRequestHandler):
             request = json.loads(line.decode("utf-8") or "{}")
             if isinstance(request, dict) and isinstance(request.get("nonce"), str):
                 self.nonce = request["nonce"]
-            refusal = server.refusal(request)
+            refusal = server.admission(self.connection) if server.admit is not None else None
+            if refusal is None:
+                refusal = server.refusal(request)
             if refusal is not None:
                 self._reply({"refused": refusal})
                 return
             reply: dict[str, Any] = {"output": server.respond(request)}
+        except Declined as exc:  # the server does not answer this one: the caller answers it itself
+            reply = {"declined": str(exc)}
         except Exception as exc:  # fail-open for the agent, recorded for the user
             server.errors.append(traceback.format_exc())
             reply = {"output": {}, "error": f"{type(exc).__name__}: {exc}"}
@@ -61,6 +66,11 @@ class _Handler(socketserver.StreamRequestHandler):
             pass  # the caller is gone (the loop stopped the agent while its hook client waited)
 
 
+class Declined(Exception):
+    """Raised by ``respond``: this server does not answer the request (it is answered ``{"declined": why}``,
+    not recorded as an error); the hook helper's word for "answer it in your own process"."""
+
+
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
@@ -74,11 +84,14 @@ class HookServer:
         path: Path | None = None,
         token: str | None = None,
         on_refused: Callable[[str], None] | None = None,
+        admit: Callable[[socket.socket], str | None] | None = None,
     ) -> None:
         """Serve in a fresh private temp directory (0700, socket 0600), or at ``path`` (whose
         directory the caller owns).  With ``token``, a request without that token is refused
-        and reported to ``on_refused``."""
+        and reported to ``on_refused``.  With ``admit``, a connection it names a reason for (the
+        kernel's word on who connected) is refused before its request is looked at."""
         self.respond = respond
+        self.admit = admit
         self.token = token
         self.on_refused = on_refused
         self.refused: list[str] = []
@@ -102,6 +115,14 @@ class HookServer:
             _move_into_place(self._server, staging, self.path)
         self._server.owner = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, name="ralph-hook-server", daemon=True)
+
+    def admission(self, connection: socket.socket) -> str | None:
+        """Why the process that opened ``connection`` is refused (``admit``'s answer; an error is a refusal)."""
+        assert self.admit is not None
+        try:
+            return self.admit(connection)
+        except Exception as exc:  # noqa: BLE001 - who connected is unknown: refused
+            return f"who connected cannot be told ({type(exc).__name__}: {exc})"
 
     def refusal(self, request: dict[str, Any]) -> str | None:
         """Why ``request`` is refused (no or wrong per-run token), or None."""
@@ -180,8 +201,6 @@ def _move_into_place(server: _UnixServer, staging: Path, path: Path) -> None:
 
 def _remove_stale_socket(path: Path) -> None:
     """Remove a socket file nobody answers on (left by a killed server); keep a live one."""
-    import socket
-
     if not path.exists():
         return
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
