@@ -353,6 +353,12 @@ class EventKind(str, Enum):
         "refs (each: ref, was, moved_to (null: deleted), kept_as (where the mirror keeps moved_to)), mirror, "
         "failed (the refs it could not put back: the run stops).",
     )
+    WORKTREE_FILES_RESTORED = (
+        "worktree_files_restored",
+        "An iteration changed the files that say where one of the person's other worktrees is and what it reads "
+        "(its commondir, gitdir, config.worktree, or its folder's .git file): the loop put them back as they were "
+        "when the run started. Payload: iteration, paths.",
+    )
     HEAD_RESTORED = (
         "head_restored",
         "HEAD left the run's branch, or the run's branch lost the iteration's starting commit: the loop "

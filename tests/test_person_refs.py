@@ -5,6 +5,7 @@ End to end through the real CLI: tests/test_person_refs_claude.py.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -409,3 +410,67 @@ def test_without_other_worktrees_the_guard_starts_no_other_git_process(
     settle()
     checked(refs)
     assert checked(refs) == []  # their files are in the key too
+
+
+@pytest.mark.parametrize("what", ["commondir", "config.worktree", ".git file"])
+def test_the_files_that_say_where_the_persons_worktree_is_are_put_back(what: str, repo: Path, tmp_path: Path) -> None:
+    """Repointing the person's worktree (at another repository: its refs then read as the agent wants, its config is
+    the agent's) or making it look like ralph's own for the next run is put back and named, its refs untouched."""
+    wt, mine = other_worktree(repo, tmp_path)
+    admin = repo / ".git" / "worktrees" / "person-wt"
+    target = {"commondir": admin / "commondir", "gitdir": admin / "gitdir", "config.worktree": admin / "config.worktree",
+              ".git file": wt / ".git"}[what]
+    before = target.read_bytes() if target.exists() else None
+    refs, events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    target.write_text({"commondir": str(tmp_path / "agents-copy") + "\n",
+                       "gitdir": str(repo / ".git" / "ralph-worktrees" / "x" / ".git") + "\n",
+                       "config.worktree": "[core]\n\tfsmonitor = /tmp/x\n",
+                       ".git file": f"gitdir: {tmp_path / 'agents-admin'}\n"}[what])
+    (violation,) = refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    assert violation.check == "person-refs" and str(target) in violation.message
+    assert (target.read_bytes() if target.exists() else None) == before
+    assert events[-1] == ("worktree_files_restored", {"iteration": 1, "paths": [str(target)]})
+    assert sh(wt, "rev-parse", "HEAD") == mine
+    assert refs.check(IterationRecord(2, "implement", "US-001"), checkpoint, set()) == []
+
+
+def test_a_worktree_id_with_any_character_git_allows_is_the_persons(repo: Path, tmp_path: Path) -> None:
+    from ralph.loop import worktreerefs
+
+    for folder in ("fix#12", ".hidden-wt", "wt@home"):
+        sh(repo, "worktree", "add", "-q", "--detach", str(tmp_path / folder), "main")
+    found = worktreerefs.find(repo / ".git", repo / ".git", repo / ".git" / "ralph-worktrees")
+    assert {w.prefix for w in found} == {f"worktrees/{name}/" for name in os.listdir(repo / ".git" / "worktrees")}
+    assert len(found) == 3
+
+
+def test_a_gitdir_file_naming_another_folder_is_put_back_and_stops_the_run(repo: Path, tmp_path: Path) -> None:
+    """Its ``gitdir`` names another folder: the worktree was made again elsewhere under its id (another index and
+    reflog), or forged to look like ralph's own for the next run.  Put back, and the run stops naming it."""
+    from ralph.errors import UsageError
+
+    wt, _mine = other_worktree(repo, tmp_path)
+    gitdir = repo / ".git" / "worktrees" / "person-wt" / "gitdir"
+    before = gitdir.read_bytes()
+    refs, _events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    gitdir.write_text(str(repo / ".git" / "ralph-worktrees" / "x" / ".git") + "\n")
+    with pytest.raises(UsageError, match=f"the person's worktree {wt} was removed or made again elsewhere"):
+        refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())
+    assert gitdir.read_bytes() == before
+
+
+def test_the_persons_worktree_removed_and_made_again_under_its_id_stops_the_run(repo: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from ralph.errors import UsageError
+
+    wt, mine = other_worktree(repo, tmp_path)
+    refs, _events = guard(repo, tmp_path)
+    checkpoint = sh(repo, "rev-parse", "HEAD")
+    shutil.rmtree(repo / ".git" / "worktrees" / "person-wt")
+    sh(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "elsewhere" / "person-wt"), mine)
+    assert (repo / ".git" / "worktrees" / "person-wt").is_dir()
+    with pytest.raises(UsageError, match=f"the person's worktree {wt} was removed"):
+        refs.check(IterationRecord(1, "implement", "US-001"), checkpoint, set())

@@ -112,7 +112,6 @@ open('moved.flag', 'w').write(other)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (wtrefs2): got through; see docs/security.md")
 @pytest.mark.parametrize("folder", ["fix#12", ".hidden-wt", "wt@home"])
 def test_a_worktree_whose_id_is_not_plain_ascii_is_protected(
     folder, ralph_project, scripted_model, claude_binary, claude_agent_env
@@ -161,7 +160,6 @@ open(os.path.join('..', 'deleted.flag'), 'w').write(name)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (wtrefs2): got through; see docs/security.md")
 def test_a_worktree_made_to_look_like_ralphs_own_in_one_run_keeps_its_branch_in_the_next(
     ralph_project, scripted_model, claude_binary, claude_agent_env
 ) -> None:
@@ -177,6 +175,10 @@ def test_a_worktree_made_to_look_like_ralphs_own_in_one_run_keeps_its_branch_in_
     first = run_loop(project, server.url, claude_agent_env, "-n", "1")
     print("run 1:", first.returncode, output(first)[-800:])
     assert (project.path.parent / "forged.flag").is_file()
+    gitdir = project.path / ".git" / "worktrees" / wt.name / "gitdir"
+    if first.returncode != 0 and "was removed or made again elsewhere" in output(first):
+        assert gitdir.read_text().strip() == str(wt / ".git")  # run 1 put the forged gitdir back and stopped
+        return
 
     server2 = scripted_model(IterationScript({}, default=[bash(py(DELETE_BRANCH, "refs/heads/mine")),
                                                           Turn([text("Done.")])]))
@@ -221,7 +223,6 @@ open('repointed.flag', 'w').write(other)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (wtrefs2): got through; see docs/security.md")
 @pytest.mark.parametrize("how", ["commondir", "dotgit"])
 def test_the_persons_worktree_repointed_elsewhere_keeps_its_head(
     how, ralph_project, scripted_model, claude_binary, claude_agent_env
@@ -267,7 +268,6 @@ open('readded.flag', 'w').write(theirs)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (wtrefs2): got through; see docs/security.md")
 def test_the_persons_admin_dir_removed_and_added_again_under_its_id_stops_the_run(
     ralph_project, scripted_model, claude_binary, claude_agent_env
 ) -> None:

@@ -426,9 +426,52 @@ class RefGuard:
         head_violation = self._fix_head(record, checkpoint, untracked_before)
         if head_violation is not None:
             violations.append(head_violation)
+        admin = self._admin_put_back(record)  # after the refs: a stop here leaves them put back
+        if admin is not None:
+            violations.append(admin)
         if not violations:
             self._read = refs  # as found, and nothing was put back (an adopted forward move is in ``refs`` too)
         return violations
+
+    def _admin_put_back(self, record: IterationRecord) -> Violation | None:
+        """Put back the files that say where the person's other worktrees are (``commondir``, ``gitdir``,
+        ``config.worktree``, the folder's ``.git`` file) when the iteration changed them; stop the run when a
+        worktree's git directory is another one than at the start (removed, or made again under its id)."""
+        if not self.others or self._common is None:
+            return None
+        from ralph.loop import worktreerefs
+
+        changed: list[str] = []
+        for worktree in self.others:
+            paths = worktreerefs.admin_changes(worktree, self._common)
+            if paths == [str(worktree.git_dir)]:
+                if not os.path.lexists(worktree.git_dir):
+                    continue  # removed: its refs are gone too, and the put-back of them stops the run naming it
+                # removed and made again under its id (another index, reflog, gitdir): not the person's any more
+                raise UsageError(self._not_put_back([name for name in self.protected if name.startswith(worktree.prefix)]))
+            failed = [path for path in paths if not worktreerefs.put_back_admin(worktree, self._common, path)]
+            if failed:
+                raise UsageError(f"the iteration changed {', '.join(failed)} (where the person's worktree "
+                                 f"{worktree.path} is and what it reads) and the loop could not put it back")
+            if str(worktree.git_dir / "gitdir") in paths:
+                # another folder: the worktree made again elsewhere under its id (its index and reflog are not the
+                # person's), or made to look like ralph's own for the next run; put back, and the run stops
+                raise UsageError(
+                    f"the person's worktree {worktree.path} was removed or made again elsewhere under its id "
+                    f"({worktree.git_dir / 'gitdir'} named another folder; the loop put it back): its index and "
+                    f"reflog may not be the person's any more; the values its refs had are in "
+                    f"{self.run_dir}/refs.json, their objects in {self.mirror}")
+            changed += paths
+        if not changed:
+            return None
+        self.emit("worktree_files_restored", iteration=record.number, paths=changed)
+        self._known = None  # where a worktree's refs are read from may have changed: list them again
+        return Violation(
+            CHECK,
+            f"The iteration changed where the person's other worktrees are or what they read "
+            f"({', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}); the loop put the files back. Work "
+            "only in the run's worktree: never edit, move or remove another worktree's git files.",
+        )
 
     def _moved(self, refs: dict[str, Ref]) -> dict[str, Ref | None]:
         """The protected refs ``refs`` has at another value: the value it has, None for one gone (or whose tip

@@ -19,6 +19,7 @@ reftable repository keeps them in a format not read here: none are listed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -32,11 +33,13 @@ MAX_REF_BYTES = 4096
 """A ref file is one line (an id or ``ref: NAME``): a larger one is no ref git wrote."""
 MAIN = "main-worktree/"
 LINKED = "worktrees/"
-_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
-"""A worktree id git's ref names can spell (git makes it from the folder's name)."""
 _HEX = frozenset("0123456789abcdef")
 _PART = re.compile(r"[^\x00-\x20\x7f~^:?*\[\\]+")
 """A component of a ref name git takes (``git check-ref-format``; ``@{``, ``..`` and the ends checked apart)."""
+ADMIN_FILES = ("gitdir", "commondir", "config.worktree")
+"""The files of a worktree's git directory that say where it is and what it reads: ``commondir`` points it at
+another repository, ``gitdir`` decides whether it counts as ralph's own (next run), ``config.worktree`` is
+config its next git command reads (an fsmonitor program)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,11 @@ class OtherWorktree:
     """Its own git directory (``<common>/worktrees/<id>``; the main worktree's: the common directory)."""
     path: str
     """Its folder, as its ``gitdir`` file names it ("" when that cannot be read)."""
+    identity: tuple[int, int] = (0, 0)
+    """Its git directory's (device, inode) when the run started: one removed and made again is another."""
+    admin: tuple[tuple[str, bytes | None], ...] = ()
+    """:data:`ADMIN_FILES` and the folder's ``.git`` file as they were (None: absent or not a plain file),
+    by the path :func:`admin_changes` names them with."""
 
 
 def find(common: Path, own_git_dir: Path, ralphs: Path) -> list[OtherWorktree]:
@@ -59,10 +67,11 @@ def find(common: Path, own_git_dir: Path, ralphs: Path) -> list[OtherWorktree]:
     found = []
     own = os.path.realpath(own_git_dir)
     if own != os.path.realpath(common) and safeio.kind(common / "HEAD", common) == "file":
-        found.append(OtherWorktree(MAIN, common, str(common.parent if common.name == ".git" else common)))
+        found.append(OtherWorktree(MAIN, common, str(common.parent if common.name == ".git" else common),
+                                   _identity(common)))
     try:
         with safeio.open_dir(common / "worktrees", common) as fd:
-            names = sorted(name for name in os.listdir(fd) if _ID.fullmatch(name) and not name.endswith(".lock")
+            names = sorted(name for name in os.listdir(fd) if _worktree_id(name)
                            and stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode))
     except OSError:  # none (most projects), or not a plain directory: the layout check names that
         return found
@@ -74,8 +83,61 @@ def find(common: Path, own_git_dir: Path, ralphs: Path) -> list[OtherWorktree]:
         path = _folder(git_dir, common)
         if path and os.path.commonpath([ralph_root, os.path.realpath(path)]) == ralph_root:
             continue  # a loop's (ralph run --parallel): its refs are that loop's
-        found.append(OtherWorktree(f"{LINKED}{name}/", git_dir, path))
+        worktree = OtherWorktree(f"{LINKED}{name}/", git_dir, path, _identity(git_dir))
+        found.append(dataclasses.replace(worktree, admin=tuple(_admin_now(worktree, common))))
     return found
+
+
+def _worktree_id(name: str) -> bool:
+    """A directory name git may have given a worktree (any ref-name component: ``fix#12``, ``-hidden``)."""
+    return (_PART.fullmatch(name) is not None and not name.startswith(".") and ".." not in name and "@{" not in name
+            and not name.endswith(".lock"))
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return (0, 0)
+    return (info.st_dev, info.st_ino)
+
+
+def _admin_now(worktree: OtherWorktree, common: Path) -> list[tuple[str, bytes | None]]:
+    """(path, bytes or None) of the worktree's :data:`ADMIN_FILES` and its folder's ``.git`` file now."""
+    now = [(str(worktree.git_dir / name), _read(worktree.git_dir / name, common)) for name in ADMIN_FILES]
+    if worktree.path:
+        now.append((os.path.join(worktree.path, ".git"), _read(Path(worktree.path) / ".git", worktree.path)))
+    return now
+
+
+def admin_changes(worktree: OtherWorktree, common: Path) -> list[str]:
+    """The files that say where the worktree is (its ``commondir``, ``gitdir``, ``config.worktree``, its folder's
+    ``.git`` file) that no longer hold what they held when the run started; ``[git_dir]`` when its git directory
+    is another one (removed, maybe made again under its id)."""
+    if worktree.prefix == MAIN:
+        return []
+    if _identity(worktree.git_dir) != worktree.identity:
+        return [str(worktree.git_dir)]
+    gone = worktree.path and not os.path.lexists(worktree.path)  # its folder removed: no .git file to keep there
+    return [path for (path, was), (_, now) in zip(worktree.admin, _admin_now(worktree, common))
+            if was != now and not (gone and os.path.basename(path) == ".git" and path.startswith(worktree.path))]
+
+
+def put_back_admin(worktree: OtherWorktree, common: Path, path: str) -> bool:
+    """Give the file ``path`` (one :func:`admin_changes` named) its bytes from the run's start (remove it when it
+    was not there); never through a link.  False when that failed."""
+    was = dict(worktree.admin).get(path, b"")
+    root = worktree.path if os.path.basename(path) == ".git" and not path.startswith(str(worktree.git_dir)) else common
+    try:
+        if was is None:
+            safeio.remove(path, root)
+        elif was:
+            safeio.write_bytes(path, root, was, replace_dir=True)
+        else:
+            return False
+    except OSError:
+        return False
+    return True
 
 
 def _folder(git_dir: Path, common: Path) -> str:
@@ -114,7 +176,7 @@ def _ref_name(rel: str) -> bool:
         _PART.fullmatch(part) and not part.startswith(".") and not part.endswith((".lock", ".")) for part in rel.split("/"))
 
 
-def _read(path: Path, common: Path) -> bytes | None:
+def _read(path: Path, common: Path | str) -> bytes | None:
     try:
         return safeio.read_bytes(path, common, max_bytes=MAX_REF_BYTES)
     except OSError:
@@ -137,8 +199,11 @@ def owner(name: str, worktrees: list[OtherWorktree]) -> OtherWorktree | None:
 
 
 def present(worktree: OtherWorktree, common: Path) -> bool:
-    """Whether the worktree's git directory is still there (its ``gitdir`` file; the main one's ``HEAD``): git
-    would make a new, broken one if a ref were written into a removed one."""
+    """Whether the worktree's git directory is still the one there when the run started (its ``gitdir`` file; the
+    main one's ``HEAD``): git would make a new, broken one if a ref were written into a removed one, and one made
+    again under its id is not the person's."""
+    if worktree.prefix != MAIN and _identity(worktree.git_dir) != worktree.identity:
+        return False
     return safeio.kind(worktree.git_dir / ("HEAD" if worktree.prefix == MAIN else "gitdir"), common) == "file"
 
 
