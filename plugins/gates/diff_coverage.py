@@ -37,7 +37,9 @@ class DiffCoverageGate(Gate):
         return section.soft_timeout, section.hard_timeout
 
     def run(self, context: GateContext) -> GateResult:
-        from ralph.api.testintegrity import TestRules, changed_lines, measure, parse_report, shell_command
+        from ralph.api.testintegrity import (
+            TestRules, changed_lines, measure, parse_report, shadowing_modules, shell_command, trusted_config,
+        )
 
         section = self._section()
         if not context.story_start:
@@ -45,8 +47,15 @@ class DiffCoverageGate(Gate):
         changed = changed_lines(context.project_dir, context.story_start, TestRules())
         if not changed:
             return GateResult(self.name, True, "no Python code changed since the story started", skipped=True)
+        shadows = shadowing_modules(context.project_dir, context.story_start, [section.command, section.report])
+        if shadows:
+            return GateResult(self.name, False, (
+                f"{', '.join(shadows)}: a module of the project that the coverage commands' `python -m` would import "
+                "instead of the installed tool (new or changed since the story started); the measure cannot be "
+                "trusted with it there. Rename or remove it."), exit_code=1, where=context.where)
         started = time.monotonic()
-        command = shell_command(section.command, section.report)
+        # coverage.py reads the story-start configuration, exclusions removed, not the project's as it is now
+        command = shell_command(section.command, section.report, trusted_config(context.project_dir, context.story_start))
         if context.run_command is not None:
             result = context.run_command(command, context.hard_timeout)
             code, output, timed_out, where = result.exit_code, result.output, result.timed_out, result.where

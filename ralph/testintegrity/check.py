@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ralph.contracts import CommandResult
+from ralph.testintegrity.commands import command_inputs
 from ralph.testintegrity.export import (
     Export, TestChanges, build_export, changes_since, command_files, plugin_files, tree_entries,
 )
@@ -89,6 +90,7 @@ def check_tests(
     named = command_files(commands, start_paths, project_dir) + plugin_files(project_dir, story_start, start_paths)
     rules = rules.with_runner_modules(commands)
     rules = rules.with_config(p for p in named if not rules.is_protected(p))
+    rules = rules.with_config_paths(command_inputs(commands, start_paths, project_dir, story_start))
     changes = changes_since(project_dir, story_start, rules, allowed, ignored_since)
     if not changes.touched and not force:
         return TestCheck(True, "no test file or test configuration changed since the story started", changes)

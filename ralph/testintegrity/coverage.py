@@ -6,11 +6,19 @@ changed lines come from the loop's own hardened ``git diff -U0`` against the sto
 line of new untracked files), test files left out — what diff-cover computes, without running a tool
 that calls git in the agent's tree.  A changed line counts when coverage.py lists it as a statement;
 a changed file the tests never imported counts every non-blank, non-comment line as missed.
+
+What decides the measure is the loop's, not the agent's: coverage.py reads a configuration the loop writes
+outside the project (``COVERAGE_RCFILE``, :func:`trusted_config`): the story-start one, with every
+exclusion removed, so neither a new ``.coveragerc`` nor a ``# pragma: no cover`` on the story's own lines
+takes them out of the count; and :func:`shadowing_modules` names a module of the project that a command's
+``python -m coverage`` would import instead of coverage.py.
 """
 
 from __future__ import annotations
 
+import configparser
 import json
+import os
 import re
 import secrets
 import shlex
@@ -42,11 +50,128 @@ class DiffCoverage:
         return "; ".join(f"{path}:{_ranges(lines)}" for path, lines in sorted(self.missed.items()))
 
 
-def shell_command(command: str, report: str) -> str:
-    """The tests under coverage.py, then the JSON report after :data:`MARKER`; the data file outside the project."""
-    data = shlex.quote(f"/tmp/ralph-coverage-{secrets.token_hex(8)}")
-    return (f"export COVERAGE_FILE={data}; {command}; status=$?; echo {MARKER}; {report} --data-file={data}; "
-            f"rm -f {data}; exit $status")
+def shell_command(command: str, report: str, config: str | None = None) -> str:
+    """The tests under coverage.py, then the JSON report after :data:`MARKER`; the data file outside the project.
+
+    ``config``: the text of coverage.py's configuration (:func:`trusted_config`), written by the command
+    itself to a file outside the project (so it is there wherever the command runs: in a sandbox too) and
+    named by ``COVERAGE_RCFILE``: coverage.py then reads no configuration of the project's."""
+    token = secrets.token_hex(8)
+    data = shlex.quote(f"/tmp/ralph-coverage-{token}")
+    setup, cleanup = "", ""
+    if config is not None:
+        rc = shlex.quote(f"/tmp/ralph-coveragerc-{token}")
+        setup = f"(umask 077; printf '%s' {shlex.quote(config)} > {rc}) || exit 2; export COVERAGE_RCFILE={rc}; "
+        cleanup = f" {rc}"
+    return (f"{setup}export COVERAGE_FILE={data}; {command}; status=$?; echo {MARKER}; {report} --data-file={data}; "
+            f"rm -f {data}{cleanup}; exit $status")
+
+
+CONFIG_FILES = (".coveragerc", ".coveragerc.toml", "setup.cfg", "tox.ini", "pyproject.toml")
+"""Where coverage.py looks for its configuration, in its order (the first holding coverage settings wins)."""
+EXCLUSIONS = ("exclude_lines", "exclude_also")
+MAX_CONFIG_BYTES = 64_000
+
+
+def trusted_config(project_dir: Path, story_start: str) -> str:
+    """coverage.py's configuration as the story started (the first of :data:`CONFIG_FILES` that held coverage
+    settings then), as one INI text with every exclusion removed (``exclude_lines`` empty: the story's
+    changed lines are statements whatever pragma or pattern marks them).  No configuration then: only that."""
+    from ralph.testintegrity.export import read_blobs, tree_entries
+
+    start = tree_entries(project_dir, story_start)
+    sections: dict[str, dict[str, str]] = {}
+    for name in CONFIG_FILES:
+        entry = start.get(name)
+        if entry is None or not entry[0].startswith("100"):
+            continue
+        data = read_blobs(project_dir, [entry[1]]).get(entry[1], b"")
+        if len(data) > MAX_CONFIG_BYTES:
+            continue
+        try:
+            found = _sections(name, data.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, configparser.Error):
+            continue
+        if found or name.startswith(".coveragerc"):
+            sections = found
+            break
+    sections.setdefault("report", {})
+    for option in EXCLUSIONS:
+        sections["report"].pop(option, None)
+    sections["report"]["exclude_lines"] = ""
+    text = []
+    for section, options in sections.items():
+        text.append(f"[{section}]")
+        text += [f"{key} = {value}".replace("\n", "\n    ") for key, value in options.items()]
+        text.append("")
+    return "\n".join(text)
+
+
+def _sections(name: str, text: str) -> dict[str, dict[str, str]]:
+    """coverage.py's sections of one configuration file (``run``, ``report``, ``paths`` ...), values as INI text."""
+    if name.endswith(".toml"):
+        import tomllib
+
+        data = tomllib.loads(text)
+        tool = data.get("tool", {}).get("coverage") if isinstance(data.get("tool"), dict) else None
+        if not isinstance(tool, dict):
+            tool = data if name == ".coveragerc.toml" else {}
+        return {section: {key: _ini_value(value) for key, value in options.items() if not isinstance(value, dict)}
+                for section, options in tool.items() if isinstance(options, dict)}
+    parser = configparser.RawConfigParser()
+    parser.read_string(text)
+    found: dict[str, dict[str, str]] = {}
+    for section in parser.sections():
+        if section.startswith("coverage:"):
+            found[section[len("coverage:"):]] = dict(parser[section])
+        elif name == ".coveragerc":
+            found[section] = dict(parser[section])
+    return found
+
+
+def _ini_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "".join(f"\n{item}" for item in value)
+    return str(value)
+
+
+def shadowing_modules(project_dir: Path, story_start: str, commands: list[str]) -> list[str]:
+    """Files of the project that would be imported instead of a module the ``commands`` run with ``python -m``
+    (a root ``coverage.py``, a ``coverage/`` package, also under ``src/``), ignored by git or not, unless they
+    are exactly as they were when the story started (a project that is itself such a module)."""
+    from ralph.testintegrity.export import object_format, tree_entries, worktree_entry
+    from ralph.testintegrity.paths import run_modules
+
+    modules = {module.split(".")[0] for command in commands for module in run_modules(command)}
+    if not modules:
+        return []
+    start = tree_entries(project_dir, story_start)
+    algorithm = object_format(project_dir)
+    found: list[str] = []
+    for folder in ("", "src/"):
+        try:
+            names = sorted(os.listdir(project_dir / folder)) if (project_dir / folder).is_dir() else []
+        except OSError:
+            continue
+        for name in names:
+            stem, _, suffix = name.partition(".")
+            path = f"{folder}{name}"
+            if stem not in modules:
+                continue
+            if suffix.rsplit(".", 1)[-1] in ("py", "pyc", "so", "pyd"):
+                files = [path]
+            elif not suffix and (project_dir / path).is_dir() and not (project_dir / path).is_symlink():
+                files = [f"{path}/{f}" for f in ("__init__.py", "__init__.pyc", "__main__.py")
+                         if os.path.lexists(project_dir / path / f)]
+            else:
+                continue
+            for file in files:
+                entry, _ = worktree_entry(project_dir, file, algorithm)
+                if entry != start.get(file):
+                    found.append(file)
+    return found
 
 
 def parse_report(output: str) -> dict[str, Any] | None:

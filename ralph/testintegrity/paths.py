@@ -148,6 +148,9 @@ class TestRules:
     section_files: frozenset[str] = field(default=SECTION_FILES)
     runner_modules: frozenset[str] = field(default=RUNNER_MODULES)
     """Module names a project file may not shadow (:data:`RUNNER_MODULES` and the verifyCommands' ``-m``)."""
+    config_paths: frozenset[str] = frozenset()
+    """Exact paths that are whole-file test configuration: what the verifyCommands read
+    (:func:`ralph.testintegrity.commands.command_inputs`), there or not at story start."""
 
     def is_test(self, path: str) -> bool:
         """A test file (or directory) by the defaults or the config, and not excluded."""
@@ -162,7 +165,7 @@ class TestRules:
 
     def is_config(self, path: str) -> bool:
         """Whole-file test configuration."""
-        if matches_any(path, self.extra_config):
+        if path in self.config_paths or matches_any(path, self.extra_config):
             return True
         if not self.defaults or matches_any(path, self.excluded):
             return False
@@ -204,6 +207,11 @@ class TestRules:
     def touches(self, path: str) -> bool:
         """Is a change of ``path`` a change of the tests or their configuration (a section file counts)?"""
         return self.is_protected(path) or self.has_sections(path)
+
+    def with_config_paths(self, paths: Iterable[str]) -> TestRules:
+        """These rules with the exact ``paths`` as more whole-file test configuration."""
+        added = frozenset(paths) - self.config_paths
+        return dataclasses.replace(self, config_paths=self.config_paths | added) if added else self
 
     def with_config(self, paths: Iterable[str]) -> TestRules:
         """These rules with ``paths`` as more whole-file test configuration."""
