@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ralph.contracts import CommandResult
 from ralph.testintegrity.commands import command_inputs
+from ralph.testintegrity.doctests import doctest_findings, doctests_on
 from ralph.testintegrity.export import (
     Export, TestChanges, build_export, changes_since, command_files, plugin_files, tree_entries,
 )
@@ -92,13 +93,18 @@ def check_tests(
     rules = rules.with_config(p for p in named if not rules.is_protected(p))
     rules = rules.with_config_paths(command_inputs(commands, start_paths, project_dir, story_start))
     changes = changes_since(project_dir, story_start, rules, allowed, ignored_since)
-    if not changes.touched and not force:
+    doctested: list[str] = []
+    doctest_found: list[Finding] = []
+    if findings and doctests_on(commands, project_dir, start_paths):
+        doctested, doctest_found = doctest_findings(project_dir, start_paths, rules, allowed)
+    if not changes.touched and not doctested and not force:
         return TestCheck(True, "no test file or test configuration changed since the story started", changes)
-    found = _findings(changes) if findings else []
+    found = (_findings(changes) if findings else []) + doctest_found
+    described = [_describe(p, changes) for p in changes.paths()] + [f"{p} (doctests)" for p in doctested]
     lines = [
         "The tests and the test configuration as they were when the story started are part of its spec; "
         "they run against your code.",
-        "Changed since the story started: " + (", ".join(_describe(p, changes) for p in changes.paths())
+        "Changed since the story started: " + (", ".join(described)
                                                or "nothing now; an earlier iteration of the story changed them"),
     ]
     if found:

@@ -137,14 +137,17 @@ def _ini_value(value: object) -> str:
     return str(value)
 
 
+_RUN_MODULE = re.compile(r"(?:^|\s)-m\s*([A-Za-z_][\w.]*)")
+"""``-m MODULE`` anywhere on a command line: ``python -m coverage run -m pytest`` imports both from the path."""
+
+
 def shadowing_modules(project_dir: Path, story_start: str, commands: list[str]) -> list[str]:
     """Files of the project that would be imported instead of a module the ``commands`` run with ``python -m``
     (a root ``coverage.py``, a ``coverage/`` package, also under ``src/``), ignored by git or not, unless they
     are exactly as they were when the story started (a project that is itself such a module)."""
     from ralph.testintegrity.export import object_format, tree_entries, worktree_entry
-    from ralph.testintegrity.paths import run_modules
 
-    modules = {module.split(".")[0] for command in commands for module in run_modules(command)}
+    modules = {module.split(".")[0] for command in commands for module in _RUN_MODULE.findall(command)}
     if not modules:
         return []
     start = tree_entries(project_dir, story_start)

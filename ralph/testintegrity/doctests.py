@@ -1,0 +1,141 @@
+"""Doctests: with ``pytest --doctest-modules`` the examples in the code's docstrings are tests.
+
+They live in the code, which the agent must be able to change, so the trusted tree cannot put them back.
+What stays deterministic is the examples themselves: :func:`doctest_findings` compares, in every Python file
+that is not a test path and changed since the story started, the ``>>>`` examples of each docstring (its owner
+named by its qualified name: ``calc.add``, ``Calc.add``, the module) with those of the same docstring at story
+start.  An example that existed then and is gone now, or whose expected output changed, is a finding: a test
+of the story's spec changed.  New examples are welcome, as new tests are.
+
+Doctests are on when a verifyCommand names ``--doctest-modules``, or a story-start pytest configuration file
+holds it (``addopts``).  Files are read with :mod:`ast` (never imported) and hashed by the loop, as the look
+does; a file larger than :data:`ralph.testintegrity.export.MAX_FINDINGS_BYTES` or that does not parse gets no
+findings.
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from ralph.testintegrity.export import (
+    Entry, MAX_FINDINGS_BYTES, object_format, read_blobs, worktree_entry, worktree_names,
+)
+from ralph.testintegrity.findings import Finding
+from ralph.testintegrity.paths import TestRules, matches_any
+
+OPTION = "--doctest-modules"
+CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
+                          "pyproject.toml"})
+"""Story-start files whose pytest ``addopts`` may turn doctests on."""
+
+Examples = dict[str, tuple[int, Counter[tuple[str, str]]]]
+"""qualified name -> (line of the docstring's owner, its examples as (source, expected output))."""
+
+
+def doctests_on(commands: Iterable[str], project_dir: Path, start: dict[str, Entry]) -> bool:
+    """Do the verifyCommands run the doctests of the code (``--doctest-modules`` on a command line or in a
+    story-start pytest configuration file)?"""
+    if any(OPTION in command for command in commands):
+        return True
+    sources = [e[1] for p, e in start.items() if p.rsplit("/", 1)[-1] in CONFIG_FILES and e[0].startswith("100")]
+    return any(OPTION.encode() in data for data in read_blobs(project_dir, sources).values())
+
+
+def doctest_findings(
+    project_dir: Path, start: dict[str, Entry], rules: TestRules, allowed: Iterable[str] = (),
+) -> tuple[list[str], list[Finding]]:
+    """(the changed code files whose story-start examples changed, the findings) -- see the module's docstring."""
+    allowed = list(allowed)
+    algorithm = object_format(project_dir)
+    old_ids: dict[str, str] = {}
+    new_texts: dict[str, str | None] = {}
+    for path in worktree_names(project_dir):
+        entry = start.get(path)
+        if (not path.endswith(".py") or entry is None or not entry[0].startswith("100") or rules.is_protected(path)
+                or matches_any(path, allowed)):
+            continue
+        now, data = worktree_entry(project_dir, path, algorithm)
+        if now == entry:
+            continue
+        old_ids[path] = entry[1]
+        new_texts[path] = _decode(data)
+    for path, entry in start.items():  # deleted code files take their examples with them
+        if path.endswith(".py") and path not in old_ids and entry[0].startswith("100") and not rules.is_protected(path) \
+                and not matches_any(path, allowed) and worktree_entry(project_dir, path, algorithm)[0] is None:
+            old_ids[path] = entry[1]
+            new_texts[path] = ""
+    blobs = read_blobs(project_dir, old_ids.values())
+    changed: list[str] = []
+    found: list[Finding] = []
+    for path in sorted(old_ids):
+        old = _examples(_decode(blobs.get(old_ids[path])))
+        new_text = new_texts[path]
+        new = _examples(new_text) if new_text is not None else None
+        if not old or not any(examples for _, examples in old.values()) or new is None:
+            continue
+        lost = _lost(path, old, new)
+        if lost:
+            changed.append(path)
+            found += lost
+    return changed, found
+
+
+def _lost(path: str, old: Examples, new: Examples) -> list[Finding]:
+    found = []
+    for owner, (_, examples) in sorted(old.items()):
+        line, now = new.get(owner, (None, Counter()))
+        for (source, want), count in sorted(examples.items()):
+            if now[(source, want)] >= count:
+                continue
+            first = source.splitlines()[0] if source else ""
+            what = "gone" if owner not in new else "removed or its expected output changed"
+            found.append(Finding(path, line, "doctest-changed",
+                                 f"doctest example `>>> {first}` of {owner} {what} (it existed when the story "
+                                 "started; doctests are tests here)"))
+    return found
+
+
+def _decode(data: bytes | None) -> str | None:
+    if data is None or len(data) > MAX_FINDINGS_BYTES:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _examples(text: str | None) -> Examples | None:
+    """The doctest examples of every docstring in ``text`` (None: not parsable)."""
+    if text is None:
+        return None
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    parser = doctest.DocTestParser()
+    found: Examples = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                _collect(child, name, child.lineno)
+                visit(child, f"{name}.")
+
+    def _collect(node: ast.AST, name: str, line: int) -> None:
+        docstring = ast.get_docstring(node, clean=False)  # type: ignore[arg-type]
+        examples: list[doctest.Example] = []
+        if docstring and ">>>" in docstring:
+            try:
+                examples = parser.get_examples(docstring)
+            except ValueError:  # doctest's own complaint about an example's indentation: the text still counts
+                examples = []
+        found[name] = (line, Counter((e.source.strip(), e.want.strip()) for e in examples))
+
+    _collect(tree, "the module", 1)
+    visit(tree, "")
+    return found
