@@ -49,14 +49,16 @@ FILES = {
     "tools/u.sh": "",
     "package.json": json.dumps({"scripts": {"test": "sh ci/npm.sh"}}),
     "ci/npm.sh": "",
-    "sub/Makefile": "test:\n\ttrue\n",
+    "sub/Makefile": "all: build\n\nbuild:\n\tsh ci/build.sh\n\tpython3 gen.py\n\ndeploy:\n\tsh ci/deploy.sh\n",
+    "sub/ci/build.sh": "", "sub/ci/deploy.sh": "", "sub/gen.py": "",
     "calc.py": "def add(a, b):\n    return a + b\n",
 }
 
 
 @pytest.mark.parametrize(("command", "expected"), [
     ("make test", ["GNUmakefile", "Makefile", "ci/run.sh", "ci/settings.sh", "ci/vars.mk", "local.mk", "makefile"]),
-    ("make -C sub test", ["sub/GNUmakefile", "sub/Makefile", "sub/makefile"]),
+    ("make -C sub", ["sub/GNUmakefile", "sub/Makefile", "sub/ci/build.sh", "sub/makefile"]),  # the first target's
+    ("make -C sub deploy", ["sub/GNUmakefile", "sub/Makefile", "sub/ci/deploy.sh", "sub/makefile"]),
     ("make -f ci/vars.mk test", ["ci/vars.mk"]),
     ("sh run-tests.sh", ["ci/env.sh", "run-tests.sh"]),
     ("cd ci && sh check.sh", ["ci/check.sh", "tools/t", "tools/u.sh"]),
@@ -153,6 +155,15 @@ def test_doctests_are_on_by_the_command_or_the_story_start_config(tmp_path: Path
     assert doctests_on(["pytest"], tmp_path, entries)
     assert doctests_on(["pytest --doctest-modules"], tmp_path, {})
     assert not doctests_on(["pytest"], tmp_path, {})
+
+
+def test_doctest_text_files_a_glob_names_are_tests(tmp_path: Path) -> None:
+    from ralph.testintegrity.doctests import doctest_text_files
+
+    start = make_repo(tmp_path, {"docs/usage.rst": "", "README.md": "", "setup.cfg": "[tool:pytest]\naddopts = --doctest-glob=*.md\n"})
+    entries = tree_entries(tmp_path, start)
+    assert doctest_text_files(["pytest --doctest-glob '*.rst'"], tmp_path, entries) == ["README.md", "docs/usage.rst"]
+    assert doctest_text_files(["pytest"], tmp_path, {p: e for p, e in entries.items() if p != "setup.cfg"}) == []
 
 
 def test_a_changed_doctest_fails_the_check_although_no_test_file_changed(tmp_path: Path) -> None:

@@ -59,7 +59,8 @@ class DiffCoverageConfig(ConfigSection):
 
     minimum: float | None = Field(None, ge=0, le=100, description="percent of changed statements to cover (unset: off)")
     command: str = Field("python3 -m coverage run -m pytest -q -p no:cacheprovider",
-                         description="the tests under coverage.py (COVERAGE_FILE is set outside the project)")
+                         description="the tests under coverage.py (COVERAGE_FILE and COVERAGE_RCFILE, the story-start "
+                                     "configuration without exclusions, are set outside the project)")
     report: str = Field("python3 -m coverage json -q -o /dev/stdout", description="coverage.py's JSON report on stdout")
     soft_timeout: float = Field(300.0, gt=0, description="seconds before a warning")
     hard_timeout: float = Field(600.0, gt=0, description="seconds before the commands are killed")

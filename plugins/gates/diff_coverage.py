@@ -3,7 +3,9 @@
 With ``[tool.ralph.diff-coverage] minimum = 80`` the loop runs the project's tests under coverage.py
 where the agent runs (after the tests gate), and fails the story when fewer than ``minimum`` percent of
 the statements it added or changed since the story started (test files aside) ran.  The changed lines
-come from the loop's hardened ``git diff``; see :mod:`ralph.testintegrity.coverage` and docs/tests.md.
+come from the loop's hardened ``git diff``; coverage.py reads the story-start configuration with its
+exclusions removed (a file the loop's command writes outside the project), and a project module that would
+stand in for coverage.py fails the gate.  See :mod:`ralph.testintegrity.coverage` and docs/tests.md.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ralph.contracts import CommandResult
 from ralph.testintegrity.commands import command_inputs
-from ralph.testintegrity.doctests import doctest_findings, doctests_on
+from ralph.testintegrity.doctests import doctest_findings, doctest_text_files, doctests_on
 from ralph.testintegrity.export import (
     Export, TestChanges, build_export, changes_since, command_files, plugin_files, tree_entries,
 )
@@ -91,7 +91,8 @@ def check_tests(
     named = command_files(commands, start_paths, project_dir) + plugin_files(project_dir, story_start, start_paths)
     rules = rules.with_runner_modules(commands)
     rules = rules.with_config(p for p in named if not rules.is_protected(p))
-    rules = rules.with_config_paths(command_inputs(commands, start_paths, project_dir, story_start))
+    rules = rules.with_config_paths(command_inputs(commands, start_paths, project_dir, story_start)
+                                    + doctest_text_files(commands, project_dir, start_paths))
     changes = changes_since(project_dir, story_start, rules, allowed, ignored_since)
     doctested: list[str] = []
     doctest_found: list[Finding] = []

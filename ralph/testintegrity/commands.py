@@ -12,9 +12,10 @@ What is followed (each command parsed with :func:`ralph.shell.analyze`, every pa
 
 - a program or script a command runs that is a project file (``./ci/test.sh``, ``cd ci && sh check.sh``,
   ``python3 tools/check.py``), and, for a shell script, what it sources (``. ./ci/settings.sh``) or runs in
-  turn, transitively;
+  turn with a shell or as a program (``./tools/lint``), transitively;
 - ``make``/``gmake``: the makefiles it would read in its directory (``-C``, ``-f``; ``GNUmakefile``,
-  ``makefile``, ``Makefile``), the files they ``include``/``-include``, and what their recipes run;
+  ``makefile``, ``Makefile``), the files they ``include``/``-include``, and what the recipes of the targets it
+  runs (the goals named, else the first target; their prerequisites too) run;
 - ``npm``/``yarn``/``pnpm``/``npx``: their rc files in the command's directory and the project's root
   (``.npmrc``, ``.yarnrc``, ``.yarnrc.yml`` and the ``yarnPath`` it names, ``.pnpmfile.cjs``), and what the
   ``package.json`` script a command runs runs in turn.
@@ -48,6 +49,8 @@ PACKAGE_RC = (".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs")
 SHELL_RUNNERS = frozenset({".", "source", "sh", "bash", "dash", "zsh", "ksh", "ash"})
 
 _INCLUDE = re.compile(r"^[ ]*(?:-include|sinclude|include)[ \t]+(.+?)[ \t]*(?:#.*)?$", re.M)
+_RULE = re.compile(r"^([^\t#=:][^#=:]*?)[ \t]*::?(?!=)[ \t]*([^=]*)$")
+"""A rule's first line: ``targets: prerequisites`` (not a ``:=`` or ``::=`` assignment)."""
 _YARN_PATH = re.compile(r"^yarnPath:[ \t]*[\"']?([^\"'\s#]+)", re.M)
 _cache: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
 
@@ -115,7 +118,9 @@ class _Follow:
                 self._make(command.argv[1:], where, depth)
             elif command.name in PACKAGE_MANAGERS:
                 self._package_manager(command.name, command.argv[1:], where, depth)
-            words = [command.argv[0]] + [w for w in command.argv[1:] if w in scripts]
+            # deeper down, only what a shell runs: a Python script a recipe of the build runs is the code's own
+            runs_scripts = depth == 0 or command.name in SHELL_RUNNERS
+            words = [command.argv[0]] + [w for w in command.argv[1:] if runs_scripts and w in scripts]
             for word, dynamic, glob in zip(command.argv, command.dynamic, command.glob):
                 if word not in words or dynamic or glob:
                     continue
@@ -155,30 +160,53 @@ class _Follow:
         return "" if normal == "." else normal
 
     def _make(self, args: list[str], where: str, depth: int) -> None:
-        """``make`` in ``where``: its makefiles, what they include, what their recipes run."""
+        """``make`` in ``where``: its makefiles, what they include, what the recipes of the targets it runs run."""
         folders: list[str] = []
         files: list[str] = []
+        goals: list[str] = []
         rest = iter(args)
         for arg in rest:
-            for short, long, into in (("-C", "--directory", folders), ("-f", "--file", files), ("", "--makefile", files)):
-                if short and arg == short or arg == long:
-                    into.append(next(rest, ""))
-                elif short and arg.startswith(short) and not arg.startswith("--"):
-                    into.append(arg[2:])
-                elif arg.startswith(long + "="):
-                    into.append(arg[len(long) + 1:])
+            if arg in ("-C", "--directory"):
+                folders.append(next(rest, ""))
+            elif arg in ("-f", "--file", "--makefile"):
+                files.append(next(rest, ""))
+            elif arg.startswith(("--directory=", "--file=", "--makefile=")):
+                (folders if arg.startswith("--directory=") else files).append(arg.split("=", 1)[1])
+            elif arg.startswith(("-C", "-f")) and len(arg) > 2:
+                (folders if arg[1] == "C" else files).append(arg[2:])
+            elif arg in ("-I", "-o", "-W", "--include-dir", "--old-file", "--what-if", "--assume-new"):
+                next(rest, None)
+            elif not arg.startswith("-") and "=" not in arg:
+                goals.append(arg)
         folder = self._place(where, folders)
         if folder is None:
             return
         names = [self._place(folder, [name]) for name in files] if files else [
             posixpath.join(folder, name) if folder else name for name in MAKEFILES]
+        rules: dict[str, tuple[list[str], list[str]]] = {}
+        order: list[str] = []
         for name in names:
-            if name is None:
+            if name is not None:
+                self.found[name] = None
+                self._makefile(name, folder, rules, order)
+        if depth >= MAX_DEPTH:
+            return
+        todo = goals or [t for t in order[:1]]
+        done: set[str] = set()
+        recipes: list[str] = []
+        while todo and len(done) < 200:
+            target = todo.pop(0)
+            if target in done or target not in rules:
                 continue
-            self.found[name] = None
-            self._makefile(name, folder, depth)
+            done.add(target)
+            prerequisites, lines = rules[target]
+            todo += prerequisites
+            recipes += lines
+        if recipes:
+            self.todo.append(("\n".join(recipes), folder, depth + 1))
 
-    def _makefile(self, path: str, folder: str, depth: int) -> None:
+    def _makefile(self, path: str, folder: str, rules: dict[str, tuple[list[str], list[str]]], order: list[str]) -> None:
+        """Read one makefile (and what it includes) into ``rules``: target -> (prerequisites, recipe lines)."""
         text = self._text(path)
         if text is None:
             return
@@ -194,11 +222,28 @@ class _Follow:
                     c in word for c in "*?[") else [pattern]
                 for included in matched:
                     self.found[included] = None
-                    self._makefile(included, folder, depth)
-        if depth < MAX_DEPTH:
-            recipes = [line.lstrip("\t").lstrip("@+- ") for line in text.splitlines() if line.startswith("\t")]
-            if recipes:
-                self.todo.append(("\n".join(recipes), folder, depth + 1))
+                    self._makefile(included, folder, rules, order)
+        current: list[str] = []
+        for line in text.splitlines():
+            if line.startswith("\t"):
+                for target in current:
+                    rules[target][1].append(line.lstrip("\t").lstrip("@+- "))
+                continue
+            rule = _RULE.match(line)
+            if rule is None:
+                if line.strip() and not line.lstrip().startswith("#"):
+                    current = []
+                continue
+            targets = [t for t in rule.group(1).split() if "%" not in t]
+            prerequisites = rule.group(2).split(";", 1)
+            current = targets
+            for target in targets:
+                entry = rules.setdefault(target, ([], []))
+                entry[0].extend(w for w in prerequisites[0].split() if "$" not in w)
+                if len(prerequisites) > 1 and prerequisites[1].strip():
+                    entry[1].append(prerequisites[1].strip())
+                if not target.startswith(".") and target not in order:
+                    order.append(target)
 
     def _package_manager(self, name: str, args: list[str], where: str, depth: int) -> None:
         """npm, yarn, pnpm in ``where``: their rc files, and what the ``package.json`` script they run runs."""

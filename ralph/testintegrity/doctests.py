@@ -8,7 +8,8 @@ start.  An example that existed then and is gone now, or whose expected output c
 of the story's spec changed.  New examples are welcome, as new tests are.
 
 Doctests are on when a verifyCommand names ``--doctest-modules``, or a story-start pytest configuration file
-holds it (``addopts``).  Files are read with :mod:`ast` (never imported) and hashed by the loop, as the look
+holds it (``addopts``).  Text files of doctests (``--doctest-glob='*.rst'``, there or in such a file) are tests
+as a whole: :func:`doctest_text_files` names those of the story's start, which the trusted tree puts back.  Files are read with :mod:`ast` (never imported) and hashed by the loop, as the look
 does; a file larger than :data:`ralph.testintegrity.export.MAX_FINDINGS_BYTES` or that does not parse gets no
 findings.
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import ast
 import doctest
+import fnmatch
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,6 +37,21 @@ CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.t
 
 Examples = dict[str, tuple[int, Counter[tuple[str, str]]]]
 """qualified name -> (line of the docstring's owner, its examples as (source, expected output))."""
+
+
+_GLOB = re.compile(r"--doctest-glob(?:=|\s+)[\"']?([^\s\"']+)")
+
+
+def doctest_text_files(commands: Iterable[str], project_dir: Path, start: dict[str, Entry]) -> list[str]:
+    """The story-start files a ``--doctest-glob`` pattern (on a verifyCommand, or in a story-start pytest
+    configuration file) names: pytest matches it against the file's name."""
+    texts = list(commands)
+    sources = [e[1] for p, e in start.items() if p.rsplit("/", 1)[-1] in CONFIG_FILES and e[0].startswith("100")]
+    texts += [data.decode("utf-8", "replace") for data in read_blobs(project_dir, sources).values()]
+    patterns = {pattern for text in texts if "--doctest-glob" in text for pattern in _GLOB.findall(text)}
+    if not patterns:
+        return []
+    return sorted(p for p in start if any(fnmatch.fnmatch(p.rsplit("/", 1)[-1], pattern) for pattern in patterns))
 
 
 def doctests_on(commands: Iterable[str], project_dir: Path, start: dict[str, Entry]) -> bool:

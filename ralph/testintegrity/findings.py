@@ -34,7 +34,8 @@ class Finding:
     path: str
     line: int | None
     kind: str
-    """``deleted``, ``test-removed``, ``skip``, ``assertion-removed``, ``case-removed``, ``exit``, ``unparsable``."""
+    """``deleted``, ``test-removed``, ``skip``, ``assertion-removed``, ``case-removed``, ``exit``, ``unparsable``
+    (and ``doctest-changed``, :mod:`ralph.testintegrity.doctests`)."""
     message: str
 
     def __str__(self) -> str:
