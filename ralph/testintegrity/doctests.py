@@ -45,9 +45,7 @@ _GLOB = re.compile(r"--doctest-glob(?:=|\s+)[\"']?([^\s\"']+)")
 def doctest_text_files(commands: Iterable[str], project_dir: Path, start: dict[str, Entry]) -> list[str]:
     """The story-start files a ``--doctest-glob`` pattern (on a verifyCommand, or in a story-start pytest
     configuration file) names: pytest matches it against the file's name."""
-    texts = list(commands)
-    sources = [e[1] for p, e in start.items() if p.rsplit("/", 1)[-1] in CONFIG_FILES and e[0].startswith("100")]
-    texts += [data.decode("utf-8", "replace") for data in read_blobs(project_dir, sources).values()]
+    texts = [*commands, *_config_texts(project_dir, start)]
     patterns = {pattern for text in texts if "--doctest-glob" in text for pattern in _GLOB.findall(text)}
     if not patterns:
         return []
@@ -59,8 +57,22 @@ def doctests_on(commands: Iterable[str], project_dir: Path, start: dict[str, Ent
     story-start pytest configuration file)?"""
     if any(OPTION in command for command in commands):
         return True
-    sources = [e[1] for p, e in start.items() if p.rsplit("/", 1)[-1] in CONFIG_FILES and e[0].startswith("100")]
-    return any(OPTION.encode() in data for data in read_blobs(project_dir, sources).values())
+    return any(OPTION in text for text in _config_texts(project_dir, start))
+
+
+_texts: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+
+
+def _config_texts(project_dir: Path, start: dict[str, Entry]) -> list[str]:
+    """The story-start texts of the pytest configuration files (remembered by their blob ids)."""
+    sources = tuple(sorted(e[1] for p, e in start.items()
+                           if p.rsplit("/", 1)[-1] in CONFIG_FILES and e[0].startswith("100")))
+    key = (str(project_dir), sources)
+    if key not in _texts:
+        if len(_texts) > 16:
+            _texts.clear()
+        _texts[key] = [data.decode("utf-8", "replace") for data in read_blobs(project_dir, sources).values()]
+    return _texts[key]
 
 
 def doctest_findings(
