@@ -134,6 +134,7 @@ DOCTESTED = (
     (lambda t: t.replace("        6\n", "        7\n"), ["calc.py:18: doctest example `>>> Calc().mul(2, 3)` of Calc.mul"]),
     (lambda t: t.replace(">>> 1 + 1\n2\n", ""), ["calc.py:1: doctest example `>>> 1 + 1` of the module removed"]),
     (lambda t: t.replace("def add(", "def plus("), ["doctest example `>>> add(2, 2)` of add gone"]),
+    (lambda t: t + "def (:\n", ["calc.py: not a regular UTF-8 Python file that parses"]),
 ])
 def test_a_doctest_example_of_the_story_start_may_not_change(tmp_path: Path, change, messages) -> None:  # type: ignore[no-untyped-def]
     from ralph.testintegrity.doctests import doctest_findings

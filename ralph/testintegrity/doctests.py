@@ -19,13 +19,14 @@ from __future__ import annotations
 import ast
 import doctest
 import fnmatch
+import os
 import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
 from ralph.testintegrity.export import (
-    Entry, MAX_FINDINGS_BYTES, object_format, read_blobs, worktree_entry, worktree_names,
+    Entry, MAX_FINDINGS_BYTES, object_format, read_blobs, worktree_entry,
 )
 from ralph.testintegrity.findings import Finding
 from ralph.testintegrity.paths import TestRules, matches_any
@@ -83,21 +84,25 @@ def doctest_findings(
     algorithm = object_format(project_dir)
     old_ids: dict[str, str] = {}
     new_texts: dict[str, str | None] = {}
-    for path in worktree_names(project_dir):
-        entry = start.get(path)
-        if (not path.endswith(".py") or entry is None or not entry[0].startswith("100") or rules.is_protected(path)
+    for path, entry in start.items():  # only story-start files hold story-start examples
+        if (not path.endswith(".py") or not entry[0].startswith("100") or rules.is_protected(path)
                 or matches_any(path, allowed)):
+            continue
+        before = _stat(project_dir, path)
+        if before is None:  # deleted: its examples went with it
+            old_ids[path], new_texts[path] = entry[1], ""
+            continue
+        if _hashed.get((str(project_dir), path)) == (before, entry):
             continue
         now, data = worktree_entry(project_dir, path, algorithm)
         if now == entry:
+            if _stat(project_dir, path) == before:  # the bytes hashed are the file's
+                if len(_hashed) > 100_000:
+                    _hashed.clear()
+                _hashed[(str(project_dir), path)] = (before, entry)
             continue
         old_ids[path] = entry[1]
         new_texts[path] = _decode(data)
-    for path, entry in start.items():  # deleted code files take their examples with them
-        if path.endswith(".py") and path not in old_ids and entry[0].startswith("100") and not rules.is_protected(path) \
-                and not matches_any(path, allowed) and worktree_entry(project_dir, path, algorithm)[0] is None:
-            old_ids[path] = entry[1]
-            new_texts[path] = ""
     blobs = read_blobs(project_dir, old_ids.values())
     changed: list[str] = []
     found: list[Finding] = []
@@ -105,13 +110,29 @@ def doctest_findings(
         old = _examples(_decode(blobs.get(old_ids[path])))
         new_text = new_texts[path]
         new = _examples(new_text) if new_text is not None else None
-        if not old or not any(examples for _, examples in old.values()) or new is None:
+        if not old or not any(examples for _, examples in old.values()):
             continue
-        lost = _lost(path, old, new)
+        lost = _lost(path, old, new) if new is not None else [Finding(
+            path, None, "doctest-changed", "not a regular UTF-8 Python file that parses any more, so its story-start "
+            "doctest examples cannot be read (doctests are tests here)")]
         if lost:
             changed.append(path)
             found += lost
     return changed, found
+
+
+_hashed: dict[tuple[str, str], tuple[tuple[int, ...], Entry]] = {}
+"""(project, path) -> (the file's device, inode, size, ctime, mtime, mode; the entry it hashed to): a code file the
+loop hashed as its story-start blob is not hashed again while these stay (every write moves ``st_ctime``, which
+no one can set back)."""
+
+
+def _stat(project_dir: Path, path: str) -> tuple[int, ...] | None:
+    try:
+        info = os.lstat(project_dir / path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_ctime_ns, info.st_mtime_ns, info.st_mode)
 
 
 def _lost(path: str, old: Examples, new: Examples) -> list[Finding]:
