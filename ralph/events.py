@@ -147,7 +147,8 @@ class EventKind(str, Enum):
         "The iteration ended on the usage limit (from the metered model traffic; for an agent that "
         "is not metered, from its own report). Payload: iteration, message, resume_at, wait (seconds), "
         "counted (whether the iteration counts: it does unless the meter saw the model answer nothing "
-        "and the tree and task list are unchanged).",
+        "and the tree and task list are unchanged), reset_not_believed (when present: the reset the API "
+        "or the agent named, more than a week away; the loop waits usage_limit_wait instead).",
     )
     RATE_LIMIT = (
         "rate_limit",
@@ -164,14 +165,24 @@ class EventKind(str, Enum):
         "error_type, quota (the subscription windows: status, reset, windows {5h, 7d ...: utilization, "
         "reset, status}).",
     )
+    LIMIT_SET_ASIDE = (
+        "limit_set_aside",
+        "The meter saw the agent's session end on a limit or a context overflow, but the iteration changed "
+        "the project: the loop does not take it as how the iteration ended (a process of the agent can send "
+        "requests through the meter after its CLI's last call), so it neither waits nor flags the story; a "
+        "real limit rejects the next iteration's first call. Payload: iteration, limit (usage_limit, "
+        "rate_limit, context_overflow), message.",
+    )
     METERING_STARTED = (
         "metering_started",
         "The run's model meter listens (the first metered agent is about to run). Payload: url.",
     )
     MODEL_REQUESTS_REFUSED = (
         "model_requests_refused",
-        "The meter refused model calls that came for an agent session after it had ended (a process "
-        "that outlived its iteration). Payload: session, refused (count).",
+        "The meter refused requests of an agent session: after it had ended (a process that outlived "
+        "its iteration), or for a path or method it does not forward because it could not book them "
+        "(Message Batches, Files ...). Payload: session, refused (count of the late ones), blocked "
+        "(\"METHOD /path\" of the others, at most 100).",
     )
     UNPRICED_MODEL = (
         "unpriced_model",

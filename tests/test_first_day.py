@@ -284,7 +284,7 @@ def test_item9_a_change_between_iterations_is_the_persons_never_the_agents(ralph
     import json
     import time
 
-    from ralph.testing.model_server import ErrorReply, IterationScript
+    from ralph.testing.model_server import IterationScript, usage_limit_reply
     from ralph.testing.project import wait_for
     from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
 
@@ -300,9 +300,7 @@ def test_item9_a_change_between_iterations_is_the_persons_never_the_agents(ralph
     def responder(request: Any) -> Any:
         if script.key_of(request) == 2 and not limited["done"]:
             limited["done"] = True
-            message = f"Claude AI usage limit reached|{int(time.time()) + 8}"
-            return ErrorReply(429, {"type": "error", "error": {"type": "rate_limit_error", "message": message}},
-                              {"x-should-retry": "false"})
+            return usage_limit_reply(int(time.time()) + 8)
         return script(request)
 
     server = scripted_model(responder)

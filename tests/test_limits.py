@@ -60,12 +60,12 @@ def test_story_cost_cap_flags_the_story_and_moves_on(ralph_project: RalphProject
 
 @pytest.mark.real_claude
 def test_usage_limit_from_the_model_server_pauses_cleanly(ralph_project, scripted_model, claude_binary, claude_agent_env) -> None:
-    from ralph.testing.model_server import ErrorReply
+    from ralph.testing.model_server import usage_limit_reply
 
     ralph_project.write_stories([story("US-001")])
     resets = int(time.time()) + 3600
-    body = {"type": "error", "error": {"type": "rate_limit_error", "message": f"Claude AI usage limit reached|{resets}"}}
-    server = scripted_model(lambda request: ErrorReply(429, body, {"x-should-retry": "false"}))
+    # the API's own form: 429 with the unified headers (status rejected, the reset); no wording needed
+    server = scripted_model(lambda request: usage_limit_reply(resets))
     result = ralph_project.run(
         "run", "--runner", "direct", "--agent", "claude", env={**claude_agent_env(server.url), "RALPH_ON_USAGE_LIMIT": "exit"}
     )
@@ -81,7 +81,7 @@ def test_usage_limit_from_the_model_server_pauses_cleanly(ralph_project, scripte
 
 @pytest.mark.real_claude
 def test_usage_limit_wait_then_continue(ralph_project, scripted_model, claude_binary, claude_agent_env) -> None:
-    from ralph.testing.model_server import ErrorReply, IterationScript
+    from ralph.testing.model_server import IterationScript, usage_limit_reply
     from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
 
     ralph_project.write_stories([story("US-001")], verifyCommands=[])
@@ -98,9 +98,7 @@ def test_usage_limit_wait_then_continue(ralph_project, scripted_model, claude_bi
     def responder(request):
         calls["n"] += 1
         if calls["n"] == 1:
-            return ErrorReply(429, {"type": "error", "error": {"type": "rate_limit_error",
-                                                                "message": f"Claude AI usage limit reached|{resets}"}},
-                              {"x-should-retry": "false"})
+            return usage_limit_reply(resets)
         return script(request)
 
     server = scripted_model(responder)
@@ -125,3 +123,69 @@ def test_context_exhaustion_asks_for_a_split_then_flags(ralph_project, scripted_
     assert "exhausted the agent's context" in second_prompt and "split US-001" in second_prompt
     flagged = ralph_project.story("US-001")
     assert flagged["failed"] is True and "split this story" in flagged["failureReason"]
+
+
+def _limits(**config: Any) -> tuple[Any, list[tuple[str, dict[str, Any]]]]:
+    import threading
+    from types import SimpleNamespace
+
+    from ralph.loop.limits import RunLimits
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    settings = {"on_usage_limit": "exit", "usage_limit_wait": 900.0, "usage_limit_max_wait": 6 * 3600.0,
+                "max_agent_failures": 3, **config}
+    context = SimpleNamespace(config=SimpleNamespace(**settings), clock=None, cancel=threading.Event(),
+                              emit=lambda kind, **data: events.append((kind, data)), persist_tasks=None)
+    return RunLimits(context), events  # type: ignore[arg-type]
+
+
+def test_a_usage_limits_reset_is_the_apis_and_never_more_than_a_week_away() -> None:
+    """Metered: the reset comes from the API's headers (the meter's ``limit_resets_at``), never from a time in
+    the message, which can quote the agent's request; a reset more than a week away is not believed."""
+    from ralph.loop.records import IterationRecord
+
+    year = time.time() + 365 * 86400
+    limits, events = _limits()
+    record = IterationRecord(1, "implement", "US-001", metered=True, limit_resets_at=year,
+                             usage_limit="Request rejected (429): limited")
+    reason = limits.wait_out(record)
+    assert reason is not None and "more than a week away" in reason and "not believed" in reason
+    [(kind, data)] = events
+    assert kind == "usage_limit" and data["wait"] == 900.0 and data["reset_not_believed"]
+    limits, events = _limits()
+    quoted = IterationRecord(1, "implement", "US-001", metered=True,
+                             usage_limit=f"Request rejected (400): usage limit reached|{int(time.time()) + 3 * 3600}")
+    limits.wait_out(quoted)
+    assert events[0][1]["wait"] == 900.0 and "reset_not_believed" not in events[0][1]  # no time read from the text
+    limits, events = _limits()
+    soon = IterationRecord(1, "implement", "US-001", metered=True, limit_resets_at=time.time() + 3600,
+                           usage_limit="Request rejected (429): limited")
+    limits.wait_out(soon)
+    assert 3500 < events[0][1]["wait"] <= 3600
+
+
+def test_an_iteration_that_changed_the_project_never_counts_toward_a_failure_stop() -> None:
+    """The agent can write its CLI's output and kill it: a metered iteration that changed the project ends the
+    streak, and one that got a model answer is quoted from the meter (the API's answer), never its output."""
+    from ralph.loop.records import IterationRecord
+
+    limits, _ = _limits()
+    forged = "Invalid API key · Please run /login (forged)"
+    for number in range(1, 6):
+        record = IterationRecord(number, "implement", "US-001", metered=True, exit_code=-9, answered=3,
+                                 agent_error=forged, changed=True)
+        assert limits.agent_failing(record) is None
+    reasons = []
+    for number in range(1, 4):
+        record = IterationRecord(number, "implement", "US-001", metered=True, exit_code=-9, answered=3,
+                                 agent_error=forged, changed=False)
+        reasons.append(limits.agent_failing(record))
+    assert reasons[:2] == [None, None] and reasons[2] is not None
+    assert "forged" not in reasons[2] and "SIGKILL" in reasons[2]
+    limits, _ = _limits()
+    for number in range(1, 4):  # no model answer reached the CLI: its own line is shown
+        record = IterationRecord(number, "implement", "US-001", metered=True, exit_code=1, answered=0,
+                                 agent_error="Not logged in · Please run /login", changed=False,
+                                 api_error="the model API answered HTTP 401 (authentication_error): invalid x-api-key")
+        stop = limits.agent_failing(record)
+    assert stop is not None and "Not logged in" in stop

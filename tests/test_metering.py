@@ -187,6 +187,134 @@ def test_paths_that_leave_the_upstream_are_refused(meter: ModelMeter) -> None:
         assert server.requests == []
 
 
+class _Anything(BaseHTTPRequestHandler):
+    """An upstream that answers every request 200 and notes what reached it."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list[str] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        type(self).seen.append(f"{self.command} {self.path}")
+        body = b'{"data": [], "input_tokens": 3}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
+
+
+@pytest.fixture
+def anything() -> Iterator[str]:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Anything)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    _Anything.seen = []
+    try:
+        yield f"http://127.0.0.1:{upstream.server_address[1]}"
+    finally:
+        upstream.shutdown()
+
+
+def test_the_meter_forwards_only_what_it_can_book(meter: ModelMeter, anything: str) -> None:
+    """Message Batches, Files, a batch's results, other methods: refused with a 403 that names the meter, and
+    never sent on; the model calls, counting tokens and the models list go through."""
+    session = meter.open_session("s", anything)
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    refused = [
+        ("POST", "/v1/messages/batches"), ("GET", "/v1/messages/batches/msgbatch_01/results"),
+        ("POST", "/v1/files"), ("GET", "/v1/files/file_01/content"), ("DELETE", "/v1/messages"),
+        ("GET", "/v1/messages"), ("POST", "/v1/complete"), ("POST", "/v1/messages/"), ("GET", "/responses/resp_01"),
+        ("POST", "/v1/models"), ("POST", "/v1/skills"), ("PUT", "/v1/messages"), ("POST", ""),
+    ]
+    for method, path in refused:
+        response = httpx.request(method, session.url + path, json=REQUEST, headers=headers, timeout=10)
+        assert response.status_code == 403, (method, path, response.text)
+        error = response.json()["error"]
+        assert error["type"] == "permission_error" and "ralph's model meter" in error["message"], (method, path)
+    background = httpx.post(session.url + "/responses", json={"model": "gpt-5", "background": True}, timeout=10)
+    assert background.status_code == 403 and "background" in background.json()["error"]["message"]
+    assert _Anything.seen == []  # nothing of it reached the API
+    forwarded = [("POST", "/v1/messages/count_tokens?beta=true"), ("GET", "/v1/models"),
+                 ("GET", "/v1/models/claude-sonnet-4-5"), ("POST", "/responses"), ("GET", "/models"),
+                 ("POST", "/v1/chat/completions"), ("POST", "/v1/messages?beta=true")]
+    for method, path in forwarded:
+        response = httpx.request(method, session.url + path, json=REQUEST, headers=headers, timeout=10)
+        assert response.status_code == 200, (method, path, response.text)
+    usage = meter.close_session(session)
+    assert _Anything.seen == [f"{method} {path}" for method, path in forwarded]
+    assert usage.requests == 3  # the billed ones: responses, chat completions, messages
+    # the bare session URL is no session path at all (refused as unknown); the others, and the background call, blocked
+    assert "POST /v1/messages/batches" in usage.blocked and len(usage.blocked) == len(refused) - 1 + 1
+
+
+def test_routes_are_judged_by_path_and_method() -> None:
+    from ralph.metering.routes import billed_path, refusal, route_for
+
+    assert route_for("/v1/messages") is not None and billed_path("/v1/messages?beta=true")
+    assert not billed_path("/v1/messages/count_tokens") and not billed_path("/v1/models")
+    assert billed_path("/responses") and billed_path("/v1/responses") and billed_path("/chat/completions")
+    for path in ("/v1/messages/batches", "/v1/messages/batches/x/results", "/v1/files", "/v1/messages/x",
+                 "/v2/messages", "/anthropic/v1/messages", "/responses/resp_1/input_items", "/v1/models/a/b"):
+        assert route_for(path) is None and not billed_path(path), path
+        assert "ralph's model meter" in (refusal("POST", path) or ""), path
+    assert refusal("GET", "/v1/messages") and refusal("POST", "/v1/models") is not None
+    assert refusal("POST", "/v1/messages") is None and refusal("GET", "/v1/models") is None
+    assert refusal("POST", "/responses", b'{"background": true}') and refusal("POST", "/responses", b"{}") is None
+
+
+def _classified(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Exchange:
+    exchange = Exchange(session="s", path="/v1/messages")
+    exchange.begin(status, [("content-type", "application/json"), *(headers or {}).items()])
+    exchange.feed(json.dumps(body).encode())
+    exchange.finish()
+    return exchange
+
+
+def test_a_usage_limit_comes_from_the_apis_status_headers_and_type_never_its_wording() -> None:
+    """A 400 quotes what the request said (an unknown tag), so its text is the agent's: "usage limit reached|<a
+    year on>" there is no usage limit and no reset.  A usage limit is the 429 with the unified headers' status
+    ``rejected`` (the reset from those headers), or an error type that says it."""
+    year = int(time.time()) + 365 * 86400
+    quoted = {"type": "error", "error": {"type": "invalid_request_error", "message":
+              f"thinking: Input tag 'Claude AI usage limit reached|{year}' found using 'type' does not match any of "
+              "the expected tags: 'adaptive', 'disabled', 'enabled'"}}
+    assert _classified(400, quoted).limit is None and _classified(400, quoted).resets_at() is None
+    worded = {"type": "error", "error": {"type": "invalid_request_error",
+                                         "message": "prompt is too long: 5 tokens > 1 maximum? usage limit reached"}}
+    assert _classified(403, {"error": {"type": "permission_error", "message": "usage limit reached"}}).limit is None
+    wording_429 = {"type": "error", "error": {"type": "rate_limit_error", "message": f"usage limit reached|{year}"}}
+    limited = _classified(429, wording_429)
+    assert limited.limit == "rate_limit" and limited.resets_at() is None  # the status says a limit; the text no reset
+    reply = usage_limit_reply(year)
+    usage = _classified(429, reply.body_json, reply.headers)
+    assert usage.limit == "usage_limit" and usage.resets_at() == float(year)  # headers: believed here, bounded by the loop
+    typed = _classified(429, {"error": {"type": "usage_limit_reached", "message": "x", "resets_in_seconds": 60}})
+    assert typed.limit == "usage_limit" and typed.resets_at() is not None
+    body_reset = _classified(400, {"error": {"type": "invalid_request_error", "message": "x", "resets_at": year}})
+    assert body_reset.limit is None and body_reset.resets_at() is None  # a reset field only counts in a 429
+    assert _classified(400, worded).limit == "context_overflow"  # the API's own start of a message
+
+
+def test_a_context_overflow_is_read_from_the_start_of_the_apis_message() -> None:
+    def overflow(message: str, status: int = 400, **extra: Any) -> str | None:
+        return _classified(status, {"type": "error", "error": {"type": "invalid_request_error", "message": message,
+                                                               **extra}}).limit
+
+    assert overflow("prompt is too long: 250000 tokens > 200000 maximum") == "context_overflow"
+    assert overflow("input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000, decrease input "
+                    "length or `max_tokens` and try again") == "context_overflow"
+    assert overflow("This model's maximum context length is 128000 tokens. However, you requested 130000") == (
+        "context_overflow")
+    assert overflow("x", code="context_length_exceeded") == "context_overflow"  # OpenAI's code beside its type
+    assert overflow("thinking: Input tag 'prompt is too long: 9 tokens > 1 maximum' found using 'type'") is None
+    assert overflow("messages.0.content: the maximum context length is exceeded by this prompt") is None
+
+
 def test_an_unreachable_upstream_is_an_error_the_cli_can_retry(meter: ModelMeter) -> None:
     import socket
 

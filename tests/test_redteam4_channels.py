@@ -201,7 +201,6 @@ def quiet_iteration(story_id: str, number: int, kind: str) -> list[Turn]:
 # == 1. the meter's view of the traffic: requests the agent makes itself =========================================
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (channels): got through; see docs/security.md")
 def test_a_context_overflow_the_agent_provokes_at_the_meter_does_not_flag_its_story(
     ralph_project: RalphProject, scripted_model: Any, claude_binary: Any, claude_agent_env: Any
 ) -> None:
@@ -227,7 +226,6 @@ def test_a_context_overflow_the_agent_provokes_at_the_meter_does_not_flag_its_st
         f"story failed={flagged} ({project.story('US-001').get('failureReason')}); exit {result.returncode}")
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (channels): got through; see docs/security.md")
 def test_a_rate_limit_the_agent_provokes_at_the_meter_does_not_pause_the_run(
     ralph_project: RalphProject, scripted_model: Any, claude_binary: Any, claude_agent_env: Any
 ) -> None:
@@ -250,7 +248,6 @@ def test_a_rate_limit_the_agent_provokes_at_the_meter_does_not_pause_the_run(
     assert [e["iteration"] for e in project.events("iteration_started")] == [1, 2, 3]
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (channels): got through; see docs/security.md")
 def test_a_usage_limit_worded_by_the_agent_and_quoted_by_the_api_does_not_pause_the_run(
     ralph_project: RalphProject, scripted_model: Any, claude_binary: Any, claude_agent_env: Any
 ) -> None:
@@ -522,7 +519,6 @@ print(json.dumps(done))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (channels): got through; see docs/security.md")
 @pytest.mark.parametrize("runner", ["direct", pytest.param("bwrap", marks=pytest.mark.slow)])
 def test_model_calls_the_agent_batches_through_the_meter_are_counted(
     runner: str, request: pytest.FixtureRequest, ralph_project: RalphProject, claude_binary: Any,
@@ -899,7 +895,6 @@ os.kill(pid, signal.SIGKILL)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="red team 4 (channels): got through; see docs/security.md")
 def test_an_agent_that_does_its_work_and_kills_its_cli_does_not_word_the_runs_stop(
     ralph_project: RalphProject, scripted_model: Any, claude_binary: Any, claude_agent_env: Any
 ) -> None:

@@ -305,7 +305,7 @@ def test_a_session_daemon_writes_between_git_clean_and_the_wait(ralph_project: R
     shared status was taken and before ``waiting()`` takes the digests from it: with a stale status the new
     file is missing from "what the loop left", and the look after the wait blames the person for it.
     SAFE: no write (killed with the session) and no person_changed stop."""
-    from ralph.testing.model_server import ErrorReply, IterationScript
+    from ralph.testing.model_server import IterationScript, usage_limit_reply
     from ralph.testing.project import wait_for
     from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
 
@@ -315,14 +315,13 @@ def test_a_session_daemon_writes_between_git_clean_and_the_wait(ralph_project: R
                 commit_command("feat: [US-001] - hi"),
                 daemon(ralph_project, marker, '"iteration_finished"', {"late.txt": "daemon\n", "hi.txt": "more\n"})]
     script = IterationScript({1: bash_turns(commands, "implemented"), 2: bash_turns([], "nothing")})
-    limited = {"done": False}
+    limited = {"left": 2}  # iteration 1's last call and, the limit still on, iteration 2's first
 
     def responder(request: Any) -> Any:
-        if script.key_of(request) == 1 and request.assistant_turns == len(commands) and not limited["done"]:
-            limited["done"] = True
-            message = f"Claude AI usage limit reached|{int(time.time()) + 4}"
-            return ErrorReply(429, {"type": "error", "error": {"type": "rate_limit_error", "message": message}},
-                              {"x-should-retry": "false"})
+        hit = script.key_of(request) == 1 and request.assistant_turns == len(commands)
+        if limited["left"] and (hit or limited["left"] < 2):
+            limited["left"] -= 1
+            return usage_limit_reply(int(time.time()) + 4)
         return script(request)
 
     server = scripted_model(responder)

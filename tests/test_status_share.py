@@ -208,7 +208,7 @@ def test_the_loops_own_commit_after_the_read_back_is_no_persons_change(ralph_pro
     validators' status (shared) the read-back undoes the change and commits it, then the loop waits: the state it
     left must be taken after its own commit, or the look after the wait takes that commit for a person's (HEAD
     moved) and stops the run."""
-    from ralph.testing.model_server import ErrorReply, IterationScript
+    from ralph.testing.model_server import IterationScript, usage_limit_reply
     from ralph.testing.project import wait_for
     from ralph.testing.scripting import bash_turns, commit_command, set_fields_command
 
@@ -216,14 +216,13 @@ def test_the_loops_own_commit_after_the_read_back_is_no_persons_change(ralph_pro
     commands = ["printf hi > hi.txt", set_fields_command("US-001", reviewStatus="needs_review", passes=True),
                 commit_command("feat: [US-001] - hi")]  # passes: not the implementer's to set
     script = IterationScript({1: bash_turns(commands, "implemented")})
-    limited = {"done": False}
+    limited = {"left": 2}  # iteration 1's last call and, the limit still on, iteration 2's first
 
     def responder(request: Any) -> Any:  # iteration 1's last turn: its work is done, then the limit (a wait after it)
-        if script.key_of(request) == 1 and request.assistant_turns == len(commands) and not limited["done"]:
-            limited["done"] = True
-            message = f"Claude AI usage limit reached|{int(time.time()) + 4}"
-            return ErrorReply(429, {"type": "error", "error": {"type": "rate_limit_error", "message": message}},
-                              {"x-should-retry": "false"})
+        hit = script.key_of(request) == 1 and request.assistant_turns == len(commands)
+        if limited["left"] and (hit or limited["left"] < 2):
+            limited["left"] -= 1
+            return usage_limit_reply(int(time.time()) + 4)
         return script(request)
 
     server = scripted_model(responder)

@@ -483,7 +483,10 @@ class Loop:
             self.context.status.forget()
         record.seconds = round(time.monotonic() - started, 3)
         self._unpriced(record)
-        record.rejected = record.metered and record.answered == 0 and self._untouched(checkpoint, untracked_before)
+        if record.exit_code not in (0, None) or (record.metered and (record.answered == 0 or self._limited(record))):
+            record.changed = not self._untouched(checkpoint, untracked_before)
+        record.rejected = record.metered and record.answered == 0 and record.changed is False
+        self._set_aside_limit(record)
         record.promise = any(PROMISE.search(text) for text in texts)
         self.bridge.current = None  # hooks that still arrive now see no iteration
         # HEAD and the person's refs first: the loop's own commits below go onto the run's branch
@@ -553,6 +556,30 @@ class Loop:
         record.agent, record.model = agent.name, self.agents.model_for(selection.mode, agent)
         self.records.append(record)
         return record
+
+    @staticmethod
+    def _limited(record: IterationRecord) -> bool:
+        """The record says the iteration ended on a usage or rate limit or a context overflow."""
+        return bool(record.usage_limit or record.rate_limit or record.context_overflow)
+
+    def _set_aside_limit(self, record: IterationRecord) -> None:
+        """A metered iteration that changed the project did not end on the limit its meter session ended on.
+
+        The meter books every request on the session's secret path, and the agent can read that path from
+        its CLI's environment: a process of the agent can make the session's last exchange a refusal of its
+        own request (over-long, over the rate) after the CLI's last call.  Such an iteration did work, so
+        the limit is set aside (no wait, no story flagged): a real limit rejects the next iteration's first
+        call, which then changes nothing and is waited out.  A limit the agent provokes is a pause or a
+        failure it causes itself, never a false completion.
+        """
+        if not record.metered or not record.changed or not self._limited(record):
+            return
+        limit = "usage_limit" if record.usage_limit else "rate_limit" if record.rate_limit else "context_overflow"
+        message = record.usage_limit or record.rate_limit or "the context was exhausted"
+        record.usage_limit = record.rate_limit = None
+        record.retry_after = record.limit_resets_at = None
+        record.context_overflow = False
+        self.emit("limit_set_aside", iteration=record.number, limit=limit, message=message[:500])
 
     def _commands_failed(self, record: IterationRecord, checkpoint: str | None, untracked_before: set[str] | None) -> bool:
         """Every tool call of the iteration failed (the guards' denials apart) and the project is as the

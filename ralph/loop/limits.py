@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from ralph.tasks import TaskList
 
 
+MAX_RESET_WAIT = 7 * 86400.0 + 3600.0
+"""The longest wait for a usage limit's reset the loop believes: the longest window (a week) and an hour of clock skew."""
+
+
 class RunClock:
     """The run's clock and the time limits it sets: the global limits, each iteration's."""
 
@@ -94,8 +98,10 @@ class RunLimits:
     def _usage_limit(self, record: IterationRecord, counted: bool) -> str | None:
         """Wait for the usage limit to reset, or return the reason to stop with a resume hint.
 
-        The reset time is the API's own (a header or the error body, read by the meter), else the one
-        the message names, else ``usage_limit_wait``.
+        Metered: the reset time is the API's own (the ``anthropic-ratelimit-unified-*`` headers, or a
+        number field of its 429, read by the meter), never a time in a message's text (a message can
+        quote the agent's request).  Not metered: the one the agent's message names.  Else, or when the
+        reset is more than :data:`MAX_RESET_WAIT` away (no subscription window is longer), ``usage_limit_wait``.
         """
         import datetime as dt
 
@@ -103,18 +109,25 @@ class RunLimits:
 
         message = record.usage_limit or ""
         now = dt.datetime.now().astimezone()
-        resets = (
-            dt.datetime.fromtimestamp(record.limit_resets_at, tz=dt.timezone.utc)
-            if record.limit_resets_at is not None else reset_time(message, now)
-        )
+        if record.limit_resets_at is not None:
+            resets: dt.datetime | None = dt.datetime.fromtimestamp(record.limit_resets_at, tz=dt.timezone.utc)
+        else:
+            resets = None if record.metered else reset_time(message, now)
         wait = (resets - now).total_seconds() if resets else self.config.usage_limit_wait
+        doubted = None
+        if wait > MAX_RESET_WAIT:
+            doubted = resets.strftime("%Y-%m-%d %H:%M %Z") if resets else f"{wait:.0f}s"
+            wait = self.config.usage_limit_wait
         wait = max(1.0, wait)
         resume_at = (now + dt.timedelta(seconds=wait)).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+        extra = {"reset_not_believed": doubted} if doubted else {}
         self.emit("usage_limit", iteration=record.number, message=message[:500], resume_at=resume_at, wait=round(wait, 1),
-                  counted=counted)
+                  counted=counted, **extra)
+        note = (f"; its reset ({doubted}) is more than a week away, longer than any usage window: not believed, "
+                f"usage_limit_wait ({self.config.usage_limit_wait:g}s) instead") if doubted else ""
         if self.config.on_usage_limit == "exit" or wait > self.config.usage_limit_max_wait:
             return (
-                f"paused on the agent's usage limit ({message.strip()[:200]}); state saved — run "
+                f"paused on the agent's usage limit ({message.strip()[:200]}{note}); state saved — run "
                 f"`ralph run --resume` after {resume_at}"
             )
         self.emit("usage_limit_wait", until=resume_at, seconds=round(wait, 1))
@@ -201,17 +214,28 @@ class RunLimits:
         )
 
     def _process_failing(self, record: IterationRecord) -> str | None:
-        """The reason to stop when the agent's process failed with the same error too many times in a row."""
+        """The reason to stop when the agent's process failed with the same error too many times in a row.
+
+        A metered iteration that changed the project ends the streak, however its process ended: the agent
+        can kill its own CLI after it wrote an error line (the stream is the agent's to write), and a run
+        that is getting work done is not stopped on it.  A metered agent that got a model answer is quoted
+        from the meter's view (the model API's own answer to the last failed call), else its exit status,
+        never from its output stream; one that got none (``Not logged in``, a rejected key) could not have
+        acted, and its CLI's own error line is shown.
+        """
         reported = record.agent_error is not None and not record.metered
         failed = not record.timed_out and not record.context_overflow and (
             record.exit_code not in (0, None) or reported
         )
-        if not failed or self.cancel.is_set():
+        if not failed or self.cancel.is_set() or (record.metered and record.changed):
             self._failure_streak = ("", 0)
             return None
         from ralph.loop.gateoutput import exit_meaning
 
-        reason = record.agent_error or exit_meaning(record.exit_code)
+        if record.metered and record.answered:  # the agent could act, so its output may be its own words
+            reason = record.api_error or exit_meaning(record.exit_code)
+        else:  # not metered; or no model answer reached the CLI, whose output is then its own
+            reason = record.agent_error or record.api_error or exit_meaning(record.exit_code)
         key = re.sub(r"[0-9a-f]{6,}|\d+", "#", reason.lower())  # request ids and counters differ between tries
         previous, count = self._failure_streak
         count = count + 1 if key == previous else 1

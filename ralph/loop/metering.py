@@ -82,8 +82,9 @@ class LoopMeter:
         """Close ``session`` once its process is gone; requests for it are refused from now on."""
         assert self.meter is not None
         usage = self.meter.close_session(session)
-        if usage.refused:
-            self.emit("model_requests_refused", session=session.label, refused=usage.refused)
+        if usage.refused or usage.blocked:
+            self.emit("model_requests_refused", session=session.label, refused=usage.refused,
+                      blocked=list(usage.blocked))
         return usage
 
     def quota_over(self, limits: dict[str, float] | None) -> str | None:
@@ -161,6 +162,7 @@ def apply_usage(record: IterationRecord, usage: SessionUsage) -> None:
     if usage.quota:
         record.quota = usage.quota
     # the last session decides how the iteration ended
+    record.api_error = usage.error
     record.usage_limit = record.rate_limit = None
     record.retry_after = record.limit_resets_at = None
     record.context_overflow = usage.limit == "context_overflow"

@@ -51,6 +51,9 @@ class IterationRecord:
     """Seconds the API asked to wait, when the agent passed it on."""
     agent_error: str | None = None
     """The agent's own last error message (e.g. "Not logged in · Please run /login")."""
+    api_error: str | None = None
+    """The meter's view of the last failed model call (status, error type, the API's message); None when
+    not metered or none failed.  What a metered agent's repeated failure is quoted with."""
     usage: dict[str, int] = field(default_factory=dict)
     """Tokens of the iteration (``input``, ``cache_read``, ``cache_write``, ``output``): the meter's
     count of the model traffic when :attr:`metered`, else what the agent reported."""
@@ -83,6 +86,10 @@ class IterationRecord:
     """Tool results of calls the loop's guards denied (matched by the hook's ``tool_use_id``)."""
     tool_error: str | None = None
     """The first failed call's output (at most 1000 characters)."""
+    changed: bool | None = None
+    """The iteration changed the project (HEAD, a change against it, the untracked files), as the loop
+    looked right after the agent's session; None: not looked at (the agent's process exited 0 and the
+    meter saw no limit)."""
     commands_failed: bool = False
     """The agent made tool calls, every one failed (denials apart), and the iteration changed nothing
     in the project: its environment is probably broken (a sandbox that cannot start a command, a

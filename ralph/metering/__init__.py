@@ -2,8 +2,9 @@
 
 The agent can write to the stream the loop parses (its CLI's stdout), so nothing the loop
 decides may rest on it.  Instead the agent's CLI talks to the model API through a loop-owned
-endpoint (:class:`~ralph.metering.endpoint.ModelMeter`), which forwards every call upstream,
-streams the answer back unchanged and books what the API itself said: tokens, cost at the price
+endpoint (:class:`~ralph.metering.endpoint.ModelMeter`), which forwards the calls it can book
+(:mod:`ralph.metering.routes`; every other request is refused), streams the answer back unchanged
+and books what the API itself said: tokens, cost at the price
 table's rate (:mod:`ralph.metering.prices`), rate and usage limits with their reset times, the
 subscription windows.  docs/metering.md tells the whole story.
 """

@@ -1,10 +1,11 @@
 """The loop-owned model endpoint: the agent's CLI talks to the model API through it.
 
 :class:`ModelMeter` is an HTTP server on a loopback address (or an address a sandbox can
-reach) that forwards every request of an open :class:`~ralph.metering.ledger.MeterSession`
-to that session's upstream (the real API over TLS, the person's own ``ANTHROPIC_BASE_URL``,
-or a scripted model server in tests) and streams the response back unchanged, chunk by
-chunk, while :class:`~ralph.metering.traffic.Exchange` reads tokens, limits and errors from
+reach) that forwards the requests of an open :class:`~ralph.metering.ledger.MeterSession` it
+can book (:mod:`ralph.metering.routes`: model calls, counting tokens, the models list; anything
+else is refused with a 403) to that session's upstream (the real API over TLS, the person's own
+``ANTHROPIC_BASE_URL``, or a scripted model server in tests) and streams the response back
+unchanged, chunk by chunk, while :class:`~ralph.metering.traffic.Exchange` reads tokens, limits and errors from
 the same bytes.  Credentials (``x-api-key``, ``authorization``) pass through and are never
 recorded; only rate-limit and request-id headers are kept.
 
@@ -28,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from ralph.metering.ledger import MeterSession, SessionUsage
 from ralph.metering.prices import PriceTable
-from ralph.metering.traffic import Exchange, billed_path
+from ralph.metering.routes import billed_path, refusal
+from ralph.metering.traffic import Exchange
 
 if TYPE_CHECKING:
     import httpx
@@ -209,6 +211,9 @@ class ModelMeter:
             return await self._unknown(request)
         if not _SAFE_PATH.match(rest) or any(part in ("..", ".") for part in rest.split("/")):
             return _error(400, "invalid_request_error", "ralph's model meter: unusable path")
+        refused = refusal(request.method, rest)
+        if refused is not None:
+            return self._blocked(session, request.method, rest, refused)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_REQUEST_BYTES:
             return _error(413, "request_too_large", "ralph's model meter: request body too large")
@@ -217,6 +222,9 @@ class ModelMeter:
             body += piece
             if len(body) > MAX_REQUEST_BYTES:
                 return _error(413, "request_too_large", "ralph's model meter: request body too large")
+        refused = refusal(request.method, rest, bytes(body))
+        if refused is not None:
+            return self._blocked(session, request.method, rest, refused)
         exchange = Exchange(session=session.label, path="/" + rest)
         if not session.add(exchange):
             return _error(403, "permission_error", "ralph's model meter: this agent session is over")
@@ -243,6 +251,11 @@ class ModelMeter:
 
         cleanup = BackgroundTask(self._cleanup, upstream, exchange, bytes(body))
         return _Relay(self._relay(upstream, exchange, bytes(body)), upstream, cleanup)
+
+    def _blocked(self, session: MeterSession, method: str, rest: str, reason: str) -> Response:
+        """Refuse a request the meter cannot book (a path or method it does not forward): 403, never sent on."""
+        session.block(f"{method.upper()} /{rest}"[:200])
+        return _error(403, "permission_error", reason)
 
     async def _relay(self, upstream: httpx.Response, exchange: Exchange, body: bytes) -> AsyncIterator[bytes]:
         import httpx

@@ -44,7 +44,8 @@ class SessionUsage:
     retry_after: float | None = None
     resets_at: float | None = None
     error: str | None = None
-    """The last failed call's error message (any status), for the record."""
+    """The last failed call as the API answered it (``the model API answered HTTP 401 (authentication_error):
+    invalid x-api-key``), or why it could not be reached; for the record and an agent that keeps failing."""
     quota: dict[str, Any] = field(default_factory=dict)
     """The last subscription windows reported (``anthropic-ratelimit-unified-*``)."""
     refused: int = 0
@@ -53,6 +54,8 @@ class SessionUsage:
     """Calls rejected with a rate or usage limit during the session (retried or not)."""
     seen_limit: str | None = None
     """The last limit any call hit during the session, even when a retry then succeeded."""
+    blocked: tuple[str, ...] = ()
+    """Requests the meter did not forward because it could not book them (``POST /v1/messages/batches``)."""
 
 
 class MeterSession:
@@ -69,6 +72,8 @@ class MeterSession:
         self.open = True
         self.exchanges: list[Exchange] = []
         self.refused = 0
+        self.blocked: list[str] = []
+        """Requests refused for their path or method (the first 100): the meter forwards only what it can book."""
         self._lock = threading.Lock()
 
     def add(self, exchange: Exchange) -> bool:
@@ -79,6 +84,12 @@ class MeterSession:
                 return False
             self.exchanges.append(exchange)
             return True
+
+    def block(self, request: str) -> None:
+        """Note a request refused for its path or method (``METHOD /path``)."""
+        with self._lock:
+            if len(self.blocked) < 100:
+                self.blocked.append(request)
 
     def close(self, settle: float = 2.0) -> SessionUsage:
         """Close the session (later requests are refused) and sum it up.
@@ -101,6 +112,7 @@ class MeterSession:
         with self._lock:
             exchanges = list(self.exchanges)
             refused = self.refused
+            blocked = tuple(self.blocked)
         billed = [e for e in exchanges if billed_path(e.path) and (e.status is not None or e.error is not None)]
         usage = dict.fromkeys(TOKEN_KINDS, 0)
         cost, unpriced, quota = 0.0, [], {}
@@ -132,11 +144,12 @@ class MeterSession:
             limit_message=_rejection(last) if limited and last is not None else None,
             retry_after=last.retry_after() if limited and last is not None else None,
             resets_at=last.resets_at() if limited and last is not None else None,
-            error=(failed[-1].error or f"HTTP {failed[-1].status}") if failed else None,
+            error=_failure(failed[-1]) if failed else None,
             quota=quota,
             refused=refused,
             rejected=len(hits),
             seen_limit=hits[-1].limit if hits else None,
+            blocked=blocked,
         )
 
 
@@ -146,3 +159,14 @@ def _rejection(exchange: Exchange) -> str:
     if exchange.status is not None and exchange.status >= 400:
         return f"Request rejected ({exchange.status}): {message}"
     return f"{exchange.error_type or 'error'} during the response: {message}"
+
+
+def _failure(exchange: Exchange) -> str:
+    """A failed call as the API answered it, for a person: the status, the error's type and message."""
+    message = (exchange.error or "").strip() or "no message"
+    kind = f" ({exchange.error_type})" if exchange.error_type and exchange.error_type != "error" else ""
+    if exchange.status is not None and exchange.status >= 400:
+        return f"the model API answered HTTP {exchange.status}{kind}: {message}"
+    if exchange.status is not None:
+        return f"the model API's response broke off{kind}: {message}"
+    return message

@@ -24,6 +24,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ralph.metering.routes import billed_path
+
 __all__ = ["Exchange", "LimitKind", "billed_path", "quota_of", "ratelimit_headers"]
 
 LimitKind = str
@@ -34,27 +36,21 @@ MAX_EVENT_BYTES = 4 * 1024 * 1024
 MAX_ERROR_BODY = 256 * 1024
 """How much of a non-streamed body (an error, a JSON reply) is kept for reading."""
 
-_USAGE_LIMIT_WORDING = re.compile(
-    r"usage limit|(?<!rate )limit reached|hit your (usage )?limit|limit will reset|out of (extra )?usage"
-    r"|credit balance is too low|insufficient[_ ]quota|exceeded your current quota",
+_CONTEXT_MESSAGE = re.compile(
+    r"(prompt is too long: \d+ tokens? > \d+|input length and `?max_tokens`? exceed context limit: \d+"
+    r"|this model's maximum context length is \d+ tokens)",
     re.IGNORECASE,
 )
-_CONTEXT_WORDING = re.compile(
-    r"prompt is too long|context[_ ](length|window)|maximum context|too many tokens|exceeds? the context",
-    re.IGNORECASE,
-)
+"""How the APIs word a context overflow, matched at the start of the message: the API writes that start
+itself, while a message that quotes the request (an unknown tag, a bad value) starts with the field's
+name, so text the agent put in its request cannot be taken for an overflow."""
 _USAGE_LIMIT_TYPES = {"usage_limit_reached", "insufficient_quota", "billing_error"}
+"""Error types (or codes) that mean the account's usage is used up: structured fields the API sets."""
 _RATE_LIMIT_TYPES = {"rate_limit_error", "rate_limit_exceeded", "overloaded_error", "rate_limit", "overloaded"}
 _CONTEXT_TYPES = {"context_length_exceeded"}
 _KEPT_HEADERS = re.compile(r"^(anthropic-ratelimit-|x-ratelimit-|x-codex-|retry-after|request-id$|x-request-id$)")
 _UNIFIED = "anthropic-ratelimit-unified-"
 _WINDOW_FIELD = re.compile(r"^(?P<window>[0-9a-z_]+)-(?P<field>utilization|reset|status|used-percent|surpassed-threshold)$")
-
-
-def billed_path(path: str) -> bool:
-    """A request to this path is a model call that costs tokens (not ``count_tokens``, not ``/models``)."""
-    path = path.split("?", 1)[0].rstrip("/")
-    return path.endswith(("/messages", "/responses", "/chat/completions"))
 
 
 def ratelimit_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
@@ -134,6 +130,8 @@ class Exchange:
     """The stream (or body) ended as the API ends a finished reply."""
     limit: LimitKind | None = None
     error_type: str | None = None
+    error_code: str | None = None
+    """The API error's other classifying field (OpenAI's ``code`` beside its ``type``), when it had one."""
     error: str | None = None
     """The API's error message (a body's, or a stream's error event), or why the upstream failed."""
     seconds: float = 0.0
@@ -240,7 +238,7 @@ class Exchange:
             self.complete = True
         elif kind == "error":
             error = _dict(obj, "error")
-            self._error(str(error.get("type") or "error"), str(error.get("message") or ""))
+            self._error(str(error.get("type") or "error"), str(error.get("message") or ""), error.get("code"))
         elif kind in ("response.completed", "response.incomplete", "response.created", "response.failed"):
             response = _dict(obj, "response")
             if isinstance(response.get("model"), str):
@@ -250,7 +248,8 @@ class Exchange:
                 self.complete = True
             elif kind == "response.failed":
                 error = _dict(response, "error")
-                self._error(str(error.get("code") or error.get("type") or "error"), str(error.get("message") or ""))
+                self._error(str(error.get("code") or error.get("type") or "error"), str(error.get("message") or ""),
+                            error.get("type"))
                 self.answered = False
 
     def _anthropic_usage(self, usage: Any) -> None:
@@ -303,7 +302,7 @@ class Exchange:
         if self._body:
             self._read_body()
         if self.status is not None and self.status >= 400 and self.limit is None:
-            self.limit = _classify(self.status, self.headers, self.error_type, self.error or "")
+            self.limit = _classify(self.status, self.headers, (self.error_type, self.error_code), self.error or "")
         if self.status is not None and self.status < 300 and not self._sse and self._body and not self.unparsed:
             self.complete = True
         self._body = bytearray()
@@ -319,11 +318,13 @@ class Exchange:
             return
         error = obj.get("error")
         if isinstance(error, dict):
-            self._error(str(error.get("type") or error.get("code") or "error"), str(error.get("message") or ""))
-            if isinstance(error.get("resets_in_seconds"), (int, float)):
-                self.headers.setdefault("x-ralph-resets-in", str(error["resets_in_seconds"]))
-            if isinstance(error.get("resets_at"), (int, float)):
-                self.headers.setdefault("x-ralph-resets-at", str(error["resets_at"]))
+            self._error(str(error.get("type") or error.get("code") or "error"), str(error.get("message") or ""),
+                        error.get("code"))
+            if self.status == 429:  # a limit's reset as a number field of the API's 429 (Codex), never from a text
+                if isinstance(error.get("resets_in_seconds"), (int, float)):
+                    self.headers.setdefault("x-ralph-resets-in", str(error["resets_in_seconds"]))
+                if isinstance(error.get("resets_at"), (int, float)):
+                    self.headers.setdefault("x-ralph-resets-at", str(error["resets_at"]))
         elif isinstance(error, str) and self.status is not None and self.status >= 400:
             self._error("error", error)
         if self.status is not None and self.status < 300:
@@ -334,10 +335,12 @@ class Exchange:
             else:
                 self._openai_usage(obj.get("usage"))
 
-    def _error(self, kind: str, message: str) -> None:
+    def _error(self, kind: str, message: str, other: Any = None) -> None:
+        """An error the API sent: its type (or code), message and the other of type and code, when it had both."""
         self.error_type, self.error = kind, message[:2000]
+        self.error_code = other if isinstance(other, str) and other else None
         if self.status is not None and self.status < 300:  # an error event inside a 2xx stream: no usable answer
-            self.limit = self.limit or _classify(None, self.headers, kind, message)
+            self.limit = self.limit or _classify(None, self.headers, (kind, self.error_code), message)
             self.answered = False
 
     # -- what the loop reads ------------------------------------------------------------------
@@ -410,15 +413,24 @@ _EVENTS = {
 _MARKERS = (b'"message_start"', b'"message_delta"', b'"message_stop"', b'"error"', b'"response.')
 
 
-def _classify(status: int | None, headers: dict[str, str], error_type: str | None, message: str) -> LimitKind | None:
-    """What a failed exchange means for the loop: a usage limit, a rate limit, a context overflow, or None."""
-    kind = (error_type or "").lower()
+def _classify(
+    status: int | None, headers: dict[str, str], kinds: tuple[str | None, ...], message: str
+) -> LimitKind | None:
+    """What a failed exchange means for the loop: a usage limit, a rate limit, a context overflow, or None.
+
+    Only what the API itself decides counts: the status, the headers, the error's type or code.  The
+    message is read for one thing, a context overflow, and only at its start (:data:`_CONTEXT_MESSAGE`):
+    a 400 quotes what the request said, and the request may be the agent's own.  A usage limit is never
+    read from wording ("usage limit reached" in a 400 is the agent's text the API quoted).
+    ``status`` None: an error event inside a 2xx stream.
+    """
+    types = {kind.lower() for kind in kinds if kind}
     if headers.get(f"{_UNIFIED}status", "").lower() == "rejected" and status in (429, None):
         return "usage_limit"
-    if kind in _USAGE_LIMIT_TYPES or (status in (400, 402, 403, 429, None) and _USAGE_LIMIT_WORDING.search(message)):
+    if types & _USAGE_LIMIT_TYPES:
         return "usage_limit"
-    if kind in _CONTEXT_TYPES or (status in (400, 413, None) and _CONTEXT_WORDING.search(message)):
+    if types & _CONTEXT_TYPES or (status in (400, 413, None) and _CONTEXT_MESSAGE.match(message.strip())):
         return "context_overflow"
-    if status in (429, 529) or kind in _RATE_LIMIT_TYPES:
+    if status in (429, 529) or types & _RATE_LIMIT_TYPES:
         return "rate_limit"
     return None
