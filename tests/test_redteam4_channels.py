@@ -45,6 +45,13 @@ Results when written (Linux 6.18, pidfs; run as root; Claude Code's bundled CLI)
 12. The agent commits work, writes a forged "Invalid API key · Please run /login" result line and kills its CLI:
     three times and the run stops (exit 7) quoting the forged error, though every iteration changed the project.
     GOT THROUGH.
+
+After the fixes (this session): every case passes.  The hook helper answers only a peer in its own pid namespace
+and runs no program (4, 9, 11); the meter forwards only what it books (5), reads a usage limit only from the
+API's own status, headers and error type (3), sets aside a limit or overflow seen at the end of an iteration that
+changed the project (1, 2: in one that changed nothing the agent can still pause its own run or flag its own
+story, a false failure, never a false completion: docs/security.md), and a failure streak ends at an iteration
+that changed anything, its reason from the meter, not the stream (12).
 """
 
 from __future__ import annotations
