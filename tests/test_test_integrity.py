@@ -370,7 +370,8 @@ def test_plugin_modules_of_the_story_start_config_are_test_configuration(repo: P
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "plugins")
     start = git(repo, "rev-parse", "HEAD").strip()
-    assert sorted(plugin_files(repo, start, tree_entries(repo, start))) == ["helpers/fixtures.py", "helpers/marks.py"]
+    assert sorted(plugin_files(repo, start, tree_entries(repo, start))) == [
+        "helpers/__init__.py", "helpers/fixtures.py", "helpers/marks.py"]  # importing a module runs its package
     (repo / "helpers" / "unrelated.py").write_text("x = 1\n")  # code: no test change
     assert not check_tests(repo, start, RULES, ["true"], None).ran
     (repo / "helpers" / "fixtures.py").write_text("def pytest_collection_modifyitems(items):\n    items.clear()\n")
@@ -659,3 +660,131 @@ def test_one_list_of_trusted_tree_links_serves_the_gate_and_the_sandboxes(tmp_pa
     assert DockerSandboxRunner(settings_for(tmp_path, environ={}))._dependency_dirs() == list(TRUSTED_TREE_LINKS)
     (tmp_path / "ralph.toml").write_text('[test-integrity]\nlink = [".venv"]\n', encoding="utf-8")
     assert DockerSandboxRunner(settings_for(tmp_path, environ={}))._dependency_dirs() == [".venv"]
+
+
+# -- red team 4: what the test run loads that its file names did not say ----------------------------------------
+
+
+@pytest.mark.parametrize("path", [
+    "testing/helpers.py", "pkg/testing/util.py", "fixtures/add.json", "src/__fixtures__/a.js", "test_utils/x.py",
+    "testutils/x.py", "testlib/x.sh", "test-fixtures/x.json",
+])
+def test_test_folders_of_other_layouts_are_tests(path: str) -> None:
+    assert RULES.is_test(path)
+
+
+@pytest.mark.parametrize("path", [
+    "sitecustomize/__init__.py", "src/usercustomize/__init__.py",  # start-up hooks as packages
+    "zz-1.0.DIST-INFO/entry_points.txt", "zz-1.0.Egg-Info/PKG-INFO", "zz.Egg-Link",  # metadata, whatever the case
+])
+def test_start_up_packages_and_metadata_in_any_case_are_test_configuration(path: str) -> None:
+    assert RULES.is_config(path)
+
+
+def test_a_module_shadowing_the_environments_on_an_import_root_is_test_configuration(tmp_path: Path) -> None:
+    """The standard library's names and the interpreter's installed modules (pytest's ``py``), on the root,
+    ``src/`` or a ``PYTHONPATH`` folder of the commands; Python code only, and not the project's own package."""
+    from ralph.testintegrity.shadows import environment_modules, own_modules, pythonpath_roots
+
+    names = environment_modules(tmp_path)
+    assert {"argparse", "shlex", "json", "py", "pluggy"} <= names and "calc" not in names
+    rules = RULES.with_environment(names, pythonpath_roots(["PYTHONPATH=lib:./vendor/ python -m pytest"]))
+    for path in ("argparse.py", "shlex/__init__.py", "shlex/extra.py", "py.py", "src/json/__init__.py",
+                 "lib/argparse.py", "vendor/argparse.cpython-312-x86_64-linux-gnu.so"):
+        assert rules.is_config(path), path
+    for path in ("calc.py", "pkg/argparse.py", "html/index.html", "docs/json.md", "other/argparse.py"):
+        assert not rules.is_config(path), path
+    # what the project held on an import root at the story's start is its own code (an installed copy aside)
+    assert own_modules(["calc/__init__.py", "src/json/__init__.py", "py.py", "tools/argparse.py", "README.md"],
+                       ["", "src/"]) == {"calc", "json", "py"}
+
+
+def test_a_folder_inside_the_project_on_sys_path_is_not_the_environment(tmp_path: Path, monkeypatch) -> None:
+    """An editable install puts the project (or its src/) on ``sys.path``: its modules are the project's."""
+    import sys
+
+    from ralph.testintegrity.shadows import environment_modules
+
+    (tmp_path / "src" / "mypkg").mkdir(parents=True)
+    (tmp_path / "src" / "mypkg" / "__init__.py").write_text("")
+    outside = tmp_path.parent / f"{tmp_path.name}-site"
+    (outside / "otherpkg").mkdir(parents=True)
+    (outside / "otherpkg" / "__init__.py").write_text("")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path / "src"), str(outside)])
+    names = environment_modules(tmp_path)
+    assert "mypkg" not in names and "otherpkg" in names
+
+
+def test_what_a_conftest_takes_hooks_and_fixtures_from_is_test_configuration() -> None:
+    from ralph.testintegrity.imports import loaded_modules
+
+    files = {
+        "tests/conftest.py": "from helpers.fixtures import *\nfrom helpers.hooks import pytest_configure\n"
+                             "from helpers.named import numbers\nfrom calc import add\nimport helpers.plain\n",
+        "helpers/__init__.py": "", "helpers/fixtures.py": "from .more import *\n", "helpers/more.py": "",
+        "helpers/hooks.py": "", "helpers/named.py": "import pytest\n\n@pytest.fixture\ndef numbers():\n    return 2\n",
+        "helpers/plain.py": "", "calc.py": "def add(a, b):\n    return a + b\n",
+        "plugins/__init__.py": "", "plugins/checks.py": "pytest_plugins = ['plugins.nested']\n", "plugins/nested.py": "",
+        "pytest.ini": "",
+    }
+    configs = {"tests/conftest.py": files["tests/conftest.py"]}
+    found = loaded_modules(set(files), configs, {"pytest.ini": ["plugins.checks"]},
+                           lambda paths: {p: files[p] for p in paths if p in files})
+    assert sorted(found) == ["helpers/__init__.py", "helpers/fixtures.py", "helpers/hooks.py", "helpers/more.py",
+                             "helpers/named.py", "plugins/__init__.py", "plugins/checks.py", "plugins/nested.py"]
+
+
+def test_a_pytest_section_header_is_read_as_pytest_and_configparser_read_it() -> None:
+    cfg = "[metadata]\nname = calc\n\n[tool:pytest]  # test settings\naddopts = -k 'not add'\n"
+    assert sections_of("setup.cfg", cfg) == ["[tool:pytest]  # test settings\naddopts = -k 'not add'\n"]
+    assert merge_sections("setup.cfg", cfg, "[metadata]\nname = calc\n") == "[metadata]\nname = calc\n\n"
+    value = "[metadata]\ndescription =\n  a text\n  [tool:pytest]\n"  # a value's continuation line: no header
+    assert sections_of("setup.cfg", value) is None
+    for ambiguous in ("[metadata]\n [tool:pytest]\naddopts = -x\n", "[a] ; [tool:pytest]\n"):
+        assert sections_of("setup.cfg", ambiguous) == "<does not parse>"  # the parsers disagree: taken whole
+        assert merge_sections("setup.cfg", ambiguous, "[metadata]\n") == "[metadata]\n"
+
+
+@pytest.mark.parametrize(("source", "kind"), [
+    ("import unittest\n\ndef add(a, b):\n    raise unittest.SkipTest('no')\n", "code-skip"),
+    ("from unittest import SkipTest\n", "code-skip"),
+    ("import pytest\n\ndef add(a, b):\n    pytest.skip('no')\n", "code-skip"),
+    ("import pytest\n\ndef add(a, b):\n    pytest.exit('x', 0)\n", "code-exit"),
+    ("import atexit, os\n\natexit.register(os._exit, 0)\n", "code-exit"),
+    ("def pytest_sessionfinish(session, exitstatus):\n    session.exitstatus = 0\n", "code-result"),
+    ("from _pytest import runner\n", "code-internals"),
+])
+def test_code_that_skips_or_ends_the_test_run_is_a_finding(source: str, kind: str) -> None:
+    from ralph.testintegrity.codefindings import code_findings
+
+    assert kind in {f.kind for f in code_findings("calc.py", "", source)}
+    assert code_findings("calc.py", source, source) == []  # only what the story added
+    assert code_findings("calc.py", None, source)  # a new file too
+
+
+def test_ordinary_code_is_no_finding() -> None:
+    from ralph.testintegrity.codefindings import code_findings
+
+    cli = "import sys\n\ndef main():\n    sys.exit(2)\n\nif __name__ == '__main__':\n    raise SystemExit(main())\n"
+    assert code_findings("cli.py", "", cli) == [] and code_findings("x.py", "", "def (:\n") == []
+
+
+def test_code_findings_fail_the_check_without_a_test_change(repo: Path, tmp_path: Path) -> None:
+    """No test changed (the look would return at once), yet ``add`` now skips its test: a violation, named."""
+    from ralph.testintegrity.check import check_tests
+
+    start = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "calc.py").write_text("import unittest\n\ndef add(a, b):\n    raise unittest.SkipTest('no')\n")
+    check = check_tests(repo, start, RULES, ["true"], None, workdir=tmp_path)
+    assert not check.passed and not check.ran and not check.changes.touched
+    assert [f.kind for f in check.findings] == ["code-skip"] and "calc.py:4" in check.output
+    assert check_tests(repo, start, RULES, ["true"], None, allowed=["calc.py"]).passed  # a person allowed it
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    assert check_tests(repo, start, RULES, ["true"], None).passed
+
+
+def test_target_is_not_linked_into_the_trusted_tree_by_default() -> None:
+    """pytest recurses into ``target/`` and a build tool trusts the output there: the agent's to write."""
+    from ralph.testintegrity.export import TRUSTED_TREE_LINKS
+
+    assert "target" not in TRUSTED_TREE_LINKS

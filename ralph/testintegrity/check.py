@@ -2,7 +2,9 @@
 
 :func:`check_tests` is what the ``test-integrity`` gate does.  Nothing is run when the story's work
 touched no test path and no test configuration (the cost is then one ``git ls-tree``, one
-``git ls-files`` and hashing the test files).  Otherwise the deterministic findings are collected and
+``git ls-files``, hashing the test files, and the code's findings: the changed ``*.py`` files found with a
+temporary index, :mod:`ralph.testintegrity.codefindings`; one of those fails the check without a run).
+Otherwise the deterministic findings are collected and
 the trusted ``verifyCommands`` run, through the runner, in the trusted tree
 (:func:`ralph.testintegrity.export.build_export`); either failing fails the check, with the findings
 first and the commands' output verbatim.
@@ -23,10 +25,12 @@ from ralph.contracts import CommandResult
 from ralph.testintegrity.commands import command_inputs
 from ralph.testintegrity.doctests import doctest_findings, doctest_text_files, doctests_on
 from ralph.testintegrity.export import (
-    Export, TestChanges, build_export, changes_since, command_files, plugin_files, tree_entries,
+    Export, TestChanges, build_export, changed_code, changes_since, command_files, plugin_files, tree_entries,
 )
+from ralph.testintegrity.codefindings import code_findings
 from ralph.testintegrity.findings import Finding, findings_for
 from ralph.testintegrity.paths import TestRules
+from ralph.testintegrity.shadows import pythonpath_roots
 
 RunIn = Callable[[str, Path, "float | None"], CommandResult]
 """``run_in(command, cwd, timeout)``: run a command where the agent runs, in a directory the loop made."""
@@ -90,6 +94,9 @@ def check_tests(
     start_paths = tree_entries(project_dir, story_start)
     named = command_files(commands, start_paths, project_dir) + plugin_files(project_dir, story_start, start_paths)
     rules = rules.with_runner_modules(commands)
+    if rules.defaults:
+        roots = pythonpath_roots(commands)
+        rules = rules.with_environment(_shadowed(project_dir, start_paths, link, roots), roots)
     rules = rules.with_config(p for p in named if not rules.is_protected(p))
     rules = rules.with_config_paths(command_inputs(commands, start_paths, project_dir, story_start)
                                     + doctest_text_files(commands, project_dir, start_paths))
@@ -98,21 +105,27 @@ def check_tests(
     doctest_found: list[Finding] = []
     if findings and doctests_on(commands, project_dir, start_paths):
         doctested, doctest_found = doctest_findings(project_dir, start_paths, rules, allowed)
-    if not changes.touched and not doctested and not force:
+    # the code under test can skip or end the test run as well as a test can: its diff is looked at every time
+    in_code = _code_findings(project_dir, story_start, rules, allowed) if findings else []
+    if not changes.touched and not doctested and not force and not in_code:
         return TestCheck(True, "no test file or test configuration changed since the story started", changes)
-    found = (_findings(changes) if findings else []) + doctest_found
+    found = (_findings(changes) if findings else []) + doctest_found + in_code
+    run = changes.touched or bool(doctested) or force
     described = [_describe(p, changes) for p in changes.paths()] + [f"{p} (doctests)" for p in doctested]
     lines = [
         "The tests and the test configuration as they were when the story started are part of its spec; "
         "they run against your code.",
-        "Changed since the story started: " + (", ".join(described)
-                                               or "nothing now; an earlier iteration of the story changed them"),
+        "Changed since the story started: " + (", ".join(described) or (
+            "nothing now; an earlier iteration of the story changed them" if run else
+            "no test file or test configuration; code that decides the test run's result (below)")),
     ]
     if found:
-        lines += ["", "Findings in the diff of the tests (each one is a violation):"]
+        lines += ["", "Findings in the diff of the tests and the code (each one is a violation):"]
         lines += [f"  {f}" for f in found]
     check = TestCheck(not found, "", changes, found)
-    if commands:
+    if not run:  # only the code's findings: they fail the check, the tests need no run for that
+        pass
+    elif commands:
         lines.append("")
         _trusted_run(check, project_dir, story_start, rules, commands, run_in, allowed, link, timeout, workdir, lines)
     else:
@@ -121,6 +134,21 @@ def check_tests(
         lines += ["", HOW_TO_ALLOW]
     check.output = "\n".join(lines)
     return check
+
+
+def _shadowed(project_dir: Path, start: dict[str, tuple[str, str]], link: Iterable[str], roots: list[str]) -> set[str]:
+    """The environment's module names a project file must not shadow, less the project's own (those it held
+    on an import root at the story's start)."""
+    from ralph.testintegrity.shadows import environment_modules, own_modules
+
+    return set(environment_modules(project_dir, link)) - own_modules(start, ["", "src/", *roots])
+
+
+def _code_findings(project_dir: Path, story_start: str, rules: TestRules, allowed: list[str]) -> list[Finding]:
+    found: list[Finding] = []
+    for path, (old, new) in sorted(changed_code(project_dir, story_start, rules, allowed).items()):
+        found += code_findings(path, old, new)
+    return found
 
 
 def _describe(path: str, changes: TestChanges) -> str:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ralph.testintegrity.paths import METADATA_DIRS, TestRules, matches_any
+from ralph.testintegrity.paths import TestRules, is_metadata, matches_any
 
 Entry = tuple[str, str]
 """(mode, object id) of one path, as git stores it (``100644``, ``100755``, ``120000`` ...)."""
@@ -240,50 +240,38 @@ _plugin_cache: dict[tuple[str, str], list[str]] = {}
 
 
 def plugin_files(project_dir: Path, story_start: str, start: dict[str, Entry]) -> list[str]:
-    """The story-start files of the modules the story-start test configuration loads as pytest plugins
-    (``pytest_plugins = ["helpers.fixtures"]`` in a ``conftest.py``, ``-p helpers.plugin`` in addopts): a
-    plugin decides a test run as much as a conftest does, wherever it lives."""
+    """The story-start files of the modules the story-start test configuration loads into pytest: the plugins
+    it names (``pytest_plugins = ["helpers.fixtures"]`` in a ``conftest.py``, ``-p helpers.plugin`` in addopts)
+    and what a conftest or such a plugin takes hooks and fixtures from (``from helpers.fixtures import *``,
+    ``from helpers import pytest_configure``, a fixture imported by name), transitively, each with the
+    ``__init__.py`` of its packages (importing ``helpers.checks`` runs ``helpers/__init__.py`` first).  A
+    plugin decides a test run as much as a conftest does, wherever it lives (:mod:`ralph.testintegrity.imports`)."""
+    from ralph.testintegrity.imports import loaded_modules
+
     key = (str(project_dir), story_start)
     if key in _plugin_cache:
         return _plugin_cache[key]
     sources = {p: e for p, e in start.items() if p.rsplit("/", 1)[-1] in PLUGIN_SOURCES and e[0].startswith("100")}
     blobs = read_blobs(project_dir, [e[1] for e in sources.values()])
-    found: list[str] = []
+    configs: dict[str, str] = {}
+    options: dict[str, list[str]] = {}
     for path, (_, oid) in sorted(sources.items()):
         text = _text(blobs.get(oid))
         if text is None:
             continue
-        names = _conftest_plugins(text) if path.endswith(".py") else _PLUGIN_OPTION.findall(text)
-        base = path.rpartition("/")[0]
-        for module in names:
-            if module.startswith("no:"):
-                continue
-            stem = module.replace(".", "/")
-            for root in dict.fromkeys(["", "src/", f"{base}/" if base else ""]):
-                for candidate in (f"{root}{stem}.py", f"{root}{stem}/__init__.py"):
-                    if candidate in start and candidate not in found:
-                        found.append(candidate)
+        if path.endswith(".py"):
+            configs[path] = text
+        else:
+            options[path] = [m for m in _PLUGIN_OPTION.findall(text) if not m.startswith("no:")]
+
+    def read(paths: list[str]) -> dict[str, str]:
+        wanted = {p: start[p] for p in paths if p in start and start[p][0].startswith("100")}
+        found = read_blobs(project_dir, [e[1] for e in wanted.values()])
+        return {p: t for p, e in wanted.items() if (t := _text(found.get(e[1]))) is not None}
+
+    found = loaded_modules(set(start), configs, options, read)
     _plugin_cache[key] = found
     return found
-
-
-def _conftest_plugins(source: str) -> list[str]:
-    """The module names of ``pytest_plugins = "a"`` / ``["a", "b"]`` / ``("a",)`` assignments."""
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError):
-        return []
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if not any(isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in targets) or node.value is None:
-                continue
-            values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
-            names += [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
-    return names
 
 
 def _text(data: bytes | None) -> str | None:
@@ -292,10 +280,16 @@ def _text(data: bytes | None) -> str | None:
     return data.decode("utf-8", "replace")
 
 
-TRUSTED_TREE_LINKS = (".venv", "venv", "node_modules", ".tox", "target")
+TRUSTED_TREE_LINKS = (".venv", "venv", "node_modules", ".tox")
 """The project's ignored directories linked into the trusted tree unless configured otherwise (the
 ``test-integrity`` gate's ``link``): where the tests' commands find their tools.  The sandbox runners
-show the same names from this machine, read-only, when a gate runs in that tree."""
+show the same names from this machine, read-only, when a gate runs in that tree.
+
+A linked directory is the agent's to write and the check never looks into it, so only tool directories the
+test runners do not collect from are linked by default (pytest's ``norecursedirs`` and jest's ignore
+patterns skip these, and pytest skips any virtualenv).  ``target/`` is not one: pytest recurses into it (a
+``target/conftest.py`` would load), and cargo or maven would take build output the agent left there for
+the trusted build's.  A Rust or Java project that wants the speed names it in ``link`` and accepts that."""
 
 
 CODE_SUFFIXES = frozenset({
@@ -351,7 +345,7 @@ def _walk(project_dir: Path, top: str, budget: list[int]) -> list[str]:
 
 def _loads_as_test(project_dir: Path, path: str, rules: TestRules, since: float | None) -> bool:
     parts = path.split("/")
-    if any(part.endswith(METADATA_DIRS) for part in parts[:-1]):
+    if any(is_metadata(part) for part in parts[:-1]):
         # an ignored install's metadata (an editable install's ``*.egg-info``) is there in honest projects too:
         # only the plugins it registers count, and only when written during the story
         if since is None or parts[-1] != "entry_points.txt":
@@ -419,6 +413,44 @@ def changes_since(
         old = blobs.get(old_blobs[path]) if path in old_blobs else None
         changes.texts[path] = (_text(old), _text(data))
     return changes
+
+
+CODE_PATTERNS = ("*.py",)
+"""The code files whose diff gets findings of their own (:mod:`ralph.testintegrity.codefindings`)."""
+
+
+def changed_code(
+    project_dir: Path, story_start: str, rules: TestRules, allowed: Iterable[str] = (),
+) -> dict[str, tuple[str | None, str | None]]:
+    """path -> (story-start text, text now) of every code file (:data:`CODE_PATTERNS`) the work since
+    ``story_start`` changed or added that is no test path and no test configuration (``allowed`` left out).
+
+    The working tree is added to a temporary index read from ``story_start`` (git hashes every such file: the
+    repository's index and its cached stat data are never used) and compared with it; only the changed files
+    are read, from git's objects."""
+    allowed = list(allowed)
+    with tempfile.TemporaryDirectory(prefix="ralph-code-") as tmp:
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "code")}
+        _git(project_dir, "read-tree", story_start, env=index)
+        from ralph.gitutil import git
+
+        added = git(project_dir, "add", "-A", "--ignore-errors", "--", *CODE_PATTERNS, env=index, check=False, binary=True)
+        if added.returncode != 0 and b"did not match any files" in (added.stderr or b""):
+            return {}  # no such file at the story's start or now
+        out = _git(project_dir, "diff-index", "--cached", "--no-renames", "-z", "--full-index", story_start, "--",
+                   *CODE_PATTERNS, env=index)
+    fields = out.split(b"\0")
+    changed: dict[str, tuple[str, str]] = {}
+    for meta, raw in zip(fields[0::2], fields[1::2]):
+        if not meta.startswith(b":"):
+            continue
+        _old_mode, new_mode, old_oid, new_oid, _status = meta[1:].decode().split(" ")
+        path = raw.decode("utf-8", "surrogateescape")
+        if not new_mode.startswith("100") or rules.is_protected(path) or matches_any(path, allowed):
+            continue
+        changed[path] = (old_oid, new_oid)
+    blobs = read_blobs(project_dir, [oid for pair in changed.values() for oid in pair if set(oid) != {"0"}])
+    return {path: (_text(blobs.get(old)), _text(blobs.get(new))) for path, (old, new) in changed.items()}
 
 
 def build_export(
@@ -534,7 +566,7 @@ def environment_changes(project_dir: Path, link: Iterable[str], since: float | N
                 candidates = []
                 if entry.name.endswith(".pth") or entry.name in ("sitecustomize.py", "usercustomize.py"):
                     candidates.append(Path(entry.path))
-                elif entry.name.endswith(".dist-info"):
+                elif entry.name.lower().endswith(".dist-info"):
                     candidates.append(Path(entry.path) / "entry_points.txt")
                 for path in candidates:
                     if _new_file(path, since) and (path.suffix != ".txt" or b"[pytest11]" in _head(path)):

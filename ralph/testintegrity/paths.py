@@ -25,10 +25,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 TEST_DIRS = frozenset({
-    "tests", "test", "testing-data", "testdata", "test-data", "test_data", "spec", "specs", "__tests__",
+    "tests", "test", "testing", "testing-data", "testdata", "test-data", "test_data", "spec", "specs", "__tests__",
     "__snapshots__", "__mocks__", "e2e", "integration-tests", "integration_tests",
+    "fixtures", "__fixtures__", "test-fixtures", "test_fixtures", "testutils", "test_utils", "test-utils", "testlib",
+    "test_helpers", "test-helpers",
 })
-"""Directory names whose whole content is tests (fixtures, snapshots and golden files decide results too)."""
+"""Directory names whose whole content is tests (fixtures, snapshots and golden files decide results too).
+
+Only names that mean test material whatever the project: ``testing/`` is pytest's own layout (and where
+libraries keep the helpers their tests assert with), ``fixtures/`` the data tests compare against
+(Django, Rails, jest's ``__fixtures__``).  ``golden/`` and ``snapshots/`` are left out on purpose: they
+also name product features (a snapshot store, a "golden" image); a project adds them (``test_paths``)."""
 
 TEST_FILES = (
     # Python
@@ -55,6 +62,8 @@ CONFIG_FILES = (
 
 RUNNER_MODULES = frozenset({
     "pytest", "_pytest", "pluggy", "iniconfig", "xdist", "unittest", "doctest", "nose", "nose2",
+    # start-up hooks as packages: ``import sitecustomize`` finds ``sitecustomize/__init__.py`` as well
+    "sitecustomize", "usercustomize",
 })
 """Top-level modules of the test runners: a module or package of that name in the project (``pytest.py``,
 ``unittest/__main__.py``) is found before the installed one (the working directory, ``PYTHONPATH`` and an
@@ -65,7 +74,16 @@ module a verifyCommand runs with ``-m`` (:meth:`TestRules.with_runner_modules`).
 METADATA_DIRS = (".dist-info", ".egg-info")
 """Distribution metadata folders: on any ``sys.path`` entry (the project's root under ``python -m``) their
 ``entry_points.txt`` registers plugins a runner loads by itself (``[pytest11]``), so their files are test
-configuration, as is an ``.egg-link``."""
+configuration, as is an ``.egg-link``.  Matched whatever the case (:func:`is_metadata`): importlib.metadata
+lower-cases the names it finds (``zz-1.0.DIST-INFO`` is a distribution too)."""
+
+SHADOW_SUFFIXES = ("py", "pyc", "pyw", "so", "pyd")
+"""What Python imports a module from (``NAME.py``, ``NAME.cpython-312-x86_64-linux-gnu.so`` ...)."""
+
+
+def is_metadata(name: str) -> bool:
+    """Is the file or folder ``name`` distribution metadata (``*.dist-info``, ``*.egg-info``, ``*.egg-link``)?"""
+    return name.lower().endswith((*METADATA_DIRS, ".egg-link"))
 
 SECTION_FILES = frozenset({"pyproject.toml", "setup.cfg", "package.json", "Cargo.toml"})
 """Files of which only the test sections are test configuration."""
@@ -151,6 +169,12 @@ class TestRules:
     config_paths: frozenset[str] = frozenset()
     """Exact paths that are whole-file test configuration: what the verifyCommands read
     (:func:`ralph.testintegrity.commands.command_inputs`), there or not at story start."""
+    shadowed: frozenset[str] = frozenset()
+    """Top-level modules of the interpreter's environment (the standard library, installed distributions):
+    a module or package of that name on one of :attr:`import_roots` is imported instead of the real one by
+    the test runner, before any test (:meth:`with_environment`)."""
+    import_roots: tuple[str, ...] = ("", "src/")
+    """Folders (``""`` the root, else ending with ``/``) the test run puts on ``sys.path``."""
 
     def is_test(self, path: str) -> bool:
         """A test file (or directory) by the defaults or the config, and not excluded."""
@@ -174,12 +198,33 @@ class TestRules:
     def shadows_runner(self, path: str) -> bool:
         """Would ``path`` stand in for a test runner's module, or register a plugin it loads by itself?"""
         *folders, name = path.split("/")
-        if any(folder in self.runner_modules or folder.endswith(METADATA_DIRS) for folder in folders):
+        if any(folder in self.runner_modules or is_metadata(folder) for folder in folders):
             return True
         stem, dot, suffix = name.partition(".")
-        if dot and stem in self.runner_modules and suffix.rsplit(".", 1)[-1] in ("py", "pyc", "so", "pyd"):
+        if dot and stem in self.runner_modules and suffix.rsplit(".", 1)[-1] in SHADOW_SUFFIXES:
             return True
-        return name.endswith(".egg-link") or name.endswith(METADATA_DIRS)
+        return is_metadata(name) or self.shadows_environment(path)
+
+    def shadows_environment(self, path: str) -> bool:
+        """Is ``path`` Python code of a module or package on an import root named like one of the environment's
+        (:attr:`shadowed`): ``argparse.py``, ``shlex/__init__.py``, ``src/py.py``?"""
+        if not self.shadowed or not path.endswith(tuple("." + s for s in SHADOW_SUFFIXES)):
+            return False
+        for root in self.import_roots:
+            if not path.startswith(root):
+                continue
+            top, slash, _ = path[len(root):].partition("/")
+            if (top if slash else top.partition(".")[0]) in self.shadowed:
+                return True
+        return False
+
+    def with_environment(self, shadowed: Iterable[str], roots: Iterable[str] = ()) -> TestRules:
+        """These rules with ``shadowed`` module names (see :attr:`shadowed`) and more import roots."""
+        names = self.shadowed | frozenset(shadowed)
+        more = tuple(r for r in roots if r not in self.import_roots)
+        if names == self.shadowed and not more:
+            return self
+        return dataclasses.replace(self, shadowed=names, import_roots=self.import_roots + more)
 
     def with_runner_modules(self, commands: Iterable[str]) -> TestRules:
         """These rules with the top-level module of every ``python -m MODULE`` in ``commands`` as a runner module."""

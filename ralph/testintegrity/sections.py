@@ -173,16 +173,58 @@ def _merge_package(agent: str, start: str | None) -> str:
 
 # -- setup.cfg -------------------------------------------------------------------------------------
 
-_HEADER = re.compile(r"^\s*\[([^\]]+)\]\s*$")
+_CONFIGPARSER_HEADER = re.compile(r"\[(?P<header>.+)\]")
+_OPTION = re.compile(r"\s*[^=:\s][^=:]*[=:]")
+
+
+def _iniconfig_header(line: str) -> str | None:
+    """The section a line opens as iniconfig (pytest's parser) reads it: ``[`` in the first column, comments
+    (``#``, ``;`` anywhere) and trailing space stripped, ``]`` last."""
+    if not line.startswith("[") or line.lstrip()[:1] in ("#", ";"):
+        return None
+    for comment in "#;":
+        line = line.split(comment)[0]
+    line = line.rstrip()
+    return line[1:-1] if len(line) > 1 and line.endswith("]") else None
+
+
+def _headers(text: str) -> list[str | None]:
+    """Per line, the name of the section it opens (None: it opens none).
+
+    Two parsers read this file: iniconfig (pytest) and configparser (setuptools, coverage.py, tox).  A line
+    only one of them takes for a header (``[tool:pytest] # note`` is one for both; ``[a] ; [b]`` names
+    different sections), or a header they name differently, makes the file ambiguous: ``ValueError``, so the
+    caller takes the story-start file whole rather than guess which sections a runner sees."""
+    names: list[str | None] = []
+    in_option, option_indent = False, 0
+    for line in text.splitlines():
+        value = line.strip()
+        indent = len(line) - len(line.lstrip())
+        ours = _iniconfig_header(line)
+        theirs = None
+        if not value or value[0] in "#;":
+            names.append(None)
+            continue
+        if not (in_option and indent > option_indent):  # configparser: not a continuation of a value
+            match = _CONFIGPARSER_HEADER.match(value)
+            theirs = match.group("header") if match else None
+        if (ours is None) != (theirs is None) or (ours is not None and ours.strip() != (theirs or "").strip()):
+            raise ValueError(f"ambiguous section header: {line.strip()!r}")
+        if theirs is not None:
+            in_option = False
+        elif not (in_option and indent > option_indent) and _OPTION.match(line):
+            in_option, option_indent = True, indent
+        names.append(ours.strip() if ours is not None else None)
+    return names
 
 
 def _ini_blocks(text: str) -> list[tuple[str | None, str]]:
     """(section name, text of the section with its header line) in order; the part before the first header has None."""
     blocks: list[tuple[str | None, list[str]]] = [(None, [])]
-    for line in text.splitlines(keepends=True):
-        header = _HEADER.match(line)
-        if header:
-            blocks.append((header.group(1).strip(), []))
+    lines = text.splitlines(keepends=True)
+    for line, header in zip(lines, _headers(text)):
+        if header is not None:
+            blocks.append((header, []))
         blocks[-1][1].append(line)
     return [(name, "".join(lines)) for name, lines in blocks if lines]
 
