@@ -476,15 +476,14 @@ def test_a_process_a_gate_command_left_behind_cannot_swap_in_wrong_code_after_ap
     assert head_file(ralph_project, "calc.py") == calc_with_daemon()
 
 
-# -- 10. (documented limitation, docs/tests.md "Where it stops") the code under test ends the test process ----
+# -- 10. the code under test ends the test process (docs/tests.md "Findings in the code") ----------------------
 
-@pytest.mark.xfail(strict=True, reason="not prevented, docs/tests.md 'Where it stops': code under test that ends the "
-                   "test process with 0 (the review is what catches it)")
 def test_code_under_test_that_ends_the_test_process_with_success_is_not_approved(
         ralph_project: RalphProject, run_loop: Any) -> None:
     """Wrong code that registers ``os._exit(0)`` at exit: pytest reports the failure, the process says 0.
-    No test file or test configuration changes, so test-integrity has nothing to flag; the trusted run uses the
-    agent's code by design.  docs/tests.md lists this as not prevented (the review is what catches it)."""
+    No test file or test configuration changes and the trusted run uses the agent's code by design; the
+    findings in the code name the new ``os._exit`` (an indirect spelling would still get past them: docs/tests.md
+    "Where it stops")."""
     calc_project(ralph_project)
     sabotage = CALC_WRONG + "\n\nimport atexit as _atexit, os as _os\n_atexit.register(_os._exit, 0)\n"
     script = IterationScript({1: implement(code=sabotage), 2: approve(), 3: approve()})
