@@ -781,6 +781,9 @@ def test_code_findings_fail_the_check_without_a_test_change(repo: Path, tmp_path
     assert check_tests(repo, start, RULES, ["true"], None, allowed=["calc.py"]).passed  # a person allowed it
     (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
     assert check_tests(repo, start, RULES, ["true"], None).passed
+    # the next check reuses the last one's index (kept in memory): a change of the same size since is seen too
+    (repo / "calc.py").write_text("def add(a, b):\n    os._exit(0)  \n")
+    assert [f.kind for f in check_tests(repo, start, RULES, ["true"], None).findings] == ["code-exit"]
 
 
 def test_target_is_not_linked_into_the_trusted_tree_by_default() -> None:

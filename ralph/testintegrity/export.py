@@ -419,6 +419,12 @@ CODE_PATTERNS = ("*.py",)
 """The code files whose diff gets findings of their own (:mod:`ralph.testintegrity.codefindings`)."""
 
 
+_CODE_INDEXES: dict[tuple[str, str], tuple[bytes, int]] = {}
+"""(project, story start) -> the bytes and mtime of the last :func:`changed_code` index.  Kept in the loop's
+memory, never in a file the agent could write between checks; its stat data is git's own, from ``lstat``
+(a change shows in the file's ctime, which no one can set back), so only the files changed since are hashed."""
+
+
 def changed_code(
     project_dir: Path, story_start: str, rules: TestRules, allowed: Iterable[str] = (),
 ) -> dict[str, tuple[str | None, str | None]]:
@@ -428,17 +434,27 @@ def changed_code(
     The working tree is added to a temporary index read from ``story_start`` (git hashes every such file: the
     repository's index and its cached stat data are never used) and compared with it; only the changed files
     are read, from git's objects."""
-    allowed = list(allowed)
-    with tempfile.TemporaryDirectory(prefix="ralph-code-") as tmp:
-        index = {"GIT_INDEX_FILE": str(Path(tmp) / "code")}
-        _git(project_dir, "read-tree", story_start, env=index)
-        from ralph.gitutil import git
+    from ralph.gitutil import git
 
+    allowed = list(allowed)
+    key = (str(project_dir), story_start)
+    with tempfile.TemporaryDirectory(prefix="ralph-code-") as tmp:
+        index_file = Path(tmp) / "code"
+        index = {"GIT_INDEX_FILE": str(index_file)}
+        kept = _CODE_INDEXES.get(key)
+        if kept is not None:  # the last check's index, from this process's memory: git rehashes what changed since
+            index_file.write_bytes(kept[0])
+            os.utime(index_file, ns=(kept[1], kept[1]))
+        else:
+            _git(project_dir, "read-tree", story_start, env=index)
         added = git(project_dir, "add", "-A", "--ignore-errors", "--", *CODE_PATTERNS, env=index, check=False, binary=True)
         if added.returncode != 0 and b"did not match any files" in (added.stderr or b""):
             return {}  # no such file at the story's start or now
         out = _git(project_dir, "diff-index", "--cached", "--no-renames", "-z", "--full-index", story_start, "--",
                    *CODE_PATTERNS, env=index)
+        if len(_CODE_INDEXES) >= TREES_KEPT and key not in _CODE_INDEXES:
+            _CODE_INDEXES.pop(next(iter(_CODE_INDEXES)))
+        _CODE_INDEXES[key] = (index_file.read_bytes(), os.stat(index_file).st_mtime_ns)
     fields = out.split(b"\0")
     changed: dict[str, tuple[str, str]] = {}
     for meta, raw in zip(fields[0::2], fields[1::2]):
