@@ -782,7 +782,7 @@ def test_code_findings_fail_the_check_without_a_test_change(repo: Path, tmp_path
     (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
     assert check_tests(repo, start, RULES, ["true"], None).passed
     # the next check reuses the last one's index (kept in memory): a change of the same size since is seen too
-    (repo / "calc.py").write_text("def add(a, b):\n    os._exit(0)  \n")
+    (repo / "calc.py").write_text("def add(a, b):\n    os._exit(0) \n")
     assert [f.kind for f in check_tests(repo, start, RULES, ["true"], None).findings] == ["code-exit"]
 
 
