@@ -34,6 +34,13 @@ project, an ignored shadow module, a doctest in a named file, untested code unde
 Each test drives ``ralph run --runner direct`` with the real Claude Code CLI and a scripted agent that leaves
 ``add`` wrong, and asserts the SAFE outcome (story not approved, run not complete).  A failing test is an
 attack that got through.  Attack strings are data built here and reach the CLI as JSON tool inputs.
+
+After the fixes (this session) every attack is stopped: loaders the test run imports (shadow modules, sitecustomize
+packages, metadata in any case, what a conftest loads) and test folders by more names are test configuration;
+section headers are read as iniconfig and configparser read them; ``target`` is no longer linked in; what the
+verifyCommands read (make's recipes, sourced scripts, ``.npmrc``, paths after ``cd``) is test configuration;
+story-start doctests are compared; diff coverage uses the story-start configuration without exclusions; new
+skips and exits in the code under test are findings.  What stays open is in docs/security.md.
 """
 
 from __future__ import annotations
