@@ -767,6 +767,9 @@ def test_ordinary_code_is_no_finding() -> None:
 
     cli = "import sys\n\ndef main():\n    sys.exit(2)\n\nif __name__ == '__main__':\n    raise SystemExit(main())\n"
     assert code_findings("cli.py", "", cli) == [] and code_findings("x.py", "", "def (:\n") == []
+    daemon = "import os\n\ndef detach():\n    if os.fork():\n        os._exit(0)\n    os.setsid()\n"
+    assert code_findings("daemon.py", "", daemon) == []  # a forked parent's plain call: how it ends
+    assert [f.kind for f in code_findings("x.py", "", "import os, signal\nsignal.signal(15, os._exit)\n")] == ["code-exit"]
 
 
 def test_code_findings_fail_the_check_without_a_test_change(repo: Path, tmp_path: Path) -> None:
@@ -782,7 +785,7 @@ def test_code_findings_fail_the_check_without_a_test_change(repo: Path, tmp_path
     (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
     assert check_tests(repo, start, RULES, ["true"], None).passed
     # the next check reuses the last one's index (kept in memory): a change of the same size since is seen too
-    (repo / "calc.py").write_text("def add(a, b):\n    os._exit(0) \n")
+    (repo / "calc.py").write_text("def add(a, b):\n    f = os._exit\n")
     assert [f.kind for f in check_tests(repo, start, RULES, ["true"], None).findings] == ["code-exit"]
 
 

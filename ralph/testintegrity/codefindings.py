@@ -2,13 +2,15 @@
 
 The code under test runs inside the test process, so it can end that process or skip the test that calls
 it as well as the test itself could: ``raise unittest.SkipTest(...)`` in ``add`` makes the story-start test
-"skipped" and the run green; ``os._exit(0)`` (or ``atexit.register(os._exit, 0)``) ends it with 0.  No test
+"skipped" and the run green; ``atexit.register(os._exit, 0)`` ends it with 0.  No test
 changed, so only a look at the code sees it.  In every Python file the story's work changed that is no test
 file and no test configuration, each of these that is *new* (not in the story-start version) is a violation:
 
 - a skip or xfail raised or called: ``SkipTest`` (``unittest.SkipTest``, ``case.SkipTest``), ``pytest.skip``,
   ``pytest.xfail``, ``pytest.importorskip``, ``skip.Exception``, pytest's ``Skipped``/``XFailed``/``Exit``;
-- a process exit past the runner: ``os._exit`` (any ``._exit``), ``pytest.exit``, ``from os import _exit``;
+- a process exit past the runner: ``os._exit`` (any ``._exit``) handed over as a callable (``atexit.register``,
+  a signal handler; a call ``os._exit(0)`` is how a forked child or a daemon's parent ends, and is left alone),
+  ``pytest.exit``, ``from os import _exit``;
 - a test session's result set: an assignment to ``exitstatus`` or ``testsfailed`` (``session.exitstatus = 0``);
 - an import of pytest's internals (``_pytest``).
 
@@ -68,7 +70,10 @@ def _marks(source: str) -> list[tuple[str, str, int]] | None:
     except (SyntaxError, ValueError, RecursionError):
         return None
     found: list[tuple[str, str, int]] = []
-    seen: set[int] = set()
+    # ``os._exit(0)`` called is how a forked child or a daemon's parent ends (honest code); handed over as a
+    # callable (``atexit.register(os._exit, 0)``, a signal handler) it ends a test run that reported a failure
+    seen: set[int] = {id(node.func) for node in ast.walk(tree)
+                      if isinstance(node, ast.Call) and _dotted(node.func).rsplit(".", 1)[-1] == "_exit"}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Attribute, ast.Name)) and id(node) not in seen:
             kind = _kind(_dotted(node))
