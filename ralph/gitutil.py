@@ -124,7 +124,7 @@ def loop_identity() -> tuple[str, str]:
         return _identity
 
 
-def _with_config(env: dict[str, str], settings: list[tuple[str, str]]) -> None:
+def add_config(env: dict[str, str], settings: list[tuple[str, str]]) -> None:
     """Add ``settings`` to ``env``'s command-line config (``GIT_CONFIG_COUNT`` entries already there kept)."""
     try:
         count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
@@ -169,7 +169,7 @@ def hardened_env(extra: dict[str, str] | None = None, identity: bool = True) -> 
     env.update(extra or {})
     if identity:
         name, email = loop_identity()
-        _with_config(env, [("user.name", name), ("user.email", email)])
+        add_config(env, [("user.name", name), ("user.email", email)])
     return env
 
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ralph import safeio
-from ralph.gitutil import (STATUS_ARGS, TreeStatus, common_dir, git, git_dir, parse_status, person_content_config, protect,
+from ralph.gitutil import (STATUS_ARGS, add_config, TreeStatus, common_dir, git, git_dir, parse_status, person_content_config, protect,
                            unprotect)
 
 __all__ = ["PrivateIndex"]
@@ -42,14 +42,6 @@ GITLINK_MODE = b"\x00\x00\xe0\x00"
 
 PRIVATE_CONFIG = (("core.splitIndex", "false"), ("index.sparse", "false"))
 """For the loop's index: written whole (no shared index in the ``.git`` directory), never made sparse."""
-
-
-def _config_env(settings: list[tuple[str, str]]) -> dict[str, str]:
-    """``settings`` as command-line config in the environment (``GIT_CONFIG_COUNT``)."""
-    env = {"GIT_CONFIG_COUNT": str(len(settings))}
-    for number, (key, value) in enumerate(settings):
-        env[f"GIT_CONFIG_KEY_{number}"], env[f"GIT_CONFIG_VALUE_{number}"] = key, value
-    return env
 
 
 def _has_entries(path: Path) -> bool:
@@ -106,7 +98,8 @@ class PrivateIndex:
         already read) and protect the submodules' metadata; returns self."""
         if content is None:
             content = person_content_config()
-        self._env = {"GIT_INDEX_FILE": str(self.path), **_config_env([*PRIVATE_CONFIG, *content])}
+        self._env = {"GIT_INDEX_FILE": str(self.path)}
+        add_config(self._env, [*PRIVATE_CONFIG, *content])
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._dirs = (git_dir(self.project_dir), common_dir(self.project_dir))
         listed = git(self.project_dir, "ls-files", "-t", "-z", binary=True).stdout
